@@ -1,0 +1,1 @@
+"""longdoc: question answering over long documents."""

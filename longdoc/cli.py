@@ -1,0 +1,43 @@
+"""The `longdoc` command: one subcommand per module under longdoc/commands.
+
+Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
+they parse arguments and call library functions, nothing more. Heavy imports (torch, transformers)
+happen inside `run`, so `longdoc --help` stays fast.
+"""
+
+import argparse
+import importlib
+import sys
+
+from longdoc.errors import InputError
+
+COMMANDS = {
+    "evaluate": "longdoc.commands.evaluate",
+    "leaderboard": "longdoc.commands.leaderboard",
+    "bench": "longdoc.commands.bench",
+    "lift": "longdoc.commands.lift",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="longdoc", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (InputError, FileNotFoundError, IsADirectoryError) as error:
+        print(f"longdoc {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Thin adapters between the `longdoc` command line and the library."""

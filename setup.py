@@ -1,0 +1,9 @@
+"""tasks/ sits at the top of the repository (one folder per dataset) and installs as longdoc.tasks,
+so that adding a dataset means adding a folder and nothing else."""
+from setuptools import find_packages, setup
+
+task_packages = ["longdoc.tasks"] + [f"longdoc.tasks.{name}" for name in find_packages("tasks")]
+setup(
+    packages=find_packages(include=["longdoc", "longdoc.*"]) + task_packages,
+    package_dir={"longdoc": "longdoc", "longdoc.tasks": "tasks"},
+)

@@ -1,0 +1,1 @@
+"""HotpotQA (distractor setting)."""

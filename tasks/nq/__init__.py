@@ -1,0 +1,1 @@
+"""Natural Questions (original and simplified formats)."""

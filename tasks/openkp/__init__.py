@@ -1,0 +1,1 @@
+"""OpenKP (MS MARCO keyphrase extraction)."""

@@ -1,0 +1,1 @@
+"""WikiHop (QAngaroo v1.1)."""

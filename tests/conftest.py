@@ -1,0 +1,18 @@
+"""Shared fixtures: the real data samples in ../shared/data and the MiniLM checkpoint."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data beside the checkout. Absent in a user's clone: skip; absent under CI: fail."""
+    if not SHARED_DATA.is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the real data samples are missing: {SHARED_DATA}")
+        pytest.skip(f"real data samples not found at {SHARED_DATA} (they live beside the checkout, in ../shared/data)")
+    return SHARED_DATA
