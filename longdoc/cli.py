@@ -8,6 +8,7 @@ happen inside `run`, so `longdoc --help` stays fast.
 import argparse
 import importlib
 import sys
+import warnings
 
 from longdoc.errors import InputError
 
@@ -30,7 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    # Warnings from the library are messages for the user (counts of dropped or missing items),
+    # not for a developer: no file names or source lines.
+    return f"longdoc: warning: {message}\n"
+
+
 def main(argv=None) -> int:
+    warnings.formatwarning = _format_warning
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
