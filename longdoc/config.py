@@ -1,0 +1,175 @@
+"""GlobalLocalConfig: the hyper-parameters of the ETC-style global-local encoder.
+
+References: ETC (Ainslie et al., 2020, arXiv:2004.08483) for the global-local attention, relative
+positions and structure masks; RealFormer (He et al., 2020, arXiv:2012.11747) for residual
+attention; Talking-Heads Attention (Shazeer et al., 2020, arXiv:2003.02436).
+Impossible combinations are refused at construction with a message naming the fields.
+"""
+
+from transformers import PretrainedConfig
+
+POSITION_EMBEDDING_TYPES = ("relative", "absolute", "both")
+
+# Named architectures (fairseq style). ETC-base and ETC-large are the paper's shapes; "minilm" is
+# the shape of all-MiniLM-L6-v2, the checkpoint longdoc ships lifted as its default.
+PRESETS = {
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    "large": dict(
+        hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
+        max_relative_distance=24, relative_vocab_size=64,
+    ),
+    "minilm": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536),
+}
+
+
+class GlobalLocalConfig(PretrainedConfig):
+    """Configuration of `GlobalLocalModel`.
+
+    Shapes: `hidden_size`, `num_hidden_layers`, `num_attention_heads`, `intermediate_size`.
+    Inputs: `long_max_len` long wordpieces, `global_max_len` global tokens.
+    Local attention: each long token sees long tokens at most `local_radius` away (ETC-base 84).
+    Positions: "relative" (ETC: per-layer relative key/bias tables, ids clipped at
+    `max_relative_distance`), "absolute" (BERT position embeddings on the long input), or "both".
+    Structure masks: `hard_g2l` (a global token sees only its own long tokens, unless it is marked
+    as seeing everything), `hard_l2g` (a long token sees only its own global tokens),
+    `local_attention_within_paragraph` (no local attention across paragraphs).
+    `residual_attention`: RealFormer, carry each layer's raw scores to the next, per attention piece;
+    `residual_attention_mean` divides the carried sum by the layer number before the softmax.
+    `talking_heads`: learned head mixing before and after the softmax, identity at initialisation.
+    `pre_layer_norm`: pre-LN layers (post-LN, RealFormer's choice, is the default).
+    `share_qkv`, `share_attention_output`, `share_feed_forward`: one set of weights for both streams.
+    `global_feature_size`: size of a per-global-token feature vector (OpenKP's visual features)
+    projected into the global embedding; 0 for none.
+    """
+
+    model_type = "longdoc-global-local"
+
+    def __init__(
+        self,
+        vocab_size: int = 30522,
+        hidden_size: int = 768,
+        num_hidden_layers: int = 12,
+        num_attention_heads: int = 12,
+        intermediate_size: int = 3072,
+        hidden_act: str = "gelu",
+        hidden_dropout_prob: float = 0.1,
+        attention_probs_dropout_prob: float = 0.1,
+        layer_norm_eps: float = 1e-12,
+        initializer_range: float = 0.02,
+        type_vocab_size: int = 2,
+        pad_token_id: int = 0,
+        long_max_len: int = 4096,
+        global_max_len: int = 256,
+        local_radius: int = 84,
+        position_embedding_type: str = "relative",
+        max_position_embeddings: int = 512,
+        max_relative_distance: int = 12,
+        relative_vocab_size: int = 32,
+        hard_g2l: bool = True,
+        hard_l2g: bool = False,
+        local_attention_within_paragraph: bool = False,
+        residual_attention: bool = True,
+        residual_attention_mean: bool = False,
+        talking_heads: bool = False,
+        pre_layer_norm: bool = False,
+        share_qkv: bool = False,
+        share_attention_output: bool = False,
+        share_feed_forward: bool = False,
+        global_feature_size: int = 0,
+        **kwargs,
+    ):
+        super().__init__(pad_token_id=pad_token_id, **kwargs)
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.layer_norm_eps = layer_norm_eps
+        self.initializer_range = initializer_range
+        self.type_vocab_size = type_vocab_size
+        self.long_max_len = long_max_len
+        self.global_max_len = global_max_len
+        self.local_radius = local_radius
+        self.position_embedding_type = position_embedding_type
+        self.max_position_embeddings = max_position_embeddings
+        self.max_relative_distance = max_relative_distance
+        self.relative_vocab_size = relative_vocab_size
+        self.hard_g2l = hard_g2l
+        self.hard_l2g = hard_l2g
+        self.local_attention_within_paragraph = local_attention_within_paragraph
+        self.residual_attention = residual_attention
+        self.residual_attention_mean = residual_attention_mean
+        self.talking_heads = talking_heads
+        self.pre_layer_norm = pre_layer_norm
+        self.share_qkv = share_qkv
+        self.share_attention_output = share_attention_output
+        self.share_feed_forward = share_feed_forward
+        self.global_feature_size = global_feature_size
+        self._validate()
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> "GlobalLocalConfig":
+        """A named architecture ("base", "large", "minilm") with any field overridden."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def block_size(self) -> int:
+        """Long tokens per attention block: r + 1, so a block and its two neighbours cover every window."""
+        return self.local_radius + 1
+
+    @property
+    def uses_relative_positions(self) -> bool:
+        return self.position_embedding_type in ("relative", "both")
+
+    @property
+    def uses_absolute_positions(self) -> bool:
+        return self.position_embedding_type in ("absolute", "both")
+
+    def _validate(self) -> None:
+        def require(condition: bool, message: str) -> None:
+            if not condition:
+                raise ValueError(f"GlobalLocalConfig: {message}")
+
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "long_max_len", "type_vocab_size"):
+            require(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        require(self.global_max_len >= 0, f"global_max_len must be >= 0, got {self.global_max_len}")
+        require(self.local_radius >= 0, f"local_radius must be >= 0, got {self.local_radius}")
+        require(self.global_feature_size >= 0, f"global_feature_size must be >= 0, got {self.global_feature_size}")
+        require(
+            self.hidden_size % self.num_attention_heads == 0,
+            f"hidden_size ({self.hidden_size}) must be a multiple of num_attention_heads ({self.num_attention_heads})",
+        )
+        require(
+            self.position_embedding_type in POSITION_EMBEDDING_TYPES,
+            f"position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, got {self.position_embedding_type!r}",
+        )
+        if self.uses_absolute_positions:
+            # Absolute positions index a table: the long input can be no longer than it.
+            require(
+                self.max_position_embeddings >= max(self.long_max_len, self.global_max_len),
+                f"position_embedding_type={self.position_embedding_type!r} needs max_position_embeddings "
+                f"({self.max_position_embeddings}) >= long_max_len ({self.long_max_len}) and global_max_len "
+                f"({self.global_max_len})",
+            )
+        if self.uses_relative_positions:
+            # ids 0..k (right), k+1..2k (left), 2k+1 linked, 2k+2 not linked, 2k+3 other paragraph
+            require(self.max_relative_distance >= 1, f"max_relative_distance must be >= 1, got {self.max_relative_distance}")
+            require(
+                self.relative_vocab_size >= 2 * self.max_relative_distance + 4,
+                f"relative_vocab_size ({self.relative_vocab_size}) must be at least 2 * max_relative_distance + 4 "
+                f"= {2 * self.max_relative_distance + 4}",
+            )
+        require(
+            not self.residual_attention_mean or self.residual_attention,
+            "residual_attention_mean=True needs residual_attention=True",
+        )
