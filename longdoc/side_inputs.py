@@ -1,0 +1,203 @@
+"""Structure ids -> attention masks and relative position ids, in the shapes the attention uses.
+
+ETC (Ainslie et al., 2020, section 2) builds every mask and relative id from a few per-token ids
+("structure is data"). This module does the same, once per forward pass, as pure functions; every
+layer then reads the same `SideInputs` record.
+
+Layout (b = local_radius + 1 tokens per block, nb = ceil(L / b) blocks, Lp = nb * b, W = 3b):
+- the long softmax: query block n, query p in the block, key c in [prev block | own | next | G
+  globals]: masks and ids of shape [B, 1, nb, b, W + G] (the 1 broadcasts over heads);
+- the global softmax: global query g, key in [G globals | Lp long tokens]: [B, 1, G, G + Lp].
+
+Relative ids, with k = max_relative_distance:
+  0..k        long key j at distance j - i = 0..k to the right of query i (clipped at k),
+  k+1..2k     distance 1..k to the left (clipped),
+  2k+1        long-global pair that is linked (the long token belongs to or mentions the global one),
+  2k+2        long-global pair that is not linked,
+  2k+3        two global tokens in different paragraphs (g2g uses clipped distances otherwise).
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class StructureIds:
+    """The per-token structure of a batch, as given to the model (see GlobalLocalModel.forward).
+
+    long_mask [B, L] bool, global_mask [B, G] bool: real tokens (not padding).
+    sentence_ids [B, L] int64: the global token each long token belongs to, -1 for none.
+    mention_ids [B, L] int64 or None: a second linked global token (a candidate mention), -1 for none.
+    long_paragraph_ids [B, L], global_paragraph_ids [B, G] int64 or None: paragraph of each token.
+    global_sees_all [B, G] bool: global tokens exempt from hard g2l (CLS, question, candidates).
+    """
+
+    long_mask: Tensor
+    global_mask: Tensor
+    sentence_ids: Tensor | None
+    mention_ids: Tensor | None
+    long_paragraph_ids: Tensor | None
+    global_paragraph_ids: Tensor | None
+    global_sees_all: Tensor | None
+
+
+@dataclass
+class SideInputs:
+    """Additive masks (0 or a large negative value) and relative ids for both softmaxes."""
+
+    block_size: int
+    num_blocks: int
+    long_mask_bias: Tensor  # [B, 1, nb, b, W + G], compute dtype
+    global_mask_bias: Tensor | None  # [B, 1, G, G + Lp]; None when G = 0
+    long_relative_ids: Tensor | None  # [B, 1, nb, b, W + G] int64; None without relative positions
+    global_relative_ids: Tensor | None  # [B, 1, G, G + Lp] int64
+
+    @property
+    def padded_length(self) -> int:
+        return self.block_size * self.num_blocks
+
+
+def relative_distance_ids(delta: Tensor, max_distance: int) -> Tensor:
+    """Relative ids of signed distances `delta` = key - query: 0..k right, k+1..2k left (clipped)."""
+    right = delta.clamp(0, max_distance)
+    left = max_distance + (-delta).clamp(1, max_distance)
+    return torch.where(delta >= 0, right, left)
+
+
+def _windows(per_token: Tensor, block_size: int, num_blocks: int, fill) -> Tensor:
+    """[B, L] per-token values -> [B, nb, 3b]: for each block, the values of its window keys
+    (previous, own and next block), with `fill` beyond the ends of the input."""
+    batch, length = per_token.shape
+    padded = per_token.new_full((batch, (num_blocks + 2) * block_size), fill)
+    padded[:, block_size : block_size + length] = per_token
+    return padded.unfold(1, 3 * block_size, block_size)
+
+
+def _linked(structure: StructureIds, num_globals: int) -> Tensor:
+    """[B, L, G] bool: long token i is linked to global token g (belongs to it or mentions it)."""
+    global_index = torch.arange(num_globals, device=structure.long_mask.device)
+    linked = structure.sentence_ids.unsqueeze(-1) == global_index
+    if structure.mention_ids is not None:
+        linked |= structure.mention_ids.unsqueeze(-1) == global_index
+    return linked
+
+
+def build_side_inputs(
+    structure: StructureIds,
+    *,
+    local_radius: int,
+    max_relative_distance: int | None,
+    hard_g2l: bool,
+    hard_l2g: bool,
+    local_attention_within_paragraph: bool,
+    dtype: torch.dtype,
+) -> SideInputs:
+    """Masks and relative ids for one batch. `max_relative_distance=None`: no relative ids.
+
+    Hard masks need links: without `sentence_ids` (and `mention_ids`) no long token is linked to
+    any global token, so hard g2l and hard l2g are not applied (every pair may attend).
+    """
+    long_mask, global_mask = structure.long_mask, structure.global_mask
+    device = long_mask.device
+    batch, length = long_mask.shape
+    num_globals = global_mask.shape[1]
+    block_size = local_radius + 1
+    num_blocks = max(1, -(-length // block_size))
+    padded_length = num_blocks * block_size
+    window = 3 * block_size
+    has_links = structure.sentence_ids is not None
+    k = max_relative_distance
+
+    # --- the long softmax: [B, nb, b, W + G] ---
+    query = torch.arange(padded_length, device=device).view(num_blocks, block_size, 1)
+    key = (torch.arange(num_blocks, device=device).view(num_blocks, 1, 1) - 1) * block_size + torch.arange(
+        window, device=device
+    )
+    delta = key - query  # [nb, b, W]
+    key_valid = _windows(long_mask, block_size, num_blocks, False)  # [B, nb, W]
+    local_allowed = (delta.abs() <= local_radius) & key_valid.unsqueeze(2)  # [B, nb, b, W]
+    if local_attention_within_paragraph and structure.long_paragraph_ids is not None:
+        query_paragraph = _pad_to(structure.long_paragraph_ids, padded_length, -1).view(batch, num_blocks, block_size, 1)
+        key_paragraph = _windows(structure.long_paragraph_ids, block_size, num_blocks, -2).unsqueeze(2)
+        local_allowed &= query_paragraph == key_paragraph
+
+    linked = _linked(structure, num_globals) if has_links else None  # [B, L, G]
+    long_to_global_allowed = global_mask.unsqueeze(1).expand(batch, padded_length, num_globals)
+    if hard_l2g and has_links:
+        long_to_global_allowed = long_to_global_allowed & _pad_to(linked, padded_length, False)
+    long_allowed = torch.cat(
+        [local_allowed, long_to_global_allowed.reshape(batch, num_blocks, block_size, num_globals)], dim=-1
+    )
+
+    long_relative_ids = None
+    if k is not None:
+        local_ids = relative_distance_ids(delta, k).expand(batch, num_blocks, block_size, window)
+        global_ids = torch.full((batch, padded_length, num_globals), 2 * k + 2, device=device)
+        if has_links:
+            global_ids = global_ids.masked_fill(_pad_to(linked, padded_length, False), 2 * k + 1)
+        long_relative_ids = torch.cat(
+            [local_ids, global_ids.view(batch, num_blocks, block_size, num_globals)], dim=-1
+        ).unsqueeze(1)
+
+    # --- the global softmax: [B, G, G + Lp] ---
+    global_mask_bias = global_relative_ids = None
+    if num_globals > 0:
+        global_to_long_allowed = _pad_to(long_mask, padded_length, False).unsqueeze(1).expand(
+            batch, num_globals, padded_length
+        )
+        if hard_g2l and has_links:
+            sees_all = structure.global_sees_all
+            own_tokens = _pad_to(linked, padded_length, False).transpose(1, 2)
+            if sees_all is not None:
+                own_tokens = own_tokens | sees_all.unsqueeze(-1)
+            global_to_long_allowed = global_to_long_allowed & own_tokens
+        global_allowed = torch.cat(
+            [global_mask.unsqueeze(1).expand(batch, num_globals, num_globals), global_to_long_allowed], dim=-1
+        )
+        global_mask_bias = _mask_bias(global_allowed, dtype)
+        if k is not None:
+            position = torch.arange(num_globals, device=device)
+            global_global_ids = relative_distance_ids(position - position.view(-1, 1), k).expand(
+                batch, num_globals, num_globals
+            )
+            if structure.global_paragraph_ids is not None:
+                paragraphs = structure.global_paragraph_ids
+                other_paragraph = paragraphs.unsqueeze(-1) != paragraphs.unsqueeze(1)
+                global_global_ids = global_global_ids.masked_fill(other_paragraph, 2 * k + 3)
+            global_long_ids = torch.full((batch, num_globals, padded_length), 2 * k + 2, device=device)
+            if has_links:
+                global_long_ids = global_long_ids.masked_fill(
+                    _pad_to(linked, padded_length, False).transpose(1, 2), 2 * k + 1
+                )
+            global_relative_ids = torch.cat([global_global_ids, global_long_ids], dim=-1).unsqueeze(1)
+
+    return SideInputs(
+        block_size=block_size,
+        num_blocks=num_blocks,
+        long_mask_bias=_mask_bias(long_allowed, dtype),
+        global_mask_bias=global_mask_bias,
+        long_relative_ids=long_relative_ids,
+        global_relative_ids=global_relative_ids,
+    )
+
+
+def _pad_to(per_token: Tensor, padded_length: int, fill) -> Tensor:
+    """Pad dimension 1 of [B, L, ...] to `padded_length` with `fill`."""
+    missing = padded_length - per_token.shape[1]
+    if missing == 0:
+        return per_token
+    pad = per_token.new_full((per_token.shape[0], missing, *per_token.shape[2:]), fill)
+    return torch.cat([per_token, pad], dim=1)
+
+
+def _mask_bias(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    """Bool [B, ...] -> additive [B, 1, ...]: 0 where allowed, a large negative value elsewhere.
+
+    The value is finite (half the dtype's minimum) so that a query with no allowed key (padding)
+    gives a uniform softmax instead of NaN, and adding it to any score cannot overflow.
+    """
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    bias.masked_fill_(~allowed, torch.finfo(dtype).min / 2)
+    return bias.unsqueeze(1)
