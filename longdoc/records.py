@@ -1,0 +1,78 @@
+"""Reading dataset records: JSON files decoded with a warning on bad UTF-8, and field checks whose
+errors name the file, the example id and the field.
+
+Task readers use these so that every reader reports a missing or mistyped field the same way.
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+from longdoc.errors import InputError
+from longdoc.text import decode_text
+
+
+def load_json(path: str | os.PathLike) -> Any:
+    """A whole JSON file. Invalid UTF-8 is replaced (with a warning); bad JSON names file, line, column."""
+    path = Path(path)
+    return _parse(decode_text(path.read_bytes(), str(path)), path, line_offset=0)
+
+
+def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
+    """(line number, object) for each non-blank line of a JSON-lines file, decoded as in `load_json`."""
+    path = Path(path)
+    for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+        if line.strip():
+            yield number, _parse(decode_text(line, f"{path}:{number}"), path, line_offset=number - 1)
+
+
+def _parse(text: str, path: Path, line_offset: int) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}:{error.lineno + line_offset}:{error.colno}: not valid JSON: {error.msg}") from None
+
+
+class RecordFields:
+    """Typed access to one record's fields; errors name `where` (file and line), the example id and field."""
+
+    def __init__(self, record: Any, where: str, id_field: str, index: int):
+        self.where = where
+        if not isinstance(record, dict):
+            raise InputError(f"{where}: example #{index} must be a JSON object, got {type(record).__name__}")
+        self.record = record
+        example_id = record.get(id_field)
+        if not isinstance(example_id, (str, int)) or isinstance(example_id, bool) or example_id == "":
+            raise InputError(f"{where}: example #{index}: field {id_field!r} is missing or not a string/integer")
+        self.example_id = str(example_id)
+
+    def error(self, name: str, problem: str) -> InputError:
+        return InputError(f"{self.where}: example {self.example_id!r}: field {name!r} {problem}")
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        """The field `name`, checked to be of `kind`; `default` when it is absent (if given)."""
+        if name not in self.record:
+            if default is not ...:
+                return default
+            raise self.error(name, "is missing")
+        value = self.record[name]
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
+            raise self.error(name, f"must be {_describe(kind)}, got {type(value).__name__}")
+        return value
+
+    def string_list(self, name: str, value: Any = ...) -> list[str]:
+        """A list of strings (the field `name`, or `value` reported under that name)."""
+        value = self.get(name, list) if value is ... else value
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise self.error(name, "must be a list of strings")
+        return value
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _describe(kind: type | tuple[type, ...]) -> str:
+    names = {"str": "a string", "list": "a list", "int": "an integer", "dict": "an object", "float": "a number"}
+    return " or ".join(names.get(k.__name__, k.__name__) for k in _as_tuple(kind))
