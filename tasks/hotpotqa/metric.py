@@ -1,0 +1,237 @@
+"""HotpotQA's official metric, rule for rule: `hotpot_evaluate_v1.py` of hotpotqa/hotpot.
+
+- Answers: SQuAD normalisation (lowercase, drop ASCII punctuation, drop the words a/an/the,
+  collapse whitespace), then exact match and bag-of-tokens precision, recall and F1. When either
+  side normalises to "yes", "no" or "noanswer" and the two differ, all three are 0: no partial
+  credit for a yes/no question.
+- Supporting facts: the predicted and gold facts as *sets* of (title, sentence index) tuples;
+  precision, recall, F1, and EM = no false positive and no false negative.
+- Joint: precision = answer precision x support precision, recall likewise, F1 from those two,
+  EM = answer EM x support EM.
+- Every figure is a macro average over the gold examples, in the gold file's order: an example
+  whose answer (or supporting facts) is missing from the prediction adds 0 to the answer (support)
+  sums and 0 to every joint sum. We warn with the counts; the official script prints each id.
+
+Beside the official figures (never instead of them): ROUGE-L of the answer text (`rougeL_prec`,
+`rougeL_recall`, `rougeL_f1`), averaged over the same gold examples, a missing answer scoring 0.
+
+Arithmetic follows the official script expression for expression and sums in the same order, so
+the figures equal its output to the last digit.
+"""
+
+import re
+import string
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from longdoc.errors import InputError
+from longdoc.io import read_json
+from longdoc.rouge import rouge_l
+
+OFFICIAL_KEYS = (
+    "em", "f1", "prec", "recall",
+    "sp_em", "sp_f1", "sp_prec", "sp_recall",
+    "joint_em", "joint_f1", "joint_prec", "joint_recall",
+)
+ROUGE_KEYS = ("rougeL_prec", "rougeL_recall", "rougeL_f1")
+HEADLINE_METRIC = "joint_f1"
+
+# Published dev figures (DESIGN sections 2 and 4). The RealFormer paper (He et al., 2020,
+# arXiv:2012.11747) reports joint F1 of its ETC-large baseline and of ETC-large + RealFormer; the
+# ETC paper (Ainslie et al., 2020, arXiv:2004.08483) reports ETC-large's answer and support F1.
+# Different papers, different runs: separate rows, never merged.
+REFERENCE_ROWS = [
+    {"name": "ETC-large", "source": "RealFormer paper (He et al., 2020), dev",
+     "metrics": {"joint_f1": 0.7312}},
+    {"name": "ETC-large + RealFormer", "source": "RealFormer paper (He et al., 2020), dev",
+     "metrics": {"joint_f1": 0.7357}},
+    {"name": "ETC-large", "source": "ETC paper (Ainslie et al., 2020), dev",
+     "metrics": {"f1": 0.813, "sp_f1": 0.894}},
+]
+
+# Answers that only an exact match can score (official list).
+_NO_PARTIAL_CREDIT = ("yes", "no", "noanswer")
+_PUNCTUATION = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+@dataclass(frozen=True)
+class MatchScores:
+    em: float
+    prec: float
+    recall: float
+    f1: float
+
+
+_ZERO = MatchScores(em=0.0, prec=0.0, recall=0.0, f1=0.0)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation, in the official order: lowercase, punctuation, articles, whitespace."""
+    text = text.lower()
+    text = "".join(character for character in text if character not in _PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def answer_scores(prediction: str, gold: str) -> MatchScores:
+    """Answer EM, precision, recall and F1 of one prediction (official `update_answer`)."""
+    normalized_prediction = normalize_answer(prediction)
+    normalized_gold = normalize_answer(gold)
+    em = float(normalized_prediction == normalized_gold)
+    if normalized_prediction != normalized_gold and (
+        normalized_prediction in _NO_PARTIAL_CREDIT or normalized_gold in _NO_PARTIAL_CREDIT
+    ):
+        return _ZERO
+    prediction_tokens = normalized_prediction.split()
+    gold_tokens = normalized_gold.split()
+    num_same = sum((Counter(prediction_tokens) & Counter(gold_tokens)).values())
+    if num_same == 0:
+        # Official quirk: two answers that both normalise to "" match exactly (EM 1) but share no
+        # token, so their F1, precision and recall are 0.
+        return MatchScores(em=em, prec=0.0, recall=0.0, f1=0.0)
+    prec = 1.0 * num_same / len(prediction_tokens)
+    recall = 1.0 * num_same / len(gold_tokens)
+    f1 = (2 * prec * recall) / (prec + recall)
+    return MatchScores(em=em, prec=prec, recall=recall, f1=f1)
+
+
+def _hashable(value: Any) -> Any:
+    # JSON lists and objects become tuples so that any value can sit in a set; only a tuple of a
+    # string and a number can ever equal a gold fact.
+    if isinstance(value, list):
+        return tuple(_hashable(item) for item in value)
+    if isinstance(value, dict):
+        return tuple((key, _hashable(item)) for key, item in value.items())
+    return value
+
+
+def _as_fact(item: Any) -> tuple:
+    """One predicted fact as the official script sees it: `tuple(item)`.
+
+    Follows its quirks: a sentence index given as "0" stays a string and so never matches the gold
+    0; 0.0 and true equal 0 and 1 in Python, so they do match; a string item becomes a tuple of
+    its characters. Items the official script cannot turn into a tuple (a number, null) crash it;
+    here they count as one wrong fact each, told apart by their value.
+    """
+    if isinstance(item, (list, str, dict)):
+        return tuple(_hashable(element) for element in item)
+    return ("<not a fact>", repr(item))
+
+
+def supporting_fact_scores(predicted: Any, gold: list) -> MatchScores:
+    """Support EM, precision, recall and F1 of one example (official `update_sp`), as sets."""
+    # The official script iterates whatever it is given: a string's characters, an object's keys.
+    items = predicted if isinstance(predicted, (list, str, dict)) else [predicted]
+    predicted_facts = {_as_fact(item) for item in items}
+    gold_facts = {_as_fact(fact) for fact in gold}
+    tp = len(predicted_facts & gold_facts)
+    fp = len(predicted_facts) - tp
+    fn = len(gold_facts) - tp
+    prec = 1.0 * tp / (tp + fp) if tp + fp > 0 else 0.0
+    recall = 1.0 * tp / (tp + fn) if tp + fn > 0 else 0.0
+    f1 = 2 * prec * recall / (prec + recall) if prec + recall > 0 else 0.0
+    em = 1.0 if fp + fn == 0 else 0.0
+    return MatchScores(em=em, prec=prec, recall=recall, f1=f1)
+
+
+def joint_scores(answer: MatchScores, support: MatchScores) -> MatchScores:
+    """Joint figures of one example: products of the answer and support figures."""
+    prec = answer.prec * support.prec
+    recall = answer.recall * support.recall
+    f1 = 2 * prec * recall / (prec + recall) if prec + recall > 0 else 0.0
+    return MatchScores(em=answer.em * support.em, prec=prec, recall=recall, f1=f1)
+
+
+def _add(sums: dict[str, float], prefix: str, scores: MatchScores) -> None:
+    sums[f"{prefix}em"] += scores.em
+    sums[f"{prefix}f1"] += scores.f1
+    sums[f"{prefix}prec"] += scores.prec
+    sums[f"{prefix}recall"] += scores.recall
+
+
+def evaluate(gold_examples: list[dict], prediction: dict) -> dict[str, float]:
+    """Official HotpotQA figures (plus ROUGE-L) of a parsed prediction against parsed gold."""
+    answers, facts = prediction["answer"], prediction["sp"]
+    sums = dict.fromkeys(OFFICIAL_KEYS + ROUGE_KEYS, 0.0)
+    missing_answers = missing_facts = unreadable_answers = 0
+    for example in gold_examples:
+        example_id = example["_id"]
+        answer = support = None
+        if example_id not in answers:
+            missing_answers += 1
+        elif not isinstance(answers[example_id], str):
+            # The official script crashes on a non-text answer; we score it as a wrong answer.
+            unreadable_answers += 1
+            answer = _ZERO
+        else:
+            answer = answer_scores(answers[example_id], example["answer"])
+            rouge = rouge_l(answers[example_id], example["answer"])
+            sums["rougeL_prec"] += rouge.precision
+            sums["rougeL_recall"] += rouge.recall
+            sums["rougeL_f1"] += rouge.f1
+        if answer is not None:
+            _add(sums, "", answer)
+        if example_id not in facts:
+            missing_facts += 1
+        else:
+            support = supporting_fact_scores(facts[example_id], example["supporting_facts"])
+            _add(sums, "sp_", support)
+        if answer is not None and support is not None:
+            _add(sums, "joint_", joint_scores(answer, support))
+
+    gold_ids = {example["_id"] for example in gold_examples}
+    extra = len((set(answers) | set(facts)) - gold_ids)
+    total = len(gold_examples)
+    if missing_answers:
+        warnings.warn(f"hotpotqa: {missing_answers} of {total} gold examples have no predicted answer; scored 0")
+    if missing_facts:
+        warnings.warn(f"hotpotqa: {missing_facts} of {total} gold examples have no predicted supporting facts; scored 0")
+    if unreadable_answers:
+        warnings.warn(f"hotpotqa: {unreadable_answers} predicted answers are not text; scored as wrong answers")
+    if extra:
+        warnings.warn(f"hotpotqa: {extra} predicted ids are not in the gold file; ignored, as the official script does")
+    return {key: value / total for key, value in sums.items()}
+
+
+def _read_gold(path) -> list[dict]:
+    gold = read_json(path)
+    if not isinstance(gold, list):
+        raise InputError(f"{path}: HotpotQA gold must be a JSON list of examples (the official dev file)")
+    if not gold:
+        raise InputError(f"{path}: the gold file holds no examples")
+    for index, example in enumerate(gold):
+        if not isinstance(example, dict):
+            raise InputError(f"{path}: example {index} is not a JSON object")
+        for field in ("_id", "answer", "supporting_facts"):
+            if field not in example:
+                raise InputError(f"{path}: example {index} has no {field!r} field")
+        if not isinstance(example["_id"], str) or not isinstance(example["answer"], str):
+            raise InputError(f"{path}: example {index}: '_id' and 'answer' must be text")
+        if not isinstance(example["supporting_facts"], list):
+            raise InputError(f"{path}: example {index} ({example['_id']}): 'supporting_facts' must be a list "
+                             "of [title, sentence index]")
+    return gold
+
+
+def _read_prediction(path) -> dict:
+    prediction = read_json(path)
+    if not isinstance(prediction, dict):
+        raise InputError(f"{path}: a HotpotQA prediction is one JSON object "
+                         '{"answer": {id: text}, "sp": {id: [[title, sentence index], ...]}}')
+    for field in ("answer", "sp"):
+        if field not in prediction:
+            raise InputError(f"{path}: the prediction has no {field!r} field "
+                             '(expected {"answer": {id: text}, "sp": {id: [[title, sentence index], ...]}})')
+        if not isinstance(prediction[field], dict):
+            raise InputError(f"{path}: the prediction's {field!r} field must be a JSON object keyed by example id")
+    return prediction
+
+
+def evaluate_files(gold_path, pred_path, **options) -> dict[str, float]:
+    """Score an official prediction file against the official dev (gold) file."""
+    if options:
+        raise InputError(f"hotpotqa evaluation takes no options (got {', '.join(sorted(options))})")
+    return evaluate(_read_gold(gold_path), _read_prediction(pred_path))

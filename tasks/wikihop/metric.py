@@ -1,0 +1,70 @@
+"""WikiHop (QAngaroo v1.1) accuracy, as the QAngaroo leaderboard reports it.
+
+QAngaroo publishes no evaluation script: its leaderboard takes a prediction file {id: answer}
+(one candidate string per question) and reports accuracy over the gold questions. A prediction
+is correct when it equals the gold answer string exactly; gold answers and candidates are
+lowercase already, so a prediction copied from the candidate list needs no normalisation. A
+question with no prediction counts as wrong, a prediction that is not text is simply unequal
+(wrong), and predicted ids absent from the gold are ignored. We warn with the counts.
+"""
+
+import warnings
+
+from longdoc.errors import InputError
+from longdoc.io import read_json
+
+HEADLINE_METRIC = "accuracy"
+
+# Published dev accuracy (DESIGN sections 2 and 4): the RealFormer paper (He et al., 2020,
+# arXiv:2012.11747) for its ETC-large baseline and ETC-large + RealFormer, the ETC paper (Ainslie
+# et al., 2020, arXiv:2004.08483) for ETC-large.
+REFERENCE_ROWS = [
+    {"name": "ETC-large", "source": "RealFormer paper (He et al., 2020), dev", "metrics": {"accuracy": 0.7892}},
+    {"name": "ETC-large + RealFormer", "source": "RealFormer paper (He et al., 2020), dev",
+     "metrics": {"accuracy": 0.7921}},
+    {"name": "ETC-large", "source": "ETC paper (Ainslie et al., 2020), dev", "metrics": {"accuracy": 0.798}},
+]
+
+
+def evaluate(gold_examples: list[dict], predictions: dict) -> dict[str, float]:
+    """Accuracy of parsed predictions {id: answer} over parsed gold examples [{id, answer}]."""
+    correct = missing = 0
+    for example in gold_examples:
+        if example["id"] not in predictions:
+            missing += 1
+        elif predictions[example["id"]] == example["answer"]:
+            correct += 1
+    total = len(gold_examples)
+    extra = len(set(predictions) - {example["id"] for example in gold_examples})
+    if missing:
+        warnings.warn(f"wikihop: {missing} of {total} gold questions have no prediction; counted as wrong")
+    if extra:
+        warnings.warn(f"wikihop: {extra} predicted ids are not in the gold file; ignored")
+    return {"accuracy": correct / total}
+
+
+def _read_gold(path) -> list[dict]:
+    gold = read_json(path)
+    if not isinstance(gold, list):
+        raise InputError(f"{path}: WikiHop gold must be the official JSON list of questions")
+    if not gold:
+        raise InputError(f"{path}: the gold file holds no questions")
+    for index, example in enumerate(gold):
+        if not isinstance(example, dict) or not isinstance(example.get("id"), str) \
+                or not isinstance(example.get("answer"), str):
+            raise InputError(f"{path}: question {index} needs text fields 'id' and 'answer'")
+    return gold
+
+
+def _read_predictions(path) -> dict:
+    predictions = read_json(path)
+    if not isinstance(predictions, dict):
+        raise InputError(f"{path}: a WikiHop prediction file is one JSON object {{id: answer}}")
+    return predictions
+
+
+def evaluate_files(gold_path, pred_path, **options) -> dict[str, float]:
+    """Score a prediction file {id: answer} against the official gold file."""
+    if options:
+        raise InputError(f"wikihop evaluation takes no options (got {', '.join(sorted(options))})")
+    return evaluate(_read_gold(gold_path), _read_predictions(pred_path))

@@ -1,0 +1,140 @@
+"""`longdoc evaluate` through the real entry point (longdoc.cli.main): output, flags, errors, --out."""
+
+import argparse
+import json
+
+import pytest
+
+from longdoc import cli
+from longdoc.commands import evaluate as evaluate_command
+from longdoc.errors import InputError
+
+HOTPOT = "hotpotqa/hotpot_dev_distractor_v1.first53.json"
+WIKIHOP = "wikihop/wikihop_dev.first28.json"
+OPENKP_GOLD = "openkp/eval_reference_example.jsonl"
+OPENKP_PRED = "openkp/eval_candidate_example.jsonl"
+
+
+@pytest.fixture(autouse=True)
+def only_our_commands(monkeypatch):
+    # The parser imports every command module; keep these tests to the commands they are about.
+    monkeypatch.setattr(cli, "COMMANDS", {"evaluate": "longdoc.commands.evaluate",
+                                          "leaderboard": "longdoc.commands.leaderboard"})
+
+
+def _write(path, value):
+    path.write_text(json.dumps(value))
+    return path
+
+
+@pytest.fixture
+def hotpot_self_prediction(shared_data, tmp_path):
+    gold = json.loads((shared_data / HOTPOT).read_text())
+    return _write(tmp_path / "hotpot_pred.json", {"answer": {e["_id"]: e["answer"] for e in gold},
+                                                  "sp": {e["_id"]: e["supporting_facts"] for e in gold}})
+
+
+def test_json_output_is_one_object_with_official_keys(shared_data, capsys):
+    status = cli.main(["evaluate", "openkp", "--gold", str(shared_data / OPENKP_GOLD),
+                       "--pred", str(shared_data / OPENKP_PRED), "--json"])
+    assert status == 0
+    printed = json.loads(capsys.readouterr().out)
+    # The README pair: @1 F1 0; @3 P = R = F1 = 2/3; @5 P 0.4, R 2/3, F1 0.5 (every digit kept).
+    assert printed == {"F1@1": 0.0, "P@1": 0.0, "R@1": 0.0,
+                       "F1@3": 2 / 3, "P@3": 2 / 3, "R@3": 2 / 3,
+                       "F1@5": 0.5, "P@5": 0.4, "R@5": 2 / 3}
+
+
+def test_table_output_lists_every_metric(shared_data, hotpot_self_prediction, capsys):
+    assert cli.main(["evaluate", "hotpotqa", "--gold", str(shared_data / HOTPOT), "--pred", str(hotpot_self_prediction)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["|", "metric", "|", "value", "|"]
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in lines[2:]}
+    assert rows["joint_f1"] == "1.0" and rows["rougeL_f1"] == "1.0" and len(rows) == 15
+
+
+def test_wikihop_gold_against_itself(shared_data, tmp_path, capsys):
+    gold = json.loads((shared_data / WIKIHOP).read_text())
+    pred = _write(tmp_path / "pred.json", {e["id"]: e["answer"] for e in gold})
+    assert cli.main(["evaluate", "wikihop", "--gold", str(shared_data / WIKIHOP), "--pred", str(pred), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"accuracy": 1.0}
+
+
+def test_missing_predictions_warn_and_score_zero(shared_data, tmp_path, capsys):
+    gold = json.loads((shared_data / WIKIHOP).read_text())
+    pred = _write(tmp_path / "pred.json", {e["id"]: e["answer"] for e in gold[:20]})
+    with pytest.warns(UserWarning, match="wikihop: 8 of 28 gold questions have no prediction"):
+        status = cli.main(["evaluate", "wikihop", "--gold", str(shared_data / WIKIHOP), "--pred", str(pred), "--json"])
+    assert status == 0
+    assert json.loads(capsys.readouterr().out) == {"accuracy": 20 / 28}
+
+
+def test_nq_thresholds_are_refused_for_other_tasks(shared_data, tmp_path, capsys):
+    status = cli.main(["evaluate", "wikihop", "--gold", str(shared_data / WIKIHOP), "--pred", str(tmp_path / "p.json"),
+                       "--short-non-null-threshold", "3"])
+    assert status == 2
+    assert "--short-non-null-threshold applies to the nq task only, not wikihop" in capsys.readouterr().err
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser()
+    evaluate_command.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_nq_thresholds_default_to_two_and_pass_through():
+    common = ["--gold", "g", "--pred", "p"]
+    assert evaluate_command._task_options(_parse(["nq", *common])) == {
+        "long_non_null_threshold": 2, "short_non_null_threshold": 2}
+    assert evaluate_command._task_options(_parse(["nq", *common, "--long-non-null-threshold", "3"])) == {
+        "long_non_null_threshold": 3, "short_non_null_threshold": 2}
+    assert evaluate_command._task_options(_parse(["openkp", *common])) == {}
+    with pytest.raises(InputError, match="--long-non-null-threshold applies to the nq task only"):
+        evaluate_command._task_options(_parse(["openkp", *common, "--long-non-null-threshold", "2"]))
+
+
+def test_malformed_json_is_a_clean_error(shared_data, tmp_path, capsys):
+    pred = tmp_path / "pred.json"
+    pred.write_text('{"answer": {}\n"sp": {}}')
+    status = cli.main(["evaluate", "hotpotqa", "--gold", str(shared_data / HOTPOT), "--pred", str(pred)])
+    assert status == 2
+    assert f"longdoc evaluate: error: {pred}:2:1: not valid JSON" in capsys.readouterr().err
+
+
+def test_keyphrase_strings_are_a_clean_error(shared_data, tmp_path, capsys):
+    pred = tmp_path / "pred.jsonl"
+    pred.write_text(json.dumps({"url": "http://1hackerstock.blogspot.com/2016/09/nba-2k17-cd-key-generator-no-survey-pc.html",
+                                "KeyPhrases": ["NBA", "Key Generator", "Xbox"]}) + "\n")
+    assert cli.main(["evaluate", "openkp", "--gold", str(shared_data / OPENKP_GOLD), "--pred", str(pred)]) == 2
+    assert "keyphrase 0 is a string ('NBA'), not a token list" in capsys.readouterr().err
+
+
+def test_missing_field_is_a_clean_error(shared_data, tmp_path, capsys):
+    pred = _write(tmp_path / "pred.json", {"answer": {}})
+    assert cli.main(["evaluate", "hotpotqa", "--gold", str(shared_data / HOTPOT), "--pred", str(pred)]) == 2
+    assert "the prediction has no 'sp' field" in capsys.readouterr().err
+
+
+def test_missing_file_is_a_clean_error(tmp_path, capsys):
+    status = cli.main(["evaluate", "wikihop", "--gold", str(tmp_path / "absent.json"), "--pred", str(tmp_path / "p.json")])
+    assert status == 2
+    assert "absent.json" in capsys.readouterr().err
+
+
+def test_out_writes_metrics_json(shared_data, hotpot_self_prediction, tmp_path, capsys):
+    out = tmp_path / "run"
+    status = cli.main(["evaluate", "hotpotqa", "--gold", str(shared_data / HOTPOT), "--pred", str(hotpot_self_prediction),
+                       "--json", "--out", str(out), "--split", "dev", "--model", "oracle"])
+    assert status == 0
+    printed = json.loads(capsys.readouterr().out)
+    record = json.loads((out / "metrics.json").read_text())
+    assert record["task"] == "hotpotqa" and record["split"] == "dev" and record["model"] == "oracle"
+    assert record["metrics"] == printed
+    assert record["config"] == {"gold": str((shared_data / HOTPOT).resolve()), "pred": str(hotpot_self_prediction.resolve())}
+    assert record["date"]
+
+
+def test_split_without_out_is_refused(capsys, tmp_path):
+    status = cli.main(["evaluate", "wikihop", "--gold", "g", "--pred", "p", "--split", "dev"])
+    assert status == 2
+    assert "give --out DIR too" in capsys.readouterr().err
