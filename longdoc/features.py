@@ -29,11 +29,12 @@ document tokens in the same paragraph, or in the same gap between paragraphs, ge
 of its first long token.
 
 Limits: the question keeps at most `max_question_len` wordpieces; the document part of the long
-input is windowed by `longdoc.windows.plan_windows` with overlap `stride`; when a window needs more
+input is windowed by `longdoc.windows.plan_windows` with overlap `stride` (never inside a character); when a window needs more
 globals than `global_max_len`, candidates past the budget and then structure globals in long order
 are dropped (a dropped owner's tokens fall back to the next kept owner). Every drop is warned about
 with counts. Tokenisation is done piece by piece between structure boundaries, so no token
-straddles a sentence, paragraph, mention or DOM node boundary.
+straddles a sentence, paragraph, mention or DOM node boundary. Offsets exclude whitespace at a
+token's ends (byte-level BPE tokens carry their leading space), except for whitespace-only tokens.
 """
 
 import bisect
@@ -189,7 +190,8 @@ def build_features(
     markers = markers or GlobalMarkers.from_tokenizer(tokenizer)
     _check_dom_features(example, settings.global_feature_size)
     question = tokenizer(example.question, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-    question_ids, question_offsets = question["input_ids"], question["offset_mapping"]
+    question_ids = question["input_ids"]
+    question_offsets = [_trimmed(example.question, s, e) for s, e in question["offset_mapping"]]
     if len(question_ids) > settings.max_question_len:
         warnings.warn(
             f"example {example.id!r}: question truncated from {len(question_ids)} to {settings.max_question_len} "
@@ -201,10 +203,15 @@ def build_features(
     dropped: Counter = Counter()
     # The window takes all room the actual question leaves: long_max_len - [CLS] - question - 2 [SEP].
     window_len = settings.long_max_len - len(question_ids) - 3
+
+    def can_cut(position: int) -> bool:
+        # Never between two tokens of one character (byte-level BPE splits a character's bytes).
+        return documents.offsets[position - 1][1] <= documents.offsets[position][0]
+
     features = [
         _window_features(example, settings, markers, tokenizer, question_ids, question_offsets, documents,
                          index, window, dropped)
-        for index, window in enumerate(plan_windows(len(documents.ids), window_len, settings.stride))
+        for index, window in enumerate(plan_windows(len(documents.ids), window_len, settings.stride, can_cut))
     ]
     if dropped:
         counts = ", ".join(f"{count} {kind.name.lower()}" for kind, count in sorted(dropped.items()))
@@ -279,7 +286,7 @@ def _window_features(example, settings, markers, tokenizer, question_ids, questi
         sentence_ids=owners,
         mention_ids=[-1] * prefix + [candidate_global.get(documents.mention[t], -1) for t in doc] + [-1],
         long_paragraph_ids=[0] * prefix + [documents.segment[t] for t in doc] + [0],
-        long_offsets=[[-1, -1], *map(list, question_offsets), [-1, -1], *(documents.offsets[t] for t in doc),
+        long_offsets=[[-1, -1], *question_offsets, [-1, -1], *(documents.offsets[t] for t in doc),
                       [-1, -1]],
         long_source_ids=none + [SOURCE_QUESTION] * num_question + none + [documents.sources[t] for t in doc] + none,
         global_input_ids=global_ids,
@@ -315,7 +322,7 @@ def _tokenize_documents(example: StructuredExample, tokenizer) -> _DocumentToken
         first_token = len(out.ids)
         for (a, _), ids, offsets in zip(pieces, encoded["input_ids"], encoded["offset_mapping"]):
             out.ids.extend(ids)
-            out.offsets.extend([a + s, a + e] for s, e in offsets)
+            out.offsets.extend(_trimmed(text, a + s, a + e) for s, e in offsets)
         count = len(out.ids) - first_token
         out.sources.extend([d] * count)
         starts = [out.offsets[first_token + i][0] for i in range(count)]
@@ -351,6 +358,17 @@ def _tokenize_documents(example: StructuredExample, tokenizer) -> _DocumentToken
         out.paragraph.extend(paragraph), out.sentence.extend(sentence)
         out.dom_node.extend(dom_node), out.mention.extend(mention)
     return out
+
+
+def _trimmed(text: str, start: int, end: int) -> list[int]:
+    """Offsets without the whitespace a token may carry (byte-level BPE's leading space), unless the
+    token is only whitespace; so an answer span maps back without stray spaces."""
+    stripped_start, stripped_end = start, end
+    while stripped_start < stripped_end and text[stripped_start].isspace():
+        stripped_start += 1
+    while stripped_end > stripped_start and text[stripped_end - 1].isspace():
+        stripped_end -= 1
+    return [stripped_start, stripped_end] if stripped_start < stripped_end else [start, end]
 
 
 def _structure_spans(example: StructuredExample, d: int) -> list[tuple[int, int]]:
