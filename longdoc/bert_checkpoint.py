@@ -1,0 +1,207 @@
+"""Reading a BERT-family encoder checkpoint (BERT, RoBERTa, MiniLM; transformers format) as data.
+
+Only what weight lifting needs: the config's shape fields and the encoder's weights under their
+BERT names, with any task prefix ("bert.", "roberta.") removed. Nothing of the source model's code
+runs. A checkpoint that is not BERT-like is refused with a message that names what is missing.
+
+Weights are read from safetensors only (`model.safetensors`, or the shards listed in
+`model.safetensors.index.json`). A `pytorch_model.bin` is refused rather than loaded: reading it
+means unpickling, which can run code hidden in the file; the message says how to convert it once.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from longdoc.errors import InputError
+
+# RoBERTa and its descendants (fairseq's convention) number real tokens from padding_idx + 1, so
+# their first token reads row pad_token_id + 1 of the position table; BERT's reads row 0.
+ROBERTA_FAMILY = ("roberta", "xlm-roberta", "camembert")
+SUPPORTED_MODEL_TYPES = ("bert",) + ROBERTA_FAMILY
+
+REQUIRED_CONFIG_FIELDS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
+)
+
+# Per-layer weights of a BERT encoder layer, relative to "encoder.layer.{i}.".
+LAYER_WEIGHTS = tuple(
+    f"{module}.{parameter}"
+    for module in (
+        "attention.self.query", "attention.self.key", "attention.self.value",
+        "attention.output.dense", "attention.output.LayerNorm",
+        "intermediate.dense", "output.dense", "output.LayerNorm",
+    )
+    for parameter in ("weight", "bias")
+)
+EMBEDDING_WEIGHTS = (
+    "embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight",
+    "embeddings.token_type_embeddings.weight", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias",
+)
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
+
+
+@dataclass
+class BertCheckpoint:
+    """A BERT-family encoder read from `directory`.
+
+    `weights` holds every encoder weight under its bare BERT name ("encoder.layer.0.attention.self.query.weight"),
+    `unused` the source tensors lifting has no counterpart for (pooler, task heads, position_ids).
+    `position_offset` is the position-table row of the first token (0 for BERT, pad + 1 for RoBERTa).
+    `weight_files` maps each safetensors file name to its sha256, so a lift can be traced to its source.
+    """
+
+    directory: Path
+    config: dict
+    weights: dict[str, torch.Tensor]
+    unused: list[str]
+    position_offset: int
+    weight_files: dict[str, str]
+
+    @property
+    def model_type(self) -> str:
+        return self.config["model_type"]
+
+    @property
+    def usable_positions(self) -> int:
+        """Rows of the position table that real tokens can reach (512 for BERT and RoBERTa)."""
+        return self.config["max_position_embeddings"] - self.position_offset
+
+
+def locate_checkpoint(source: str) -> Path:
+    """The local folder of `source`: a directory, or a hub id fetched where a hub is reachable."""
+    path = Path(source)
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise InputError(f"--from {source}: not a directory (give the folder that holds config.json)")
+    # A hub id is "name" or "owner/name"; anything else was meant as a local path.
+    if path.is_absolute() or source.startswith((".", "~")) or source.count("/") > 1:
+        raise InputError(f"--from {source}: no such directory")
+    from huggingface_hub import snapshot_download
+
+    try:
+        fetched = snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"])
+    except Exception as error:  # offline, unknown id, malformed id: all mean "cannot use this source"
+        raise InputError(
+            f"--from {source}: no such directory, and the hub could not provide it ({type(error).__name__}: {error})"
+        ) from None
+    return Path(fetched)
+
+
+def read_checkpoint(directory: str | Path) -> BertCheckpoint:
+    """Read and validate a BERT-family checkpoint folder; InputError names what is missing or wrong."""
+    directory = Path(directory)
+    config = _read_config(directory)
+    tensors, weight_files = _read_weights(directory)
+    prefix = _encoder_prefix(directory, tensors)
+    required = list(EMBEDDING_WEIGHTS) + [
+        f"encoder.layer.{layer}.{name}" for layer in range(config["num_hidden_layers"]) for name in LAYER_WEIGHTS
+    ]
+    required_set = set(required)
+    weights: dict[str, torch.Tensor] = {}
+    unused: list[str] = []
+    for name, tensor in tensors.items():
+        bare_name = _modern_layer_norm_name(name[len(prefix):]) if name.startswith(prefix) else None
+        if bare_name in required_set:
+            weights[bare_name] = tensor
+        else:
+            unused.append(name)
+    missing = [name for name in required if name not in weights]
+    if missing:
+        shown = ", ".join(prefix + name for name in missing[:6])
+        more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
+        raise InputError(f"{directory}: not a complete BERT-like encoder: missing weights {shown}{more}")
+
+    position_offset = config["pad_token_id"] + 1 if config["model_type"] in ROBERTA_FAMILY else 0
+    if config["max_position_embeddings"] <= position_offset:
+        raise InputError(
+            f"{directory}/config.json: max_position_embeddings ({config['max_position_embeddings']}) leaves no "
+            f"positions after the {config['model_type']} offset {position_offset}"
+        )
+    return BertCheckpoint(directory, config, weights, sorted(unused), position_offset, weight_files)
+
+
+def read_tokenizer(directory: Path):
+    """The checkpoint's own tokenizer (a transformers tokenizer), loaded from local files only."""
+    from transformers import AutoTokenizer
+
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise InputError(f"{directory}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)})")
+    try:
+        return AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    except (OSError, ValueError) as error:
+        raise InputError(f"{directory}: the tokenizer could not be loaded: {error}") from None
+
+
+def _read_config(directory: Path) -> dict:
+    path = directory / "config.json"
+    if not path.is_file():
+        raise InputError(f"{directory}: no config.json (not a transformers checkpoint folder)")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from None
+    missing = [name for name in REQUIRED_CONFIG_FIELDS if name not in config]
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        lacking = f"; it lacks the BERT fields {', '.join(missing)}" if missing else ""
+        raise InputError(
+            f"{path}: model_type {model_type!r} is not BERT-like (supported: {', '.join(SUPPORTED_MODEL_TYPES)}){lacking}"
+        )
+    if missing:
+        raise InputError(f"{path}: missing BERT config fields {', '.join(missing)}")
+    # Other position schemes (BERT's relative_key variants) have weights lifting cannot map.
+    position_type = config.get("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise InputError(f"{path}: position_embedding_type {position_type!r} is not supported (only 'absolute')")
+    config.setdefault("pad_token_id", 0)
+    return config
+
+
+def _read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        file_names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    elif (directory / "model.safetensors").is_file():
+        file_names = ["model.safetensors"]
+    elif (directory / "pytorch_model.bin").is_file():
+        raise InputError(
+            f"{directory}: only pytorch_model.bin found; longdoc reads safetensors only, because loading a .bin "
+            "file unpickles it. Convert it once where you trust the file, e.g. "
+            "`python -c \"import sys, transformers; m = transformers.AutoModel.from_pretrained(sys.argv[1]); "
+            "m.save_pretrained(sys.argv[1])\" DIR` (writes model.safetensors)"
+        )
+    else:
+        raise InputError(f"{directory}: no model.safetensors (or model.safetensors.index.json) weights file")
+    tensors: dict[str, torch.Tensor] = {}
+    digests: dict[str, str] = {}
+    for name in file_names:
+        path = directory / name
+        if not path.is_file():
+            raise InputError(f"{index}: lists weight file {name}, which is missing")
+        digests[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        tensors.update(load_file(path))
+    return tensors, digests
+
+
+def _encoder_prefix(directory: Path, tensors: dict[str, torch.Tensor]) -> str:
+    """"" for a bare encoder, "bert." or "roberta." for a checkpoint saved with a task head."""
+    anchor = "embeddings.word_embeddings.weight"
+    prefixes = sorted(name[: -len(anchor)] for name in tensors if name.endswith(anchor))
+    if not prefixes:
+        raise InputError(f"{directory}: not a BERT-like encoder: no weight named *{anchor}")
+    return prefixes[0]
+
+
+def _modern_layer_norm_name(name: str) -> str:
+    # Checkpoints converted from the original TensorFlow BERT call LayerNorm's scale and shift gamma, beta.
+    if ".LayerNorm." in name:
+        return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+    return name
