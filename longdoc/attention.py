@@ -30,12 +30,53 @@ from longdoc.side_inputs import SideInputs
 
 
 @dataclass
-class AttentionScores:
-    """The raw scores a layer carries to the next under residual attention, per softmax:
-    long [B, h, nb, b, W + G] and global [B, h, G, G + Lp] (None when G = 0)."""
+class AttentionCarry:
+    """What one layer's attention hands the next, per softmax (long, global):
+    - `*_scores`: the raw scores carried under residual attention (RealFormer), in the shapes they
+      are computed in: long [B, h, nb, b, W + G], global [B, h, G, G + Lp]; None without it.
+    - `*_spare`: in inference only, the previous layer's attention-weight tensors, free once that
+      layer is done, reused as this layer's score buffers. Fresh 100 MB tensors each layer cost
+      more in page faults than the arithmetic done in them (measured: 3-4x an add or a softmax).
+    """
 
-    long: Tensor
-    global_: Tensor | None
+    long_scores: Tensor | None = None
+    global_scores: Tensor | None = None
+    long_spare: Tensor | None = None
+    global_spare: Tensor | None = None
+
+
+class _MaskedSoftmax(torch.autograd.Function):
+    """softmax(scale * scores + mask_bias) over the last dimension, in one fresh tensor.
+
+    Autograd's own path would allocate the masked logits and the weights separately; this writes
+    the masked logits straight into the tensor that becomes the weights (saved for backward).
+    """
+
+    @staticmethod
+    def forward(ctx, scores: Tensor, mask_bias: Tensor, scale: float) -> Tensor:
+        probs = torch.add(mask_bias, scores, alpha=scale) if scale != 1.0 else torch.add(scores, mask_bias)
+        torch.ops.aten._softmax.out(probs, -1, False, out=probs)
+        ctx.scale = scale
+        ctx.save_for_backward(probs)
+        return probs
+
+    @staticmethod
+    def backward(ctx, grad_probs: Tensor):
+        (probs,) = ctx.saved_tensors
+        grad_scores = torch.ops.aten._softmax_backward_data(grad_probs, probs, -1, probs.dtype)
+        if ctx.scale != 1.0:
+            grad_scores = grad_scores * ctx.scale
+        return grad_scores, None, None
+
+
+def masked_softmax(scores: Tensor, mask_bias: Tensor, scale: float = 1.0, out: Tensor | None = None) -> Tensor:
+    """softmax(scale * scores + mask_bias, dim=-1); without autograd, written into `out` if given."""
+    if torch.is_grad_enabled() and scores.requires_grad:
+        return _MaskedSoftmax.apply(scores, mask_bias, scale)
+    if out is None:
+        out = torch.empty_like(scores)
+    torch.add(mask_bias, scores, alpha=scale, out=out)
+    return torch.ops.aten._softmax.out(out, -1, False, out=out)
 
 
 class GlobalLocalAttention(nn.Module):
@@ -76,48 +117,73 @@ class GlobalLocalAttention(nn.Module):
         long_hidden: Tensor,
         global_hidden: Tensor,
         side: SideInputs,
-        previous_scores: AttentionScores | None,
+        carry: AttentionCarry | None,
         layer_number: int,
-    ) -> tuple[Tensor, Tensor, AttentionScores | None]:
+    ) -> tuple[Tensor, Tensor, AttentionCarry]:
         """long_hidden [B, Lp, H], global_hidden [B, G, H] -> the attention outputs of both streams
-        (after the output projections) and the scores to carry (None without residual attention)."""
-        batch, padded_length, hidden = long_hidden.shape
-        num_globals = global_hidden.shape[1]
+        (after the output projections) and what the next layer receives."""
+        carry = carry or AttentionCarry()
+        batch, padded_length, _ = long_hidden.shape
         b, nb = side.block_size, side.num_blocks
 
         long_q, long_k, long_v = self._split_heads(self.long_qkv(long_hidden))  # [B, h, Lp, d] each
         global_q, global_k, global_v = self._split_heads((self.global_qkv or self.long_qkv)(global_hidden))
 
-        # --- long queries over [window | globals] ---
-        window_k = self._window_keys(long_k, global_k, b, nb)  # [B, h, nb, W + G, d]
-        window_v = self._window_keys(long_v, global_v, b, nb)
-        long_q_blocks = long_q.view(batch, self.num_heads, nb, b, self.head_size)
-        long_scores = self._scores(
-            long_q_blocks, window_k, side.long_relative_ids, "long",
-            previous_scores.long if previous_scores is not None else None,
+        # Long queries, in blocks, over [previous | own | next block | all globals].
+        long_context, long_scores, long_spare = self._attend(
+            long_q.reshape(batch, self.num_heads, nb, b, self.head_size),
+            self._window_keys(long_k, global_k, b, nb),  # [B, h, nb, W + G, d]
+            self._window_keys(long_v, global_v, b, nb),
+            side.long_relative_ids, side.long_mask_bias, "long", carry.long_scores, carry.long_spare, layer_number,
         )
-        long_probs = self._probabilities(long_scores, side.long_mask_bias, layer_number, "long")
-        long_context = torch.matmul(long_probs, window_v)  # [B, h, nb, b, d]
         long_context = long_context.view(batch, self.num_heads, padded_length, self.head_size)
         long_out = self.long_output(self._merge_heads(long_context))
 
-        # --- global queries over [globals | all long tokens] ---
-        global_scores = None
-        if num_globals > 0:
-            all_k = torch.cat([global_k, long_k], dim=2)  # [B, h, G + Lp, d]
-            all_v = torch.cat([global_v, long_v], dim=2)
-            global_scores = self._scores(
-                global_q, all_k, side.global_relative_ids, "global",
-                previous_scores.global_ if previous_scores is not None else None,
+        # Global queries over [all globals | all long tokens].
+        global_scores = global_spare = None
+        if global_hidden.shape[1] > 0:
+            global_context, global_scores, global_spare = self._attend(
+                global_q,
+                torch.cat([global_k, long_k], dim=2),  # [B, h, G + Lp, d]
+                torch.cat([global_v, long_v], dim=2),
+                side.global_relative_ids, side.global_mask_bias, "global",
+                carry.global_scores, carry.global_spare, layer_number,
             )
-            global_probs = self._probabilities(global_scores, side.global_mask_bias, layer_number, "global")
-            global_context = torch.matmul(global_probs, all_v)  # [B, h, G, d]
             global_out = (self.global_output or self.long_output)(self._merge_heads(global_context))
         else:
             global_out = global_hidden
+        return long_out, global_out, AttentionCarry(long_scores, global_scores, long_spare, global_spare)
 
-        carried = AttentionScores(long_scores, global_scores) if self.residual_attention else None
-        return long_out, global_out, carried
+    def _attend(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        relative_ids: Tensor | None,
+        mask_bias: Tensor,
+        softmax: str,
+        carried: Tensor | None,
+        spare: Tensor | None,
+        layer_number: int,
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """One softmax: query [..., Nq, d], key and value [..., Nk, d] -> (context [..., Nq, d],
+        scores to carry or None, a spare buffer for the next layer or None).
+
+        With autograd every big tensor is fresh (the weights are saved for backward). Without it,
+        the previous layer's buffers are reused: two score-sized buffers serve all layers.
+        """
+        reuse = not torch.is_grad_enabled()
+        scores = self._scores(query, key, relative_ids, softmax, out=spare if reuse else None)
+        if carried is not None:
+            if reuse:  # the carried buffer takes the sum; the scores' buffer is free for the weights
+                scores, free = carried.add_(scores), scores
+            else:  # in place is safe: no backward needs these values
+                scores, free = scores.add_(carried), None
+        else:
+            free = None if self.residual_attention else scores
+        probs = self._probabilities(scores, mask_bias, layer_number, softmax, out=free if reuse else None)
+        context = torch.matmul(probs, value)
+        return context, scores if self.residual_attention else None, probs if reuse else None
 
     def _split_heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """[B, N, 3H] -> three [B, h, N, d]; the query is pre-scaled by 1/sqrt(d)."""
@@ -147,46 +213,47 @@ class GlobalLocalAttention(nn.Module):
         return torch.cat(pieces, dim=3)
 
     def _scores(
-        self, query: Tensor, key: Tensor, relative_ids: Tensor | None, softmax: str, previous: Tensor | None
+        self, query: Tensor, key: Tensor, relative_ids: Tensor | None, softmax: str, out: Tensor | None
     ) -> Tensor:
-        """Raw scores q.k/sqrt(d) (+ relative terms) (+ the previous layer's carried scores).
+        """Raw scores q.k/sqrt(d) (+ relative terms q.E[id] + b[id], over sqrt(d)).
 
-        query [..., Nq, d] (pre-scaled), key [..., Nk, d] with the same leading dims -> [..., Nq, Nk].
+        query [B, h, ..., Nq, d] (pre-scaled), key [B, h, ..., Nk, d] -> [B, h, ..., Nq, Nk].
         """
+        shape = (*query.shape[:-1], key.shape[-2])
+        query_3d = query.reshape(-1, *query.shape[-2:])
+        key_3d_t = key.reshape(-1, *key.shape[-2:]).transpose(1, 2)
         if relative_ids is None:
-            scores = torch.matmul(query, key.transpose(-1, -2))
+            if out is None:
+                return torch.bmm(query_3d, key_3d_t).view(shape)
+            torch.bmm(query_3d, key_3d_t, out=out.view(-1, *shape[-2:]))
+            return out
+        # q.E[id] + b[id] for all R ids at once ([B, h, ..., Nq, R], small), then picked per pair.
+        table = getattr(self, f"{softmax}_relative_key")  # [R, h, d]
+        bias = getattr(self, f"{softmax}_relative_bias")  # [R, h]
+        query_by_head = query.movedim(1, -3)  # [B, ..., h, Nq, d]: h next to the queries
+        relative = torch.matmul(query_by_head, table.permute(1, 2, 0)).movedim(-3, 1)  # [B, h, ..., Nq, R]
+        relative = relative + (bias.t() / math.sqrt(self.head_size)).view(
+            1, -1, *([1] * (query.dim() - 3)), bias.shape[0]
+        )
+        if out is None:
+            scores = torch.gather(relative, -1, relative_ids.expand(shape))
         else:
-            # q.E[id] + b[id] for all R ids at once ([..., Nq, R], small), then picked per pair.
-            table = getattr(self, f"{softmax}_relative_key")  # [R, h, d]
-            bias = getattr(self, f"{softmax}_relative_bias")  # [R, h]
-            query_by_head = query.movedim(1, -3)  # [B, ..., h, Nq, d]: h next to the queries
-            relative = torch.matmul(query_by_head, table.permute(1, 2, 0))  # [B, ..., h, Nq, R]
-            relative = relative.movedim(-3, 1) + (bias.t() / math.sqrt(self.head_size)).view(
-                1, -1, *([1] * (query.dim() - 3)), bias.shape[0]
-            )
-            relative = torch.gather(relative, -1, relative_ids.expand(*query.shape[:-1], key.shape[-2]))
-            # relative + query @ key^T in one kernel (batched over all leading dims)
-            lead = query.shape[:-2]
-            scores = torch.baddbmm(
-                relative.reshape(-1, query.shape[-2], key.shape[-2]),
-                query.reshape(-1, *query.shape[-2:]),
-                key.reshape(-1, *key.shape[-2:]).transpose(1, 2),
-            ).view(*lead, query.shape[-2], key.shape[-2])
-        if previous is not None:
-            # In place is safe for autograd: no backward needs these scores' values.
-            scores.add_(previous)
+            scores = torch.gather(relative, -1, relative_ids.expand(shape), out=out)
+        # + q @ k^T accumulated in place by the matmul itself (no extra pass over the scores)
+        scores.view(-1, *shape[-2:]).baddbmm_(query_3d, key_3d_t)
         return scores
 
-    def _probabilities(self, scores: Tensor, mask_bias: Tensor, layer_number: int, softmax: str) -> Tensor:
+    def _probabilities(
+        self, scores: Tensor, mask_bias: Tensor, layer_number: int, softmax: str, out: Tensor | None
+    ) -> Tensor:
         """Carried scores -> attention weights: (running mean) -> talking heads -> mask -> softmax."""
-        logits = scores
-        if self.residual_attention_mean:
-            logits = logits / layer_number
+        scale = 1.0 / layer_number if self.residual_attention_mean else 1.0
         if self.talking_heads:
-            logits = self._mix_heads(logits, getattr(self, f"{softmax}_talking_heads_pre"))
-        probs = torch.softmax(logits + mask_bias, dim=-1)
-        if self.talking_heads:
+            logits = self._mix_heads(scores * scale, getattr(self, f"{softmax}_talking_heads_pre"))
+            probs = masked_softmax(logits, mask_bias, out=logits if not torch.is_grad_enabled() else None)
             probs = self._mix_heads(probs, getattr(self, f"{softmax}_talking_heads_post"))
+        else:
+            probs = masked_softmax(scores, mask_bias, scale, out=out)
         return self.dropout(probs)
 
     @staticmethod

@@ -17,7 +17,7 @@ from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
-from longdoc.attention import AttentionScores, GlobalLocalAttention
+from longdoc.attention import AttentionCarry, GlobalLocalAttention
 from longdoc.config import GlobalLocalConfig
 from longdoc.model_inputs import check_and_collect
 from longdoc.side_inputs import SideInputs, build_side_inputs
@@ -93,28 +93,28 @@ class GlobalLocalLayer(GradientCheckpointingLayer):
         long_hidden: Tensor,
         global_hidden: Tensor,
         side: SideInputs,
-        previous_scores: AttentionScores | None,
+        carry: AttentionCarry | None,
         layer_number: int,
-    ) -> tuple[Tensor, Tensor, AttentionScores | None]:
+    ) -> tuple[Tensor, Tensor, AttentionCarry]:
         global_feed_forward = self.global_feed_forward or self.long_feed_forward
         if self.pre_layer_norm:
-            long_attended, global_attended, scores = self.attention(
+            long_attended, global_attended, carry = self.attention(
                 self.long_attention_norm(long_hidden), self.global_attention_norm(global_hidden),
-                side, previous_scores, layer_number,
+                side, carry, layer_number,
             )
             long_hidden = long_hidden + self.dropout(long_attended)
             global_hidden = global_hidden + self.dropout(global_attended)
             long_hidden = long_hidden + self.dropout(self.long_feed_forward(self.long_output_norm(long_hidden)))
             global_hidden = global_hidden + self.dropout(global_feed_forward(self.global_output_norm(global_hidden)))
         else:
-            long_attended, global_attended, scores = self.attention(
-                long_hidden, global_hidden, side, previous_scores, layer_number
+            long_attended, global_attended, carry = self.attention(
+                long_hidden, global_hidden, side, carry, layer_number
             )
             long_hidden = self.long_attention_norm(long_hidden + self.dropout(long_attended))
             global_hidden = self.global_attention_norm(global_hidden + self.dropout(global_attended))
             long_hidden = self.long_output_norm(long_hidden + self.dropout(self.long_feed_forward(long_hidden)))
             global_hidden = self.global_output_norm(global_hidden + self.dropout(global_feed_forward(global_hidden)))
-        return long_hidden, global_hidden, scores
+        return long_hidden, global_hidden, carry
 
 
 class GlobalLocalEncoder(nn.Module):
@@ -126,9 +126,9 @@ class GlobalLocalEncoder(nn.Module):
         self.final_global_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
 
     def forward(self, long_hidden: Tensor, global_hidden: Tensor, side: SideInputs) -> tuple[Tensor, Tensor]:
-        scores = None
+        carry = None
         for number, layer in enumerate(self.layers, start=1):
-            long_hidden, global_hidden, scores = layer(long_hidden, global_hidden, side, scores, number)
+            long_hidden, global_hidden, carry = layer(long_hidden, global_hidden, side, carry, number)
         if self.final_long_norm is not None:
             long_hidden = self.final_long_norm(long_hidden)
             global_hidden = self.final_global_norm(global_hidden)
