@@ -169,8 +169,8 @@ def _reference_row(reference: dict) -> LeaderboardRow:
 def build_leaderboards(runs: list[RunRecord], columns: list[str] | None = None) -> list[TaskLeaderboard]:
     """One leaderboard per task that has runs, in registry order, rows by descending headline metric.
 
-    `columns` narrows the metric columns (the headline metric always comes first); by default every
-    key a run reports, in the order the metric returns them.
+    `columns` narrows the metric columns to those named that the task's rows report (the headline
+    metric always comes first); by default every key reported, in the order the metric returns them.
     """
     boards = []
     for task in REGISTRY:
@@ -180,8 +180,9 @@ def build_leaderboards(runs: list[RunRecord], columns: list[str] | None = None) 
         metric = task_metric(task)
         headline = metric.HEADLINE_METRIC
         rows = [_run_row(run) for run in task_runs] + [_reference_row(ref) for ref in metric.REFERENCE_ROWS]
-        reported = [headline] + [key for row in rows for key in row.metrics]
-        chosen = list(dict.fromkeys(reported if columns is None else [headline, *columns]))
+        reported = list(dict.fromkeys([headline] + [key for row in rows for key in row.metrics]))
+        # Chosen columns apply to every task: each table keeps those its rows report.
+        chosen = reported if columns is None else [headline] + [key for key in columns if key in reported and key != headline]
         # Highest headline first; rows without it (a paper that did not publish it) go last.
         rows.sort(key=lambda row: (headline not in row.metrics, -row.metrics.get(headline, 0.0), row.reference,
                                    row.model))

@@ -93,10 +93,12 @@ def test_json_keeps_every_digit_and_columns_can_be_chosen(tmp_path):
     write_metrics_json(tmp_path / "w", task="wikihop", split="dev", model="w", config=None,
                        metrics={"accuracy": 2 / 3})
     _hotpot_run(tmp_path, "h", joint_f1=0.5, f1=0.6)
-    boards = build_leaderboards(find_runs([tmp_path]), columns=["f1"])
+    # Chosen columns apply to every table, each keeping those its rows report.
+    boards = build_leaderboards(find_runs([tmp_path]), columns=["f1", "accuracy", "joint_f1"])
     document = json.loads(leaderboards_json(boards))
     assert list(document) == ["hotpotqa", "wikihop"]  # registry order; tasks without runs left out
     assert document["hotpotqa"]["columns"] == ["joint_f1", "f1"]
+    assert document["wikihop"]["columns"] == ["accuracy"]
     [run_row] = [row for row in document["wikihop"]["rows"] if not row["reference"]]
     assert run_row["metrics"] == {"accuracy": 2 / 3}
     assert sum(row["reference"] for row in document["wikihop"]["rows"]) == 3
