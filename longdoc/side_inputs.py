@@ -4,7 +4,7 @@ ETC (Ainslie et al., 2020, section 2) builds every mask and relative id from a f
 ("structure is data"). This module does the same, once per forward pass, as pure functions; every
 layer then reads the same `SideInputs` record.
 
-Layout (b = local_radius + 1 tokens per block, nb = ceil(L / b) blocks, Lp = nb * b, W = 3b):
+Layout (b = local_radius + 1 tokens per block, or L when L is shorter, nb = ceil(L / b) blocks, Lp = nb * b, W = 3b):
 - the long softmax: query block n, query p in the block, key c in [prev block | own | next | G
   globals]: masks and ids of shape [B, 1, nb, b, W + G] (the 1 broadcasts over heads);
 - the global softmax: global query g, key in [G globals | Lp long tokens]: [B, 1, G, G + Lp].
@@ -103,8 +103,10 @@ def build_side_inputs(
     device = long_mask.device
     batch, length = long_mask.shape
     num_globals = global_mask.shape[1]
-    block_size = local_radius + 1
-    num_blocks = max(1, -(-length // block_size))
+    # Blocks of r + 1 tokens; an input shorter than that is one block of its own length, so short
+    # inputs under a large radius do not pay for r + 1 positions.
+    block_size = min(local_radius + 1, length)
+    num_blocks = -(-length // block_size)
     padded_length = num_blocks * block_size
     window = 3 * block_size
     has_links = structure.sentence_ids is not None
