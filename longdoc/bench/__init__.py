@@ -1,0 +1,15 @@
+"""The encoder benchmark behind `longdoc bench` and scripts/bench_encoder.py (issue 2).
+
+Forward and forward+backward seconds and peak memory of GlobalLocalModel (residual attention and
+talking heads on and off) next to transformers' Longformer, BigBird and BERT with the same shape,
+all randomly initialised in the same run, plus the matmul GFLOP/s of the same machine and the
+GFLOP/s our encoder achieves. Modules: settings (what is measured), models (building each model and
+its inputs), worker (the fresh process that measures one job), memory (peak memory), flops (our
+analytic FLOP count), run (one whole run), checks (the targets), report (table and JSON).
+"""
+
+from longdoc.bench.report import render_table, to_json
+from longdoc.bench.run import run_benchmark
+from longdoc.bench.settings import BenchSettings, Shape
+
+__all__ = ["BenchSettings", "Shape", "render_table", "run_benchmark", "to_json"]

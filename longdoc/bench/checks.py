@@ -1,0 +1,94 @@
+"""The benchmark's targets (issue 2), judged from the measurements of one run.
+
+On MiniLM's shape, 256 globals, r = 84, measured in one run:
+- at 4096 long tokens our forward, and our forward+backward, are faster than every peer's;
+- residual attention (RealFormer) adds at most 10% to our forward time at 4096;
+- our peak memory at 16384 is under 4.5 times that at 4096 (linear scaling gives 4x plus slack);
+- our forward at 4096 reaches at least 60% of the matmul GFLOP/s measured in the same run.
+"Our" is the reference variant (residual on, talking heads off). A check whose measurements are
+missing (not in this run's lengths or variants, or failed) is SKIP, never PASS.
+"""
+
+from dataclasses import dataclass
+
+from longdoc.bench.results import BenchResult
+from longdoc.bench.settings import FORWARD, MODES, OURS_PLAIN, REFERENCE, TRAIN
+
+TARGET_LENGTH = 4096
+LONG_LENGTH = 16384
+MAX_RESIDUAL_OVERHEAD = 0.10
+MAX_MEMORY_GROWTH = 4.5
+MIN_MATMUL_FRACTION = 0.60
+
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+
+
+@dataclass(frozen=True)
+class Check:
+    status: str
+    detail: str
+
+
+def _verdict(passed: bool, detail: str) -> Check:
+    return Check(PASS if passed else FAIL, detail)
+
+
+def faster_than_peers(result: BenchResult, mode: str) -> Check:
+    what = f"at {TARGET_LENGTH}: {REFERENCE.name} {mode} faster than every peer"
+    ours = result.find(REFERENCE.name, TARGET_LENGTH, mode)
+    peers = [variant.name for variant in result.settings.variants if not variant.is_ours]
+    found = [result.find(name, TARGET_LENGTH, mode) for name in peers]
+    if ours is None or not peers or None in found:
+        return Check(SKIP, f"{what} (needs {REFERENCE.name} and every peer measured at {TARGET_LENGTH})")
+    times = ", ".join(f"{peer.model} {peer.median_seconds:.3g} s" for peer in found)
+    return _verdict(
+        all(ours.median_seconds < peer.median_seconds for peer in found),
+        f"{what}: {ours.median_seconds:.3g} s vs {times}",
+    )
+
+
+def residual_overhead(result: BenchResult) -> Check:
+    what = f"at {TARGET_LENGTH}: residual attention adds at most {MAX_RESIDUAL_OVERHEAD:.0%} to forward"
+    with_residual = result.find(REFERENCE.name, TARGET_LENGTH, FORWARD)
+    without = result.find(OURS_PLAIN.name, TARGET_LENGTH, FORWARD)
+    if with_residual is None or without is None:
+        return Check(SKIP, f"{what} (needs {REFERENCE.name} and {OURS_PLAIN.name} at {TARGET_LENGTH})")
+    overhead = with_residual.median_seconds / without.median_seconds - 1
+    return _verdict(
+        overhead <= MAX_RESIDUAL_OVERHEAD,
+        f"{what}: {overhead:+.1%} ({with_residual.median_seconds:.3g} s vs {without.median_seconds:.3g} s)",
+    )
+
+
+def memory_growth(result: BenchResult) -> Check:
+    what = f"{REFERENCE.name} peak memory at {LONG_LENGTH} under {MAX_MEMORY_GROWTH}x that at {TARGET_LENGTH}"
+    pairs = [(result.find(REFERENCE.name, LONG_LENGTH, mode), result.find(REFERENCE.name, TARGET_LENGTH, mode)) for mode in MODES]
+    if any(long is None or short is None or not short.peak_mib for long, short in pairs):
+        return Check(SKIP, f"{what} (needs peak memory at {TARGET_LENGTH} and {LONG_LENGTH})")
+    growths = [long.peak_mib / short.peak_mib for long, short in pairs]
+    return _verdict(
+        all(growth < MAX_MEMORY_GROWTH for growth in growths),
+        f"{what}: " + ", ".join(f"{mode} {growth:.2f}x" for mode, growth in zip(MODES, growths)),
+    )
+
+
+def matmul_fraction(result: BenchResult) -> Check:
+    what = f"at {TARGET_LENGTH}: {REFERENCE.name} forward reaches {MIN_MATMUL_FRACTION:.0%} of matmul GFLOP/s"
+    ours = result.find(REFERENCE.name, TARGET_LENGTH, FORWARD)
+    if ours is None or ours.gflops is None:
+        return Check(SKIP, f"{what} (needs {REFERENCE.name} forward at {TARGET_LENGTH})")
+    fraction = ours.gflops / result.matmul.gflops
+    return _verdict(
+        fraction >= MIN_MATMUL_FRACTION,
+        f"{what}: {fraction:.0%} ({ours.gflops:.1f} of {result.matmul.gflops:.1f} GFLOP/s)",
+    )
+
+
+def target_checks(result: BenchResult) -> list[Check]:
+    return [
+        faster_than_peers(result, FORWARD),
+        faster_than_peers(result, TRAIN),
+        residual_overhead(result),
+        memory_growth(result),
+        matmul_fraction(result),
+    ]

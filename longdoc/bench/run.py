@@ -1,0 +1,94 @@
+"""One benchmark run: the matmul baseline, then every job, each in a fresh measuring process.
+
+On CPU each measuring process gets THP_MEM_ALLOC_ENABLE=1 in its environment before torch starts
+(0 with transparent_huge_pages off): torch then asks the kernel for transparent huge pages for its
+large allocations, without which a fresh 100 MB tensor costs 5-8 times its compute in page faults
+on the 2-core benchmark machine.
+"""
+
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from longdoc.bench.results import BenchResult, MatmulMeasurement, Measurement
+from longdoc.bench.settings import BenchSettings
+
+THP_VARIABLE = "THP_MEM_ALLOC_ENABLE"
+THP_SYSTEM_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+class MeasurementFailed(RuntimeError):
+    """A measuring process exited with an error; the message is its last line of stderr."""
+
+
+def run_in_fresh_process(request: dict, settings: BenchSettings) -> dict:
+    """Run one worker request in a new Python process and return its JSON reply."""
+    env = {
+        **os.environ,
+        THP_VARIABLE: "1" if settings.transparent_huge_pages else "0",
+        "TRANSFORMERS_VERBOSITY": "error",  # Longformer warns on every call that it pads its input
+    }
+    completed = subprocess.run(
+        [sys.executable, "-m", "longdoc.bench.worker"],
+        input=json.dumps(request), capture_output=True, text=True, env=env,
+    )
+    lines = completed.stdout.strip().splitlines()
+    if completed.returncode != 0 or not lines:
+        errors = completed.stderr.strip().splitlines() or [f"exit status {completed.returncode}"]
+        raise MeasurementFailed(errors[-1])
+    return json.loads(lines[-1])
+
+
+def _cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _thp_system_mode() -> str:
+    """The kernel's THP mode, the bracketed word in e.g. "always [madvise] never"."""
+    if not THP_SYSTEM_SETTING.exists():
+        return "unavailable"
+    text = THP_SYSTEM_SETTING.read_text()
+    return text[text.find("[") + 1 : text.find("]")] if "[" in text else text.strip()
+
+
+def machine_info(settings: BenchSettings) -> dict:
+    import torch
+
+    info = {
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": importlib.metadata.version("transformers"),
+        "thp_system_mode": _thp_system_mode(),
+        THP_VARIABLE: "1" if settings.transparent_huge_pages else "0",
+    }
+    if settings.device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(torch.device(settings.device))
+    return info
+
+
+def run_benchmark(settings: BenchSettings, progress: Callable[[Measurement], None] | None = None) -> BenchResult:
+    """Measure the matmul baseline, then every job of `settings`; `progress` hears of each measurement."""
+    matmul = MatmulMeasurement.from_dict(run_in_fresh_process({"matmul": settings.to_dict()}, settings))
+    measurements = []
+    for job in settings.jobs():
+        # One failure (a peer out of memory, say) is reported in its row; the run goes on.
+        try:
+            measurement = Measurement.from_dict(run_in_fresh_process({"job": job.to_dict()}, settings))
+        except MeasurementFailed as failure:
+            measurement = Measurement(job.variant.name, job.length, job.mode, error=str(failure))
+        measurements.append(measurement)
+        if progress:
+            progress(measurement)
+    return BenchResult(settings, machine_info(settings), matmul, measurements)

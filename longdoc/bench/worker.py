@@ -1,0 +1,83 @@
+"""The measuring process: one request in (JSON on stdin), one result out (JSON, last line of stdout).
+
+`longdoc.bench.run` starts `python -m longdoc.bench.worker` afresh for every (model, length, mode)
+and for the matmul baseline, so that each peak-memory reading sees only its own model. Rules: build
+the model and inputs, one warm-up step, then `repeats` timed steps, reported by their median
+(results.Measurement). A forward step runs under torch.inference_mode() in eval mode; a
+forward+backward step runs in train mode (dropout is 0), backpropagates the sum of the outputs and
+frees the gradients. Peak memory covers the warm-up and the timed steps, above the level once the
+model and inputs exist (memory.PeakMemory).
+"""
+
+import json
+import sys
+import time
+
+import torch
+
+from longdoc.bench.flops import encoder_forward_flops
+from longdoc.bench.memory import PeakMemory
+from longdoc.bench.models import build_runner
+from longdoc.bench.results import MatmulMeasurement, Measurement
+from longdoc.bench.settings import FORWARD, BenchSettings, Job
+
+
+def _timed(step, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def measure_job(job: Job) -> Measurement:
+    """Time and peak memory of one Job in this process (see the module docstring for the rules)."""
+    settings = job.settings
+    runner = build_runner(job)
+    device = torch.device(settings.device)
+
+    def forward() -> None:
+        with torch.inference_mode():
+            runner.model(**runner.inputs)
+
+    def forward_backward() -> None:
+        runner.loss(runner.model(**runner.inputs)).backward()
+        runner.model.zero_grad(set_to_none=True)
+
+    runner.model.train(job.mode != FORWARD)
+    step = forward if job.mode == FORWARD else forward_backward
+    with PeakMemory(settings.device) as memory:
+        step()
+        seconds = [_timed(step, device) for _ in range(settings.repeats)]
+    flops = None
+    if job.variant.is_ours:
+        flops = encoder_forward_flops(runner.model.config, job.length, settings.shape.global_tokens).total
+    return Measurement(job.variant.name, job.length, job.mode, seconds, memory.peak_mib, flops)
+
+
+def measure_matmul(settings: BenchSettings) -> MatmulMeasurement:
+    """Seconds of an n x n by n x n torch.matmul in the run's dtype and device, after one warm-up."""
+    device, n = torch.device(settings.device), settings.matmul_size
+    generator = torch.Generator().manual_seed(settings.seed)
+    left, right = (torch.randn(n, n, generator=generator).to(device, getattr(torch, settings.dtype)) for _ in range(2))
+    torch.matmul(left, right)
+    seconds = [_timed(lambda: torch.matmul(left, right), device) for _ in range(settings.matmul_repeats)]
+    return MatmulMeasurement(n, settings.dtype, seconds, torch.get_num_threads())
+
+
+def main() -> int:
+    """Request: {"job": Job.to_dict()} or {"matmul": BenchSettings.to_dict()}."""
+    request = json.loads(sys.stdin.read())
+    job = Job.from_dict(request["job"]) if "job" in request else None
+    settings = job.settings if job else BenchSettings.from_dict(request["matmul"])
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    result = measure_job(job) if job else measure_matmul(settings)
+    print(json.dumps(result.to_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""`longdoc bench`: the encoder benchmark table (or JSON); the work is in longdoc.bench."""
+
+import argparse
+import json
+import sys
+
+from longdoc.errors import InputError
+
+HELP = "time and measure the memory of the encoder next to Longformer, BigBird and BERT"
+
+
+def _lengths(text: str) -> tuple:
+    try:
+        lengths = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if any(length <= 0 for length in lengths):
+        raise argparse.ArgumentTypeError(f"lengths must be positive, got {text!r}")
+    return lengths
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="1k and 4k long tokens, one repeat, ours(res) and the peers")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--lengths", type=_lengths, help="comma-separated long-token lengths (default 1024,...,16384)")
+    parser.add_argument("--repeats", type=_positive, help="timed repeats after the warm-up (default 3; 1 with --quick)")
+    parser.add_argument("--no-peers", action="store_true", help="run only our encoder")
+    parser.add_argument("--threads", type=_positive, help="torch threads in each measuring process (default: one per core)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--no-thp", action="store_true",
+        help="do not ask for transparent huge pages (THP_MEM_ALLOC_ENABLE=0), to show their effect",
+    )
+
+
+def _print_progress(measurement) -> None:
+    if measurement.error:
+        outcome = f"failed: {measurement.error}"
+    else:
+        outcome = f"{measurement.median_seconds:.3f} s"
+        if measurement.peak_mib is not None:
+            outcome += f", {measurement.peak_mib:.0f} MiB"
+    print(f"  {measurement.model} L={measurement.length} {measurement.mode}: {outcome}", file=sys.stderr, flush=True)
+
+
+def settings_from_arguments(args: argparse.Namespace):
+    """BenchSettings for the parsed arguments: --quick's defaults, then any explicit option."""
+    from longdoc.bench import BenchSettings
+
+    overrides = dict(dtype=args.dtype, device=args.device, transparent_huge_pages=not args.no_thp, threads=args.threads or 0)
+    if args.lengths:
+        overrides["lengths"] = args.lengths
+    if args.repeats:
+        overrides["repeats"] = args.repeats
+    settings = BenchSettings.quick(**overrides) if args.quick else BenchSettings(**overrides)
+    return settings.without_peers() if args.no_peers else settings
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from longdoc.bench import render_table, run_benchmark, to_json
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: torch finds no CUDA device on this machine")
+    result = run_benchmark(settings_from_arguments(args), progress=_print_progress)
+    print(json.dumps(to_json(result), indent=2) if args.json else render_table(result))
+    # A measurement that failed is an error of the run; a target that is missed is a result.
+    return 1 if any(measurement.error for measurement in result.measurements) else 0

@@ -1,0 +1,257 @@
+"""The encoder benchmark: FLOP counting, peak memory, settings, checks, table/JSON, and a smoke run."""
+
+import argparse
+import json
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from longdoc import GlobalLocalConfig, GlobalLocalModel
+from longdoc.bench import BenchSettings, Shape, render_table, run_benchmark, to_json
+from longdoc.bench.checks import FAIL, PASS, SKIP, target_checks
+from longdoc.bench.flops import encoder_forward_flops
+from longdoc.bench.memory import PeakMemory
+from longdoc.bench.report import table_rows
+from longdoc.bench.results import BenchResult, MatmulMeasurement, Measurement
+from longdoc.bench.settings import (
+    BERT, FORWARD, MODES, OURS_PLAIN, OURS_RESIDUAL, PEERS, TRAIN, Job, Variant,
+)
+from longdoc.bench.run import MeasurementFailed, run_in_fresh_process
+from longdoc.bench.worker import measure_job, measure_matmul
+from longdoc.commands import bench as bench_command
+
+TINY = Shape(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, local_radius=4, global_tokens=16, vocab_size=100)
+
+
+def tiny_config(**overrides) -> GlobalLocalConfig:
+    return GlobalLocalConfig(**{
+        "vocab_size": 50, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+        "intermediate_size": 16, "local_radius": 1, "max_relative_distance": 1, "relative_vocab_size": 6,
+        "long_max_len": 64, "global_max_len": 8, **overrides,
+    })
+
+
+# ---------------------------------------------------------------- FLOPs
+
+
+def test_flops_hand_count():
+    # H = 8, h = 2, F = 16, one layer, r = 1 so blocks of b = 2; L = 5 long tokens pad to Lp = 6;
+    # G = 2 globals, R = 6 relative ids. N = Lp + G = 8 positions.
+    #   qkv 2*8*8*24 = 3072, attention output 2*8*8*8 = 1024, feed-forward 2*2*8*8*16 = 4096,
+    #   long pairs Lp*(3b + G) = 6*8 = 48: scores 2*48*8 = 768 and values 768,
+    #   global pairs G*(G + Lp) = 2*8 = 16: scores 2*16*8 = 256 and values 256,
+    #   relative 2*(Lp + G)*R*H = 2*8*6*8 = 768.  Total 11008.
+    #   Talking heads add 2 mixes * 2*h*h * (48 + 16) pairs = 2*8*64 = 1024: 12032.
+    plain = encoder_forward_flops(tiny_config(), 5, 2)
+    assert plain.parts == {
+        "qkv projections": 3072, "attention output": 1024, "feed-forward": 4096,
+        "long scores": 768, "long values": 768, "global scores": 256, "global values": 256,
+        "relative positions": 768,
+    }
+    assert plain.total == 11008
+    assert encoder_forward_flops(tiny_config(talking_heads=True), 5, 2).total == 12032
+    # Every part scales with the number of layers.
+    assert encoder_forward_flops(tiny_config(num_hidden_layers=3), 5, 2).total == 3 * 11008
+
+
+def in_place_baddbmm_flops(self_shape, batch1_shape, batch2_shape, *args, out_shape=None, **kwargs) -> int:
+    batches, rows, inner = batch1_shape
+    return 2 * batches * rows * inner * batch2_shape[-1]
+
+
+@pytest.mark.parametrize("talking_heads", [False, True])
+@pytest.mark.parametrize("position_embedding_type", ["relative", "absolute"])
+@pytest.mark.parametrize("long_length,global_length", [(5, 2), (6, 2), (37, 8)])
+def test_flops_match_what_the_encoder_computes(talking_heads, position_embedding_type, long_length, global_length):
+    # torch's own FLOP counter sees every mm/bmm/baddbmm the forward pass actually runs; it has no
+    # formula for the in-place baddbmm_ (scores accumulated onto the relative terms), so we give it one.
+    config = tiny_config(talking_heads=talking_heads, position_embedding_type=position_embedding_type, num_hidden_layers=2)
+    model = GlobalLocalModel(config).eval()
+    sentence_ids = torch.arange(long_length) // -(-long_length // global_length)
+    counter = FlopCounterMode(display=False, custom_mapping={torch.ops.aten.baddbmm_: in_place_baddbmm_flops})
+    with counter, torch.inference_mode():
+        model(
+            torch.randint(5, 50, (1, long_length)),
+            global_input_ids=torch.randint(5, 50, (1, global_length)),
+            sentence_ids=sentence_ids.unsqueeze(0),
+        )
+    assert encoder_forward_flops(config, long_length, global_length).total == counter.get_total_flops()
+
+
+# ---------------------------------------------------------------- memory and settings
+
+
+def test_peak_memory_sees_a_64_mib_tensor():
+    with PeakMemory("cpu") as memory:
+        tensor = torch.ones(16 * 2**20)  # 64 MiB of float32, every page written
+        del tensor
+    assert 63 <= memory.peak_mib < 72
+
+
+def test_jobs_run_peers_only_up_to_their_maximum_length():
+    settings = BenchSettings(lengths=(4096, 16384), peer_max_length=8192)
+    jobs = {(job.variant.name, job.length, job.mode) for job in settings.jobs()}
+    # 4 of ours + 3 peers at 4096, 4 of ours at 16384, two modes each.
+    assert len(jobs) == 2 * (7 + 4)
+    assert ("bert", 4096, TRAIN) in jobs and ("bert", 16384, FORWARD) not in jobs
+    assert ("ours(th)", 16384, TRAIN) in jobs
+
+
+def test_settings_round_trip_through_json():
+    settings = BenchSettings.quick(shape=TINY, threads=2)
+    job = settings.jobs()[-1]
+    assert Job.from_dict(json.loads(json.dumps(job.to_dict()))) == job
+    assert settings.lengths == (1024, 4096) and settings.repeats == 1
+    assert [variant.name for variant in settings.variants] == ["ours(res)", "longformer", "bigbird", "bert"]
+
+
+def test_minilm_shape_comes_from_the_config_preset():
+    assert BenchSettings().shape == Shape(hidden_size=384, num_layers=6, num_heads=12, intermediate_size=1536)
+
+
+def test_command_line_options_become_settings():
+    parser = argparse.ArgumentParser()
+    bench_command.add_arguments(parser)
+    settings = bench_command.settings_from_arguments(
+        parser.parse_args(["--quick", "--lengths", "512,2048", "--no-peers", "--no-thp", "--threads", "1"])
+    )
+    assert settings.lengths == (512, 2048) and settings.repeats == 1 and settings.threads == 1
+    assert [variant.name for variant in settings.variants] == ["ours(res)"]
+    assert not settings.transparent_huge_pages
+    for bad in (["--lengths", "1024,x"], ["--lengths", "0"], ["--repeats", "0"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+
+
+# ---------------------------------------------------------------- checks, table and JSON
+
+
+def made_up_result() -> BenchResult:
+    """A run at 4096 and 16384 with hand-picked numbers (see the expectations in the tests)."""
+    peers = PEERS
+    settings = BenchSettings(lengths=(4096, 16384), variants=(OURS_RESIDUAL, OURS_PLAIN) + peers)
+    # median 0.2 s for 2 * 2048^3 FLOPs: 85.899 GFLOP/s
+    matmul = MatmulMeasurement(size=2048, dtype="float32", seconds=[0.2, 0.1, 0.3], threads=2)
+    forward = {"ours(res)": 2.0, "ours(plain)": 1.9, "longformer": 4.0, "bigbird": 3.0, "bert": 5.0}
+    train = {"ours(res)": 6.0, "ours(plain)": 5.5, "longformer": 12.0, "bigbird": 5.0, "bert": 18.0}
+    measurements = []
+    for name in forward:
+        flops = 120e9 if name.startswith("ours") else None
+        measurements.append(Measurement(name, 4096, FORWARD, [forward[name], 1.0, 9.0], 100.0, flops))
+        measurements.append(Measurement(name, 4096, TRAIN, [train[name]], 200.0, flops))
+    measurements += [
+        Measurement("ours(res)", 16384, FORWARD, [8.0], 420.0, 480e9),
+        Measurement("ours(res)", 16384, TRAIN, [25.0], 950.0, 480e9),
+        Measurement("ours(plain)", 16384, FORWARD, [7.5], 400.0, 480e9),
+        Measurement("ours(plain)", 16384, TRAIN, error="RuntimeError: out of memory"),
+    ]
+    machine = {"cpu": "Test CPU", "cpu_count": 2, "python": "3.11", "torch": "2.x", "transformers": "5.x",
+               "thp_system_mode": "madvise", "THP_MEM_ALLOC_ENABLE": "1"}
+    return BenchResult(settings, machine, matmul, measurements)
+
+
+def test_checks_judge_the_targets():
+    checks = target_checks(made_up_result())
+    # forward at 4096: ours 2.0 s beats 4.0, 3.0, 5.0; forward+backward: BigBird 5.0 s beats ours' 6.0;
+    # residual overhead 2.0 / 1.9 - 1 = +5.3% <= 10%; memory growth forward 420/100 = 4.2x but
+    # forward+backward 950/200 = 4.75x >= 4.5x; matmul fraction (120 GFLOP / 2.0 s) / 85.9 = 70% >= 60%.
+    assert [check.status for check in checks] == [PASS, FAIL, PASS, FAIL, PASS]
+    assert "+5.3%" in checks[2].detail
+    assert "4.20x" in checks[3].detail and "4.75x" in checks[3].detail
+    assert "70%" in checks[4].detail
+
+
+def test_checks_skip_without_their_measurements():
+    result = made_up_result()
+    quick = BenchResult(
+        BenchSettings.quick(), result.machine, result.matmul,
+        [m for m in result.measurements if m.model not in ("ours(plain)", "bert")],
+    )
+    statuses = [check.status for check in target_checks(quick)]
+    # no BERT at 4096: both speed checks SKIP; no ours(plain): residual SKIP; 16384 is there, 60% too.
+    assert statuses == [SKIP, SKIP, SKIP, FAIL, PASS]
+
+
+def test_table_rows_and_rendering():
+    result = made_up_result()
+    rows = {(row.model, row.length): row for row in table_rows(result)}
+    assert len(rows) == 7  # five models at 4096, two of ours at 16384
+    bert = rows["bert", 4096]
+    assert (bert.forward_ratio, bert.train_ratio) == (2.5, 3.0)  # 5.0 / 2.0 and 18.0 / 6.0
+    assert bert.gflops is None
+    ours = rows["ours(res)", 4096]
+    assert ours.gflops == pytest.approx(60.0)  # 120 GFLOP in a median 2.0 s
+    assert ours.matmul_fraction == pytest.approx(60.0 / (2 * 2048**3 / 0.2 / 1e9))
+    assert rows["ours(plain)", 16384].train_seconds is None
+
+    table = render_table(result)
+    lines = table.splitlines()
+    assert next(line for line in lines if line.startswith("bert")).split() == [
+        "bert", "4096", "5.000", "18.000", "100", "200", "2.50", "3.00", "-", "-",
+    ]
+    assert next(line for line in lines if line.startswith("ours(res)") and "4096" in line).split()[-2:] == ["60.0", "70%"]
+    assert "THP_MEM_ALLOC_ENABLE=1" in table and "85.9 GFLOP/s" in table
+    assert "failed: ours(plain) L=16384 forward+backward: RuntimeError: out of memory" in table
+    assert [line.split()[0] for line in lines[-5:]] == ["PASS", "FAIL", "PASS", "FAIL", "PASS"]
+
+
+def test_json_holds_everything():
+    data = json.loads(json.dumps(to_json(made_up_result())))
+    assert set(data) == {"settings", "machine", "matmul", "measurements", "rows", "checks"}
+    assert data["matmul"]["gflops"] == pytest.approx(85.899345920)
+    assert data["measurements"][0]["median_seconds"] == 2.0  # median of 2.0, 1.0, 9.0
+    assert [check["status"] for check in data["checks"]] == [PASS, FAIL, PASS, FAIL, PASS]
+    assert BenchSettings.from_dict(data["settings"]) == made_up_result().settings
+
+
+# ---------------------------------------------------------------- running the models
+
+
+@pytest.mark.parametrize("peer", PEERS, ids=lambda variant: variant.name)
+def test_each_peer_runs_both_modes(peer):
+    settings = BenchSettings(shape=TINY, repeats=1, longformer_window=16, bigbird_block_size=8, bigbird_random_blocks=1)
+    for mode in MODES:
+        measurement = measure_job(Job(settings, peer, 48, mode))
+        assert len(measurement.seconds) == 1 and measurement.seconds[0] > 0 and measurement.flops is None
+
+
+def measure_here(request: dict, settings: BenchSettings) -> dict:
+    """run_in_fresh_process without the fresh process: the worker's functions, called in this one."""
+    if "job" in request:
+        job = Job.from_dict(request["job"])
+        if job.variant.name == BERT and job.mode == TRAIN:
+            raise MeasurementFailed("RuntimeError: out of memory")
+        return measure_job(job).to_dict()
+    return measure_matmul(BenchSettings.from_dict(request["matmul"])).to_dict()
+
+
+def test_quick_like_run_on_a_tiny_shape(monkeypatch):
+    monkeypatch.setattr("longdoc.bench.run.run_in_fresh_process", measure_here)
+    settings = BenchSettings.quick(
+        shape=TINY, lengths=(40, 80), variants=(OURS_RESIDUAL, Variant(BERT, BERT)), matmul_size=64, matmul_repeats=1,
+    )
+    heard = []
+    result = run_benchmark(settings, progress=heard.append)
+    assert heard == result.measurements
+    assert [(m.model, m.length, m.mode) for m in result.measurements] == [
+        (name, length, mode) for length in (40, 80) for name in ("ours(res)", "bert") for mode in MODES
+    ]
+    # One failure is reported in its row and the run goes on.
+    assert [m.error for m in result.measurements if m.error] == ["RuntimeError: out of memory"] * 2
+    ours = result.find("ours(res)", 80, FORWARD)
+    config = GlobalLocalConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, local_radius=4)
+    assert len(ours.seconds) == 1 and ours.flops == encoder_forward_flops(config, 80, 16).total
+    assert result.matmul.gflops > 0 and result.machine["THP_MEM_ALLOC_ENABLE"] == "1"
+    table = render_table(result)
+    assert "failed: bert L=80 forward+backward: RuntimeError: out of memory" in table
+    assert json.loads(json.dumps(to_json(result)))["rows"][0]["model"] == "ours(res)"
+
+
+def test_a_measurement_in_a_fresh_process():
+    settings = BenchSettings.quick(shape=TINY, lengths=(40,), variants=(OURS_RESIDUAL,))
+    job = settings.jobs()[0]
+    reply = Measurement.from_dict(run_in_fresh_process({"job": job.to_dict()}, settings))
+    assert (reply.model, reply.length, reply.mode, len(reply.seconds)) == ("ours(res)", 40, FORWARD, 1)
+    # A fresh process holds only this model: its peak is a few MiB, not the test process's hundreds.
+    assert 0 <= reply.peak_mib < 64
