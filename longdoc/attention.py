@@ -203,14 +203,14 @@ class GlobalLocalAttention(nn.Module):
 
         long_k [B, h, nb * b, d], global_k [B, h, G, d] -> [B, h, nb, 3b + G, d]. One copy of the
         keys (3 + G / b times their size), small next to the [.., b, 3b + G] scores it enables as a
-        single batched matmul.
+        single batched matmul. The windows are an overlapping view (unfold), whose backward sums
+        the three overlaps in one kernel.
         """
         batch, heads, _, size = long_k.shape
-        padded = F.pad(long_k, (0, 0, b, b)).view(batch, heads, nb + 2, b, size)
-        pieces = [padded[:, :, :-2], padded[:, :, 1:-1], padded[:, :, 2:]]
-        if global_k.shape[2] > 0:
-            pieces.append(global_k.unsqueeze(2).expand(batch, heads, nb, global_k.shape[2], size))
-        return torch.cat(pieces, dim=3)
+        windows = F.pad(long_k, (0, 0, b, b)).unfold(2, 3 * b, b).transpose(-1, -2)  # [B, h, nb, 3b, d] view
+        if global_k.shape[2] == 0:
+            return windows.contiguous()
+        return torch.cat([windows, global_k.unsqueeze(2).expand(batch, heads, nb, global_k.shape[2], size)], dim=3)
 
     def _scores(
         self, query: Tensor, key: Tensor, relative_ids: Tensor | None, softmax: str, out: Tensor | None
