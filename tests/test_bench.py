@@ -62,8 +62,9 @@ def in_place_baddbmm_flops(self_shape, batch1_shape, batch2_shape, *args, out_sh
 
 @pytest.mark.parametrize("talking_heads", [False, True])
 @pytest.mark.parametrize("position_embedding_type", ["relative", "absolute"])
-@pytest.mark.parametrize("long_length,global_length", [(5, 2), (6, 2), (37, 8)])
+@pytest.mark.parametrize("long_length,global_length", [(1, 1), (5, 2), (6, 2), (37, 8)])
 def test_flops_match_what_the_encoder_computes(talking_heads, position_embedding_type, long_length, global_length):
+    # Lengths: shorter than one block (r = 1: blocks of 2), padded to whole blocks, whole blocks.
     # torch's own FLOP counter sees every mm/bmm/baddbmm the forward pass actually runs; it has no
     # formula for the in-place baddbmm_ (scores accumulated onto the relative terms), so we give it one.
     config = tiny_config(talking_heads=talking_heads, position_embedding_type=position_embedding_type, num_hidden_layers=2)
@@ -129,8 +130,7 @@ def test_command_line_options_become_settings():
 
 def made_up_result() -> BenchResult:
     """A run at 4096 and 16384 with hand-picked numbers (see the expectations in the tests)."""
-    peers = PEERS
-    settings = BenchSettings(lengths=(4096, 16384), variants=(OURS_RESIDUAL, OURS_PLAIN) + peers)
+    settings = BenchSettings(lengths=(4096, 16384), variants=(OURS_RESIDUAL, OURS_PLAIN) + PEERS)
     # median 0.2 s for 2 * 2048^3 FLOPs: 85.899 GFLOP/s
     matmul = MatmulMeasurement(size=2048, dtype="float32", seconds=[0.2, 0.1, 0.3], threads=2)
     forward = {"ours(res)": 2.0, "ours(plain)": 1.9, "longformer": 4.0, "bigbird": 3.0, "bert": 5.0}
@@ -146,7 +146,7 @@ def made_up_result() -> BenchResult:
         Measurement("ours(plain)", 16384, FORWARD, [7.5], 400.0, 480e9),
         Measurement("ours(plain)", 16384, TRAIN, error="RuntimeError: out of memory"),
     ]
-    machine = {"cpu": "Test CPU", "cpu_count": 2, "python": "3.11", "torch": "2.x", "transformers": "5.x",
+    machine = {"cpu": "Test CPU", "cpu_count": 2, "threads": 2, "python": "3.11", "torch": "2.x", "transformers": "5.x",
                "thp_system_mode": "madvise", "THP_MEM_ALLOC_ENABLE": "1"}
     return BenchResult(settings, machine, matmul, measurements)
 
@@ -243,6 +243,7 @@ def test_quick_like_run_on_a_tiny_shape(monkeypatch):
     config = GlobalLocalConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, local_radius=4)
     assert len(ours.seconds) == 1 and ours.flops == encoder_forward_flops(config, 80, 16).total
     assert result.matmul.gflops > 0 and result.machine["THP_MEM_ALLOC_ENABLE"] == "1"
+    assert result.machine["threads"] == torch.get_num_threads()
     table = render_table(result)
     assert "failed: bert L=80 forward+backward: RuntimeError: out of memory" in table
     assert json.loads(json.dumps(to_json(result)))["rows"][0]["model"] == "ours(res)"

@@ -2,8 +2,8 @@
 
 Two FLOPs per multiply-add; only matrix products count (softmax, norms, gathers and the residual
 score sums are memory-bound and left out). The encoder pads the long input to whole blocks of
-b = r + 1 before the first layer, Lp = ceil(L / b) * b, so every per-token matmul runs on N = Lp + G
-positions. Per layer, with H hidden, h heads, F the feed-forward size:
+b = r + 1 tokens (b = L when the input is shorter than one block) before the first layer,
+Lp = ceil(L / b) * b, so every per-token matmul runs on N = Lp + G positions. Per layer, with H hidden, h heads, F the feed-forward size:
 - projections: query/key/value 2 N H 3H, attention output 2 N H H, feed-forward 2 N H F twice;
 - long softmax (ETC l2l + l2g, blocked): each of the Lp padded queries scores the 3b keys of its own
   and neighbouring blocks plus the G globals, 2 Lp (3b + G) H, and the same again for the values;
@@ -30,7 +30,7 @@ class FlopCount:
 def encoder_forward_flops(config, long_length: int, global_length: int) -> FlopCount:
     """FLOPs of GlobalLocalModel(config) on one example of `long_length` long and `global_length` global tokens."""
     hidden, heads, layers = config.hidden_size, config.num_attention_heads, config.num_hidden_layers
-    block = config.block_size
+    block = min(config.block_size, long_length)
     padded = -(-long_length // block) * block
     tokens = padded + global_length
     long_pairs = padded * (3 * block + global_length)

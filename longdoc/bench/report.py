@@ -66,13 +66,13 @@ def _header(result: BenchResult) -> list[str]:
     return [
         "longdoc bench: GlobalLocalModel next to Longformer, BigBird and BERT (random init, batch 1)",
         f"machine: {device}; torch {machine['torch']}, transformers {machine['transformers']}",
-        f"run: {settings.device} {settings.dtype}, {result.matmul.threads} threads, "
+        f"run: {settings.device} {settings.dtype}, {machine['threads']} threads, "
         f"THP_MEM_ALLOC_ENABLE={machine['THP_MEM_ALLOC_ENABLE']} (kernel THP mode: {machine['thp_system_mode']})",
         f"shape: {shape.num_layers} layers, hidden {shape.hidden_size}, {shape.num_heads} heads, "
-        f"FFN {shape.intermediate_size}; ours: radius {shape.local_radius}, {shape.global_tokens} global tokens; "
-        f"peers: L + {shape.global_tokens} tokens (Longformer: first {shape.global_tokens} global, window "
+        f"FFN {shape.intermediate_size}; ours: radius {shape.local_radius}, {shape.global_tokens} global tokens",
+        f"peers: L + {shape.global_tokens} tokens; Longformer: first {shape.global_tokens} global, window "
         f"{settings.longformer_window}; BigBird: block {settings.bigbird_block_size}, "
-        f"{settings.bigbird_random_blocks} random blocks; BERT: SDPA)",
+        f"{settings.bigbird_random_blocks} random blocks; BERT: SDPA",
         f"matmul: {result.matmul.size}^3 {result.matmul.dtype}, {result.matmul.gflops:.1f} GFLOP/s "
         f"(median of {len(result.matmul.seconds)})",
         f"times: median of {settings.repeats} after a warm-up; MiB: peak above model and inputs; "

@@ -61,12 +61,14 @@ def _thp_system_mode() -> str:
     return text[text.find("[") + 1 : text.find("]")] if "[" in text else text.strip()
 
 
-def machine_info(settings: BenchSettings) -> dict:
+def machine_info(settings: BenchSettings, threads: int) -> dict:
+    """Where the run happened; `threads` is what the measuring processes used (the matmul reports it)."""
     import torch
 
     info = {
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
+        "threads": threads,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": importlib.metadata.version("transformers"),
@@ -91,4 +93,4 @@ def run_benchmark(settings: BenchSettings, progress: Callable[[Measurement], Non
         measurements.append(measurement)
         if progress:
             progress(measurement)
-    return BenchResult(settings, machine_info(settings), matmul, measurements)
+    return BenchResult(settings, machine_info(settings, matmul.threads), matmul, measurements)
