@@ -17,7 +17,7 @@ from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
-from longdoc.attention import AttentionCarry, GlobalLocalAttention
+from longdoc.attention import AttentionCarry, GlobalLocalAttention, Workspace
 from longdoc.config import GlobalLocalConfig
 from longdoc.model_inputs import check_and_collect
 from longdoc.side_inputs import SideInputs, build_side_inputs
@@ -95,12 +95,13 @@ class GlobalLocalLayer(GradientCheckpointingLayer):
         side: SideInputs,
         carry: AttentionCarry | None,
         layer_number: int,
+        workspace: Workspace | None = None,
     ) -> tuple[Tensor, Tensor, AttentionCarry]:
         global_feed_forward = self.global_feed_forward or self.long_feed_forward
         if self.pre_layer_norm:
             long_attended, global_attended, carry = self.attention(
                 self.long_attention_norm(long_hidden), self.global_attention_norm(global_hidden),
-                side, carry, layer_number,
+                side, carry, layer_number, workspace,
             )
             long_hidden = long_hidden + self.dropout(long_attended)
             global_hidden = global_hidden + self.dropout(global_attended)
@@ -108,7 +109,7 @@ class GlobalLocalLayer(GradientCheckpointingLayer):
             global_hidden = global_hidden + self.dropout(global_feed_forward(self.global_output_norm(global_hidden)))
         else:
             long_attended, global_attended, carry = self.attention(
-                long_hidden, global_hidden, side, carry, layer_number
+                long_hidden, global_hidden, side, carry, layer_number, workspace
             )
             long_hidden = self.long_attention_norm(long_hidden + self.dropout(long_attended))
             global_hidden = self.global_attention_norm(global_hidden + self.dropout(global_attended))
@@ -127,8 +128,10 @@ class GlobalLocalEncoder(nn.Module):
 
     def forward(self, long_hidden: Tensor, global_hidden: Tensor, side: SideInputs) -> tuple[Tensor, Tensor]:
         carry = None
+        # Without autograd, big buffers pass from layer to layer instead of being allocated afresh.
+        workspace = None if torch.is_grad_enabled() else Workspace()
         for number, layer in enumerate(self.layers, start=1):
-            long_hidden, global_hidden, carry = layer(long_hidden, global_hidden, side, carry, number)
+            long_hidden, global_hidden, carry = layer(long_hidden, global_hidden, side, carry, number, workspace)
         if self.final_long_norm is not None:
             long_hidden = self.final_long_norm(long_hidden)
             global_hidden = self.final_global_norm(global_hidden)
