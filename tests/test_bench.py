@@ -115,11 +115,11 @@ def test_command_line_options_become_settings():
     parser = argparse.ArgumentParser()
     bench_command.add_arguments(parser)
     settings = bench_command.settings_from_arguments(
-        parser.parse_args(["--quick", "--lengths", "512,2048", "--no-peers", "--no-thp", "--threads", "1"])
+        parser.parse_args(["--quick", "--lengths", "512,2048", "--no-peers", "--allocator", "system", "--threads", "1"])
     )
     assert settings.lengths == (512, 2048) and settings.repeats == 1 and settings.threads == 1
     assert [variant.name for variant in settings.variants] == ["ours(res)"]
-    assert not settings.transparent_huge_pages
+    assert settings.allocator == "system"
     for bad in (["--lengths", "1024,x"], ["--lengths", "0"], ["--repeats", "0"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
@@ -147,7 +147,7 @@ def made_up_result() -> BenchResult:
         Measurement("ours(plain)", 16384, TRAIN, error="RuntimeError: out of memory"),
     ]
     machine = {"cpu": "Test CPU", "cpu_count": 2, "threads": 2, "python": "3.11", "torch": "2.x", "transformers": "5.x",
-               "thp_system_mode": "madvise", "THP_MEM_ALLOC_ENABLE": "1"}
+               "thp_system_mode": "madvise", "allocator": "jemalloc"}
     return BenchResult(settings, machine, matmul, measurements)
 
 
@@ -191,7 +191,7 @@ def test_table_rows_and_rendering():
         "bert", "4096", "5.000", "18.000", "100", "200", "2.50", "3.00", "-", "-",
     ]
     assert next(line for line in lines if line.startswith("ours(res)") and "4096" in line).split()[-2:] == ["60.0", "70%"]
-    assert "THP_MEM_ALLOC_ENABLE=1" in table and "85.9 GFLOP/s" in table
+    assert "allocator jemalloc" in table and "85.9 GFLOP/s" in table
     assert "failed: ours(plain) L=16384 forward+backward: RuntimeError: out of memory" in table
     assert [line.split()[0] for line in lines[-5:]] == ["PASS", "FAIL", "PASS", "FAIL", "PASS"]
 
@@ -242,7 +242,7 @@ def test_quick_like_run_on_a_tiny_shape(monkeypatch):
     ours = result.find("ours(res)", 80, FORWARD)
     config = GlobalLocalConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, local_radius=4)
     assert len(ours.seconds) == 1 and ours.flops == encoder_forward_flops(config, 80, 16).total
-    assert result.matmul.gflops > 0 and result.machine["THP_MEM_ALLOC_ENABLE"] == "1"
+    assert result.matmul.gflops > 0 and result.machine["allocator"] == "thp"
     assert result.machine["threads"] == torch.get_num_threads()
     table = render_table(result)
     assert "failed: bert L=80 forward+backward: RuntimeError: out of memory" in table

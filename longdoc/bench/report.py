@@ -67,7 +67,7 @@ def _header(result: BenchResult) -> list[str]:
         "longdoc bench: GlobalLocalModel next to Longformer, BigBird and BERT (random init, batch 1)",
         f"machine: {device}; torch {machine['torch']}, transformers {machine['transformers']}",
         f"run: {settings.device} {settings.dtype}, {machine['threads']} threads, "
-        f"THP_MEM_ALLOC_ENABLE={machine['THP_MEM_ALLOC_ENABLE']} (kernel THP mode: {machine['thp_system_mode']})",
+        f"allocator {machine['allocator']} (kernel THP mode: {machine['thp_system_mode']})",
         f"shape: {shape.num_layers} layers, hidden {shape.hidden_size}, {shape.num_heads} heads, "
         f"FFN {shape.intermediate_size}; ours: radius {shape.local_radius}, {shape.global_tokens} global tokens",
         f"peers: L + {shape.global_tokens} tokens; Longformer: first {shape.global_tokens} global, window "

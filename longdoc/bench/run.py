@@ -1,9 +1,8 @@
 """One benchmark run: the matmul baseline, then every job, each in a fresh measuring process.
 
-On CPU each measuring process gets THP_MEM_ALLOC_ENABLE=1 in its environment before torch starts
-(0 with transparent_huge_pages off): torch then asks the kernel for transparent huge pages for its
-large allocations, without which a fresh 100 MB tensor costs 5-8 times its compute in page faults
-on the 2-core benchmark machine.
+Every measuring process, ours and the peers' alike, starts with the allocator of the run's settings
+(longdoc.cpu_memory: jemalloc keeping freed pages where found, else transparent huge pages), since
+on CPU a fresh 100 MB tensor can cost several times its compute in page faults.
 """
 
 import importlib.metadata
@@ -17,8 +16,8 @@ from pathlib import Path
 
 from longdoc.bench.results import BenchResult, MatmulMeasurement, Measurement
 from longdoc.bench.settings import BenchSettings
+from longdoc.cpu_memory import allocator_environment
 
-THP_VARIABLE = "THP_MEM_ALLOC_ENABLE"
 THP_SYSTEM_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
@@ -30,7 +29,7 @@ def run_in_fresh_process(request: dict, settings: BenchSettings) -> dict:
     """Run one worker request in a new Python process and return its JSON reply."""
     env = {
         **os.environ,
-        THP_VARIABLE: "1" if settings.transparent_huge_pages else "0",
+        **allocator_environment(settings.allocator),
         "TRANSFORMERS_VERBOSITY": "error",  # Longformer warns on every call that it pads its input
     }
     completed = subprocess.run(
@@ -73,7 +72,7 @@ def machine_info(settings: BenchSettings, threads: int) -> dict:
         "torch": torch.__version__,
         "transformers": importlib.metadata.version("transformers"),
         "thp_system_mode": _thp_system_mode(),
-        THP_VARIABLE: "1" if settings.transparent_huge_pages else "0",
+        "allocator": settings.allocator,
     }
     if settings.device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(torch.device(settings.device))

@@ -92,7 +92,7 @@ class BenchSettings:
     threads: int = 0  # 0: torch's default (one per core)
     dtype: str = "float32"
     device: str = "cpu"
-    transparent_huge_pages: bool = True
+    allocator: str = "thp"  # see longdoc.cpu_memory; the CLI's default picks jemalloc where found
     peer_max_length: int = PEER_MAX_LENGTH
     longformer_window: int = 512
     bigbird_block_size: int = 64

@@ -35,8 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument(
-        "--no-thp", action="store_true",
-        help="do not ask for transparent huge pages (THP_MEM_ALLOC_ENABLE=0), to show their effect",
+        "--allocator", choices=("auto", "jemalloc", "thp", "system"), default="auto",
+        help="memory allocator of every measuring process (see longdoc/cpu_memory.py): jemalloc keeping "
+        "freed pages, transparent huge pages, or the system's; auto: jemalloc where installed, else thp",
     )
 
 
@@ -53,8 +54,14 @@ def _print_progress(measurement) -> None:
 def settings_from_arguments(args: argparse.Namespace):
     """BenchSettings for the parsed arguments: --quick's defaults, then any explicit option."""
     from longdoc.bench import BenchSettings
+    from longdoc.cpu_memory import allocator_environment, resolve_allocator
 
-    overrides = dict(dtype=args.dtype, device=args.device, transparent_huge_pages=not args.no_thp, threads=args.threads or 0)
+    try:
+        allocator = resolve_allocator(args.allocator)
+        allocator_environment(allocator)
+    except ValueError as error:
+        raise InputError(f"--allocator: {error}") from None
+    overrides = dict(dtype=args.dtype, device=args.device, allocator=allocator, threads=args.threads or 0)
     if args.lengths:
         overrides["lengths"] = args.lengths
     if args.repeats:
