@@ -211,9 +211,10 @@ class GlobalLocalAttention(nn.Module):
     def _split_heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """[B, N, 3H] -> three [B, h, N, d]; the query is pre-scaled by 1/sqrt(d)."""
         batch, length, _ = qkv.shape
-        qkv = qkv.view(batch, length, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4)
+        # One copy into head-major layout, so that every later reshape of q, k, v is a view.
+        qkv = qkv.view(batch, length, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4).contiguous()
         query, key, value = qkv.unbind(0)
-        return query * (1.0 / math.sqrt(self.head_size)), key.contiguous(), value.contiguous()
+        return query * (1.0 / math.sqrt(self.head_size)), key, value
 
     def _merge_heads(self, context: Tensor) -> Tensor:
         """[B, h, N, d] -> [B, N, H]."""
@@ -268,11 +269,11 @@ class GlobalLocalAttention(nn.Module):
         # q.E[id] + b[id] for all R ids at once ([B, h, ..., Nq, R], small), then picked per pair.
         table = getattr(self, f"{softmax}_relative_key")  # [R, h, d]
         bias = getattr(self, f"{softmax}_relative_bias")  # [R, h]
-        query_by_head = query.movedim(1, -3)  # [B, ..., h, Nq, d]: h next to the queries
-        relative = torch.matmul(query_by_head, table.permute(1, 2, 0)).movedim(-3, 1)  # [B, h, ..., Nq, R]
-        relative = relative + (bias.t() / math.sqrt(self.head_size)).view(
-            1, -1, *([1] * (query.dim() - 3)), bias.shape[0]
-        )
+        batch, heads, size = query.shape[0], query.shape[1], query.shape[-1]
+        relative = torch.matmul(query.reshape(batch, heads, -1, size), table.permute(1, 2, 0))  # [B, h, N, R]
+        relative = (relative + (bias.t() / math.sqrt(self.head_size)).unsqueeze(1)).view(
+            *query.shape[:-1], bias.shape[0]
+        )  # [B, h, ..., Nq, R]
         index = relative_ids.expand(shape)
         if workspace is None:
             picked = torch.gather(relative, -1, index)

@@ -13,38 +13,40 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from longdoc.errors import InputError
+from longdoc.text import decode_text
 
 
-def _open_text(path: Path):
-    # Files are decoded with replacement so that stray bytes never abort a run; the JSON parser
-    # then reports where the text stops being JSON.
+def _read_bytes(path: Path) -> bytes:
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
+        with gzip.open(path, "rb") as handle:
+            return handle.read()
+    return path.read_bytes()
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """Parse a whole JSON file; a syntax error names the file, line and column."""
-    path = Path(path)
-    with _open_text(path) as handle:
-        text = handle.read()
+def _parse(text: str, path: Path, line_number: int | None = None):
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise InputError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from None
+        line = error.lineno if line_number is None else line_number
+        raise InputError(f"{path}:{line}:{error.colno}: not valid JSON: {error.msg}") from None
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Parse a whole JSON file (.gz too). Invalid UTF-8 is replaced with a warning that counts it
+    (offsets stay exact in the decoded text); a syntax error names the file, line and column."""
+    path = Path(path)
+    return _parse(decode_text(_read_bytes(path), str(path)), path)
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
-    """Yield (line number, parsed object) for each non-blank line of a JSON-lines file (.gz too)."""
+    """Yield (line number, parsed object) for each non-blank line of a JSON-lines file (.gz too),
+    streaming, decoded as in `read_json`."""
     path = Path(path)
-    with _open_text(path) as handle:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
         for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield line_number, json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InputError(f"{path}:{line_number}:{error.colno}: not valid JSON: {error.msg}") from None
+            if line.strip():
+                yield line_number, _parse(decode_text(line, f"{path}:{line_number}"), path, line_number)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -1,37 +1,12 @@
-"""Reading dataset records: JSON files decoded with a warning on bad UTF-8, and field checks whose
-errors name the file, the example id and the field.
+"""Field checks for dataset records whose errors name the file, the example id and the field.
 
-Task readers use these so that every reader reports a missing or mistyped field the same way.
+Task readers use these so that every reader reports a missing or mistyped field the same way
+(files are read with longdoc.io).
 """
 
-import json
-import os
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from longdoc.errors import InputError
-from longdoc.text import decode_text
-
-
-def load_json(path: str | os.PathLike) -> Any:
-    """A whole JSON file. Invalid UTF-8 is replaced (with a warning); bad JSON names file, line, column."""
-    path = Path(path)
-    return _parse(decode_text(path.read_bytes(), str(path)), path, line_offset=0)
-
-
-def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
-    """(line number, object) for each non-blank line of a JSON-lines file, decoded as in `load_json`."""
-    path = Path(path)
-    for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
-        if line.strip():
-            yield number, _parse(decode_text(line, f"{path}:{number}"), path, line_offset=number - 1)
-
-
-def _parse(text: str, path: Path, line_offset: int) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}:{error.lineno + line_offset}:{error.colno}: not valid JSON: {error.msg}") from None
 
 
 class RecordFields:

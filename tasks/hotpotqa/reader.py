@@ -17,11 +17,12 @@ from typing import Iterator
 
 from longdoc.examples import Document, Paragraph, Span, StructuredExample, TextSpan
 from longdoc.errors import InputError
-from longdoc.records import RecordFields, load_json
+from longdoc.io import read_json
+from longdoc.records import RecordFields
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:
-    records = load_json(path)
+    records = read_json(path)
     if not isinstance(records, list):
         raise InputError(f"{path}: a HotpotQA file is a JSON list of examples, got {type(records).__name__}")
     for index, record in enumerate(records):

@@ -14,11 +14,12 @@ import os
 from typing import Iterator
 
 from longdoc.examples import Document, Paragraph, Span, StructuredExample, TextSpan
-from longdoc.records import RecordFields, iter_json_lines
+from longdoc.io import iter_jsonl
+from longdoc.records import RecordFields
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:
-    for line, record in iter_json_lines(path):
+    for line, record in iter_jsonl(path):
         yield _example(RecordFields(record, f"{path}:{line}", "example_id", line))
 
 

@@ -16,11 +16,12 @@ from typing import Iterator
 
 from longdoc.errors import InputError
 from longdoc.examples import Candidate, Document, StructuredExample, TextSpan
-from longdoc.records import RecordFields, load_json
+from longdoc.io import read_json
+from longdoc.records import RecordFields
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:
-    records = load_json(path)
+    records = read_json(path)
     if not isinstance(records, list):
         raise InputError(f"{path}: a WikiHop file is a JSON list of examples, got {type(records).__name__}")
     for index, record in enumerate(records):
