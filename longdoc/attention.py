@@ -257,13 +257,13 @@ class GlobalLocalAttention(nn.Module):
         query [B, h, ..., Nq, d] (pre-scaled), key [B, h, ..., Nk, d] -> [B, h, ..., Nq, Nk].
         """
         shape = (*query.shape[:-1], key.shape[-2])
-        query_3d = query.reshape(-1, *query.shape[-2:])
-        key_3d_t = key.reshape(-1, *key.shape[-2:]).transpose(1, 2)
         if workspace is None:
-            scores = torch.bmm(query_3d, key_3d_t).view(shape)
+            # matmul, not bmm(...).view(...): its result is no autograd view, so the in-place adds
+            # below and in `_attend` stay cheap in backward (an in-place op on a view costs copies).
+            scores = torch.matmul(query, key.transpose(-1, -2))
         else:
             scores = workspace.take(f"{softmax}_scores", shape, query)
-            torch.bmm(query_3d, key_3d_t, out=scores.view(-1, *shape[-2:]))
+            torch.matmul(query, key.transpose(-1, -2), out=scores)
         if relative_ids is None:
             return scores
         # q.E[id] + b[id] for all R ids at once ([B, h, ..., Nq, R], small), then picked per pair.
