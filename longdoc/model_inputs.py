@@ -116,6 +116,16 @@ def check_and_collect(
     global_mask = (global_attention_mask != 0) if global_attention_mask is not None else torch.ones(
         global_shape, dtype=torch.bool, device=device
     )
+    for name, links in (("sentence_ids", sentence_ids), ("mention_ids", mention_ids)):
+        if links is not None and num_globals > 0:
+            # A real long token linked to a padding global token: the link points to no token.
+            target_is_padding = ~global_mask.gather(1, links.clamp(min=0)) & (links >= 0) & long_mask
+            if bool(target_is_padding.any()):
+                example, position = (int(i) for i in target_is_padding.nonzero()[0])
+                raise ValueError(
+                    f"{name}[{example}, {position}] = {int(links[example, position])} points to a padding global "
+                    f"token (global_attention_mask is 0 there)"
+                )
     return StructureIds(
         long_mask=long_mask,
         global_mask=global_mask,

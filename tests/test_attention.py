@@ -54,6 +54,9 @@ def make_inputs(batch: int, length: int, num_globals: int, padding: bool, struct
                 torch.rand(batch, length, generator=generator) < 0.2,
                 torch.randint(0, num_globals, (batch, length), generator=generator), -1,
             )
+            for name in ("sentence_ids", "mention_ids"):  # real links point to real global tokens
+                links = inputs[name]
+                inputs[name] = torch.where(global_mask.gather(1, links.clamp(min=0)).bool(), links, -1)
             inputs["global_sees_all"] = torch.rand(batch, num_globals, generator=generator) < 0.3
             inputs["global_paragraph_ids"] = torch.randint(0, 2, (batch, num_globals), generator=generator)
     if structure:

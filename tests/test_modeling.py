@@ -81,6 +81,7 @@ def test_bfloat16_forward_and_backward_stay_close_to_float32():
         (lambda x: x["long_input_ids"].__setitem__((0, 0), 50), r"long_input_ids contains 50, outside \[0, 49\]"),
         (lambda x: x["sentence_ids"].__setitem__((1, 2), 4), r"sentence_ids contains 4, outside \[-1, 3\]"),
         (lambda x: x["mention_ids"].__setitem__((0, 1), -2), r"mention_ids contains -2"),
+        (lambda x: x["sentence_ids"].__setitem__((1, 0), 3), r"sentence_ids\[1, 0\] = 3 points to a padding global token"),
         (lambda x: x.update(long_attention_mask=torch.ones(2, 9)), r"long_attention_mask has shape \(2, 9\), expected \(2, 10\)"),
         (lambda x: x.update(global_sees_all=torch.ones(2, 5, dtype=torch.bool)), r"global_sees_all has shape \(2, 5\), expected \(2, 4\)"),
         (lambda x: x["long_token_type_ids"].__setitem__((0, 0), 2), r"long_token_type_ids contains 2, outside \[0, 1\]"),
