@@ -197,8 +197,8 @@ def test_talking_heads_at_initialisation_equal_plain_attention():
     plain = GlobalLocalModel(tiny_config()).eval()
     torch.manual_seed(3)
     talking = GlobalLocalModel(tiny_config(talking_heads=True)).eval()
-    missing, unexpected = talking.load_state_dict(plain.state_dict(), strict=False), None
-    assert all("talking_heads" in name for name in missing.missing_keys) and not missing.unexpected_keys
+    loaded = talking.load_state_dict(plain.state_dict(), strict=False)
+    assert all("talking_heads" in name for name in loaded.missing_keys) and not loaded.unexpected_keys
     inputs = make_inputs(2, 19, 5, padding=True, structure=True)
     plain_output, talking_output = plain(**inputs), talking(**inputs)
     assert torch.equal(plain_output.long_hidden_state, talking_output.long_hidden_state)
