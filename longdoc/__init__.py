@@ -6,11 +6,11 @@ __all__ = ["GlobalLocalConfig", "GlobalLocalModel", "GlobalLocalModelOutput"]
 def __getattr__(name: str):
     # Imported on first use, so that `longdoc --help` and the metric commands do not load torch.
     if name == "GlobalLocalConfig":
-        from longdoc.config import GlobalLocalConfig
+        from longdoc.model.config import GlobalLocalConfig
 
         return GlobalLocalConfig
     if name in ("GlobalLocalModel", "GlobalLocalModelOutput"):
-        from longdoc import modeling
+        from longdoc.model import modeling
 
         return getattr(modeling, name)
     raise AttributeError(f"module 'longdoc' has no attribute {name!r}")

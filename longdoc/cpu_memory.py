@@ -4,7 +4,7 @@ At 4k tokens every attention layer works on tensors of 40-100 MB. glibc returns 
 kernel when they are freed, so each new one is mapped and faulted in afresh: measured here, that
 makes an add or a softmax 3-4x slower than on reused memory, and a forward+backward spends a third
 of its time in the kernel. The inference path of the encoder reuses its buffers itself
-(longdoc.attention.Workspace); training cannot (autograd keeps what it needs), so the process's
+(longdoc.model.attention.Workspace); training cannot (autograd keeps what it needs), so the process's
 allocator matters:
 
 - "jemalloc": preload jemalloc with freed pages kept mapped (dirty and muzzy decay off). No page

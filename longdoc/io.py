@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from longdoc.errors import InputError
-from longdoc.text import decode_text
+from longdoc.data.text import decode_text
 
 
 def _read_bytes(path: Path) -> bytes:

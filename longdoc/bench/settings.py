@@ -6,7 +6,7 @@ process that receives its `Job` on stdin.
 
 from dataclasses import asdict, dataclass, field, replace
 
-from longdoc.config import PRESETS
+from longdoc.model.config import PRESETS
 
 FORWARD = "forward"
 TRAIN = "forward+backward"

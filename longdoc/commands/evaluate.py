@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from longdoc.errors import InputError
-from longdoc.tables import markdown_table
+from longdoc.evaluate.tables import markdown_table
 from longdoc.tasks import REGISTRY
 
 HELP = "score an official prediction file against its gold file with the task's official metric"
@@ -41,7 +41,7 @@ def _task_options(args) -> dict[str, int]:
 
 
 def run(args) -> int:
-    from longdoc.leaderboard import task_metric, write_metrics_json
+    from longdoc.evaluate.leaderboard import task_metric, write_metrics_json
 
     options = _task_options(args)
     if (args.split or args.model) and not args.out:

@@ -14,7 +14,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from longdoc.leaderboard import build_leaderboards, find_runs, leaderboards_json, leaderboards_markdown
+    from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, leaderboards_json, leaderboards_markdown
 
     runs = find_runs(args.paths)
     if not runs:

@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from longdoc.lift import LiftOptions, lift
+    from longdoc.convert.lift import LiftOptions, lift
 
     options = LiftOptions(
         positions=args.positions,

@@ -28,7 +28,7 @@ from typing import Any
 
 from longdoc.errors import InputError
 from longdoc.io import read_json
-from longdoc.rouge import rouge_l
+from longdoc.evaluate.rouge import rouge_l
 
 OFFICIAL_KEYS = (
     "em", "f1", "prec", "recall",

@@ -15,10 +15,10 @@ import os
 import re
 from typing import Iterator
 
-from longdoc.examples import Document, Paragraph, Span, StructuredExample, TextSpan
+from longdoc.data.examples import Document, Paragraph, Span, StructuredExample, TextSpan
 from longdoc.errors import InputError
 from longdoc.io import read_json
-from longdoc.records import RecordFields
+from longdoc.data.records import RecordFields
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:

@@ -13,7 +13,7 @@ rule; the function each rule comes from is named where it is applied. In short:
   predictions scoring at least that much; precision, recall and F1 are computed at each, and the
   best-F1 threshold and the best recall at precision >= 0.5, 0.75, 0.9 are reported.
 
-The ROUGE-L figures (longdoc.rouge: rouge-score's rougeL F-measure, not part of the official output) give
+The ROUGE-L figures (longdoc.evaluate.rouge: rouge-score's rougeL F-measure, not part of the official output) give
 partial credit where the official metric gives 0 or 1: the short-answer text is the predicted
 span set's non-HTML document tokens (or "yes"/"no"), compared with each annotator's; the best
 match is the example's credit. Precision, recall and F1 then follow the official counting of
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from longdoc.errors import InputError
-from longdoc.rouge import rouge_l
+from longdoc.evaluate.rouge import rouge_l
 from longdoc.tasks.nq.gold import Document, GoldExample, iter_gold
 from longdoc.tasks.nq.predictions import Prediction, read_predictions
 from longdoc.tasks.nq.spans import AnswerLabel, spans_equal, span_sets_equal

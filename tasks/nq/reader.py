@@ -13,9 +13,9 @@ offsets; `token_char_spans` maps them to characters).
 import os
 from typing import Iterator
 
-from longdoc.examples import Document, Paragraph, Span, StructuredExample, TextSpan
+from longdoc.data.examples import Document, Paragraph, Span, StructuredExample, TextSpan
 from longdoc.io import iter_jsonl
-from longdoc.records import RecordFields
+from longdoc.data.records import RecordFields
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:

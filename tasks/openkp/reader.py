@@ -11,9 +11,9 @@ import json
 import os
 from typing import Iterator
 
-from longdoc.examples import Document, DomNode, StructuredExample, TextSpan
+from longdoc.data.examples import Document, DomNode, StructuredExample, TextSpan
 from longdoc.io import iter_jsonl
-from longdoc.records import RecordFields
+from longdoc.data.records import RecordFields
 from longdoc.tasks.nq.reader import token_char_spans
 
 VISUAL_FEATURE_SIZE = 20

@@ -1,7 +1,7 @@
 """WikiHop (QAngaroo v1.1) reader: the official JSON file (a list of examples) -> `StructuredExample`s.
 
 The question is the query as given ("relation subject", e.g. "country sms braunschweig"). Each
-support is one document, split into paragraphs and sentences by `longdoc.text`'s plain-text rules.
+support is one document, split into paragraphs and sentences by `longdoc.data.text`'s plain-text rules.
 Candidate mentions (the rule, as in ETC's WikiHop construction, which links mention tokens to
 candidate globals): every case-insensitive occurrence of the candidate string in a support that is
 not preceded or followed by a word character (letter, digit or underscore), so "italy" is found in
@@ -15,9 +15,9 @@ import re
 from typing import Iterator
 
 from longdoc.errors import InputError
-from longdoc.examples import Candidate, Document, StructuredExample, TextSpan
+from longdoc.data.examples import Candidate, Document, StructuredExample, TextSpan
 from longdoc.io import read_json
-from longdoc.records import RecordFields
+from longdoc.data.records import RecordFields
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:

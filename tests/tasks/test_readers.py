@@ -9,14 +9,14 @@ from functools import lru_cache
 import pytest
 
 from longdoc.errors import InputError
-from longdoc.features import FeatureSettings, build_features
-from longdoc.pretrained import default_tokenizer
-from longdoc.spans import char_span_to_token_span, token_span_to_char_span
+from longdoc.data.features import FeatureSettings, build_features
+from longdoc.convert.pretrained import default_tokenizer
+from longdoc.data.spans import char_span_to_token_span, token_span_to_char_span
 from longdoc.tasks.hotpotqa.reader import read_examples as read_hotpotqa
 from longdoc.tasks.nq.reader import read_examples as read_nq
 from longdoc.tasks.openkp.reader import read_examples as read_openkp
 from longdoc.tasks.wikihop.reader import read_examples as read_wikihop
-from tests.token_text import check_offsets, small_bpe_tokenizer
+from tests.data.token_text import check_offsets, small_bpe_tokenizer
 
 FILES = {
     "hotpotqa": (read_hotpotqa, ["hotpotqa/hotpot_dev_distractor_v1.first53.json"]),

@@ -1,0 +1,1 @@
+"""From documents to model inputs: examples, text splitting, windows, features, spans, batching, the feature cache."""

@@ -1,0 +1,417 @@
+"""Structured example -> encoder features: long and global ids, structure ids, masks, offsets, windows.
+
+Construction (ETC, Ainslie et al. 2020, sections 3 and 4; DESIGN section 4):
+
+Long input, per window: `[CLS] question [SEP] document tokens of the window [SEP]`. Documents
+follow each other in order; every window repeats [CLS], the question and [SEP] (ETC NQ).
+
+Global input, per window, in this order:
+- CLS: the tokenizer's [CLS] id; sees all long tokens (`global_sees_all`).
+- QUESTION: one per question wordpiece, with that wordpiece's id; sees all.
+- CANDIDATE: one per answer candidate (WikiHop), every window; sees all. The long tokens of a
+  candidate's mentions point to it through `mention_ids` (longest mention wins where mentions
+  overlap; ties go to the earlier candidate).
+- then the structure tokens, each placed where its first long token in the window is, so globals
+  follow the long tokens they own: PARAGRAPH (one per paragraph), SENTENCE (one per sentence),
+  DOM_NODE (one per visual DOM node, with its feature vector in `global_features`).
+Input ids of non-question globals are kind markers (`GlobalMarkers`): BERT's [unused0..3] when
+the vocabulary has them, otherwise distinct special tokens of the tokenizer (see `from_tokenizer`).
+Global token types: 0 for CLS and question globals (like the question's long tokens), 1 for the
+rest; kinds are told apart by their marker ids, so two types keep BERT's type table usable.
+
+`sentence_ids` (the "belongs to" link): a question long token points to its question global,
+[CLS] and [SEP] to the CLS global, a document token to its most specific kept owner: its DOM node
+(the smallest containing one), else its sentence, else its paragraph (title tokens and tokens
+between sentences belong to the paragraph token), else -1.
+`long_paragraph_ids`: 0 for the [CLS] question [SEP] prefix (and the final [SEP]); then each run of
+document tokens in the same paragraph, or in the same gap between paragraphs, gets the next id.
+`global_paragraph_ids`: 0 for CLS, question and candidate globals; a structure global gets the id
+of its first long token.
+
+Limits: the question keeps at most `max_question_len` wordpieces; the document part of the long
+input is windowed by `longdoc.data.windows.plan_windows` with overlap `stride` (never inside a character); when a window needs more
+globals than `global_max_len`, candidates past the budget and then structure globals in long order
+are dropped (a dropped owner's tokens fall back to the next kept owner). Every drop is warned about
+with counts. Tokenisation is done piece by piece between structure boundaries, so no token
+straddles a sentence, paragraph, mention or DOM node boundary. Offsets exclude whitespace at a
+token's ends (byte-level BPE tokens carry their leading space), except for whitespace-only tokens.
+"""
+
+import bisect
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass
+from enum import IntEnum
+
+from longdoc.errors import InputError
+from longdoc.data.examples import StructuredExample
+from longdoc.data.spans import SOURCE_NONE, SOURCE_QUESTION
+from longdoc.data.windows import plan_windows
+
+MODEL_INPUT_NAMES = (
+    "long_input_ids", "global_input_ids", "long_attention_mask", "global_attention_mask",
+    "long_token_type_ids", "global_token_type_ids", "sentence_ids", "mention_ids",
+    "long_paragraph_ids", "global_paragraph_ids", "global_sees_all", "global_features",
+)
+
+
+class GlobalKind(IntEnum):
+    CLS = 0
+    QUESTION = 1
+    CANDIDATE = 2
+    PARAGRAPH = 3
+    SENTENCE = 4
+    DOM_NODE = 5
+
+
+@dataclass(frozen=True)
+class GlobalMarkers:
+    """Input ids of the paragraph, sentence, candidate and DOM-node global tokens."""
+
+    paragraph: int
+    sentence: int
+    candidate: int
+    dom_node: int
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> "GlobalMarkers":
+        """[unused0..3] (BERT WordPiece vocabularies) when present; otherwise the first four distinct
+        ids among the tokenizer's additional special tokens and then sep/eos, mask, unk, pad (for
+        RoBERTa-style BPE: </s>, <mask>, <unk>, <pad>), never the [CLS]/<s> id that CLS globals use."""
+        vocab = tokenizer.get_vocab()
+        unused = [vocab.get(f"[unused{i}]") for i in range(4)]
+        if all(i is not None for i in unused):
+            return cls(*unused)
+        candidates = [tokenizer.convert_tokens_to_ids(t) for t in _additional_special_tokens(tokenizer)]
+        candidates += [tokenizer.sep_token_id, tokenizer.eos_token_id, tokenizer.mask_token_id,
+                       tokenizer.unk_token_id, tokenizer.pad_token_id]
+        chosen = []
+        for token_id in candidates:
+            if token_id is not None and token_id != _cls_id(tokenizer) and token_id not in chosen:
+                chosen.append(token_id)
+        if len(chosen) < 4:
+            raise ValueError(
+                f"tokenizer {type(tokenizer).__name__} has no [unused0..3] and fewer than 4 distinct special "
+                "tokens for global markers; add special tokens or pass GlobalMarkers explicitly"
+            )
+        return cls(*chosen[:4])
+
+
+@dataclass(frozen=True)
+class FeatureSettings:
+    """Lengths of one encoder input. `stride`: overlap in tokens between consecutive windows."""
+
+    long_max_len: int
+    global_max_len: int
+    stride: int = 0
+    max_question_len: int = 64
+    global_feature_size: int = 0
+
+    def __post_init__(self):
+        if self.max_question_len < 0:
+            raise ValueError(f"max_question_len must be >= 0, got {self.max_question_len}")
+        if self.long_max_len < self.max_question_len + 4:
+            raise ValueError(
+                f"long_max_len ({self.long_max_len}) must leave room for [CLS], {self.max_question_len} question "
+                "tokens, two [SEP] and one document token (max_question_len + 4)"
+            )
+        if self.global_max_len < self.max_question_len + 1:
+            raise ValueError(
+                f"global_max_len ({self.global_max_len}) must hold CLS and max_question_len "
+                f"({self.max_question_len}) question globals"
+            )
+        # The shortest window (longest question) must still advance past its overlap.
+        shortest_window = self.long_max_len - self.max_question_len - 3
+        if not 0 <= self.stride < shortest_window:
+            raise ValueError(
+                f"stride must be in [0, {shortest_window}) (long_max_len - max_question_len - 3), got {self.stride}"
+            )
+
+
+@dataclass
+class Features:
+    """One window of one example, unpadded (`longdoc.data.batching.collate_features` pads a batch).
+
+    Keys named as `GlobalLocalModel.forward` arguments are model inputs (`MODEL_INPUT_NAMES`);
+    the rest is bookkeeping: `long_offsets` [L, 2] character [start, end) of each long token in
+    its source, `long_source_ids` [L] (document index, SOURCE_QUESTION or SOURCE_NONE),
+    `global_kinds` [G] (GlobalKind), `global_item_ids` [G] (question wordpiece / candidate /
+    flat paragraph / flat sentence / DOM node index, -1 for CLS), `window_start`/`window_end`
+    (this window's range in the example's document tokens).
+    """
+
+    example_id: str
+    window_index: int
+    window_start: int
+    window_end: int
+    long_input_ids: list[int]
+    long_attention_mask: list[int]
+    long_token_type_ids: list[int]
+    sentence_ids: list[int]
+    mention_ids: list[int]
+    long_paragraph_ids: list[int]
+    long_offsets: list[list[int]]
+    long_source_ids: list[int]
+    global_input_ids: list[int]
+    global_attention_mask: list[int]
+    global_token_type_ids: list[int]
+    global_paragraph_ids: list[int]
+    global_sees_all: list[bool]
+    global_kinds: list[int]
+    global_item_ids: list[int]
+    global_features: list[list[float]] | None = None
+
+    def to_dict(self) -> dict:
+        record = asdict(self)
+        if record["global_features"] is None:
+            del record["global_features"]
+        return record
+
+
+@dataclass
+class _DocumentTokens:
+    """The document tokens of a whole example, concatenated over documents, with their owners."""
+
+    ids: list[int]
+    offsets: list[list[int]]
+    sources: list[int]
+    paragraph: list[int]  # flat paragraph index or -1
+    sentence: list[int]  # flat sentence index or -1
+    dom_node: list[int]  # DOM node index or -1
+    mention: list[int]  # candidate index or -1
+    segment: list[int]  # long_paragraph_ids value
+
+
+def build_features(
+    example: StructuredExample, tokenizer, settings: FeatureSettings, markers: GlobalMarkers | None = None
+) -> list[Features]:
+    """The features of every window of `example` (one window when the documents fit)."""
+    example.validate()
+    markers = markers or GlobalMarkers.from_tokenizer(tokenizer)
+    _check_dom_features(example, settings.global_feature_size)
+    question = tokenizer(example.question, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    question_ids = question["input_ids"]
+    question_offsets = [_trimmed(example.question, s, e) for s, e in question["offset_mapping"]]
+    if len(question_ids) > settings.max_question_len:
+        warnings.warn(
+            f"example {example.id!r}: question truncated from {len(question_ids)} to {settings.max_question_len} "
+            "wordpieces (max_question_len)", stacklevel=2,
+        )
+        question_ids = question_ids[: settings.max_question_len]
+        question_offsets = question_offsets[: settings.max_question_len]
+    documents = _tokenize_documents(example, tokenizer)
+    dropped: Counter = Counter()
+    # The window takes all room the actual question leaves: long_max_len - [CLS] - question - 2 [SEP].
+    window_len = settings.long_max_len - len(question_ids) - 3
+
+    def can_cut(position: int) -> bool:
+        # Never between two tokens of one character (byte-level BPE splits a character's bytes).
+        return documents.offsets[position - 1][1] <= documents.offsets[position][0]
+
+    features = [
+        _window_features(example, settings, markers, tokenizer, question_ids, question_offsets, documents,
+                         index, window, dropped)
+        for index, window in enumerate(plan_windows(len(documents.ids), window_len, settings.stride, can_cut))
+    ]
+    if dropped:
+        counts = ", ".join(f"{count} {kind.name.lower()}" for kind, count in sorted(dropped.items()))
+        warnings.warn(
+            f"example {example.id!r}: global_max_len {settings.global_max_len} too small; dropped global tokens "
+            f"over {len(features)} window(s): {counts}", stacklevel=2,
+        )
+    return features
+
+
+def _window_features(example, settings, markers, tokenizer, question_ids, question_offsets, documents,
+                     window_index, window, dropped) -> Features:
+    cls_id, sep_id = _cls_id(tokenizer), _sep_id(tokenizer)
+    num_question = len(question_ids)
+    # --- global tokens: CLS, question, candidates, then structure in long order
+    kinds = [GlobalKind.CLS] + [GlobalKind.QUESTION] * num_question
+    items = [-1] + list(range(num_question))
+    global_ids = [cls_id] + list(question_ids)
+    global_segments = [0] * (1 + num_question)
+    budget = settings.global_max_len - len(kinds)
+    kept_candidates = min(len(example.candidates), budget)
+    if kept_candidates < len(example.candidates):
+        dropped[GlobalKind.CANDIDATE] += len(example.candidates) - kept_candidates
+    candidate_global = {}
+    for c in range(kept_candidates):
+        candidate_global[c] = len(kinds)
+        kinds.append(GlobalKind.CANDIDATE), items.append(c), global_ids.append(markers.candidate)
+        global_segments.append(0)
+    budget -= kept_candidates
+
+    structure_global: dict[tuple[GlobalKind, int], int] = {}
+    seen: set[tuple[GlobalKind, int]] = set()
+    marker_of = {GlobalKind.PARAGRAPH: markers.paragraph, GlobalKind.SENTENCE: markers.sentence,
+                 GlobalKind.DOM_NODE: markers.dom_node}
+    for t in range(window.start, window.end):
+        for kind, item in ((GlobalKind.PARAGRAPH, documents.paragraph[t]), (GlobalKind.SENTENCE, documents.sentence[t]),
+                           (GlobalKind.DOM_NODE, documents.dom_node[t])):
+            if item < 0 or (kind, item) in seen:
+                continue
+            seen.add((kind, item))
+            if budget == 0:
+                dropped[kind] += 1
+                continue
+            budget -= 1
+            structure_global[(kind, item)] = len(kinds)
+            kinds.append(kind), items.append(item), global_ids.append(marker_of[kind])
+            global_segments.append(documents.segment[t])
+
+    # --- long tokens: [CLS] question [SEP] window [SEP]
+    doc = range(window.start, window.end)
+    long_ids = [cls_id, *question_ids, sep_id, *(documents.ids[t] for t in doc), sep_id]
+    owners = [0, *(1 + q for q in range(num_question)), 0]
+    for t in doc:
+        owner = -1
+        for key in ((GlobalKind.DOM_NODE, documents.dom_node[t]), (GlobalKind.SENTENCE, documents.sentence[t]),
+                    (GlobalKind.PARAGRAPH, documents.paragraph[t])):
+            if key in structure_global:
+                owner = structure_global[key]
+                break
+        owners.append(owner)
+    owners.append(0)
+    prefix = 2 + num_question
+    none = [SOURCE_NONE]
+    features = Features(
+        example_id=example.id,
+        window_index=window_index,
+        window_start=window.start,
+        window_end=window.end,
+        long_input_ids=long_ids,
+        long_attention_mask=[1] * len(long_ids),
+        long_token_type_ids=[0] * prefix + [1] * (len(doc) + 1),
+        sentence_ids=owners,
+        mention_ids=[-1] * prefix + [candidate_global.get(documents.mention[t], -1) for t in doc] + [-1],
+        long_paragraph_ids=[0] * prefix + [documents.segment[t] for t in doc] + [0],
+        long_offsets=[[-1, -1], *question_offsets, [-1, -1], *(documents.offsets[t] for t in doc),
+                      [-1, -1]],
+        long_source_ids=none + [SOURCE_QUESTION] * num_question + none + [documents.sources[t] for t in doc] + none,
+        global_input_ids=global_ids,
+        global_attention_mask=[1] * len(global_ids),
+        global_token_type_ids=[0 if k in (GlobalKind.CLS, GlobalKind.QUESTION) else 1 for k in kinds],
+        global_paragraph_ids=global_segments,
+        global_sees_all=[k in (GlobalKind.CLS, GlobalKind.QUESTION, GlobalKind.CANDIDATE) for k in kinds],
+        global_kinds=[int(k) for k in kinds],
+        global_item_ids=items,
+    )
+    if settings.global_feature_size:
+        zeros = [0.0] * settings.global_feature_size
+        features.global_features = [
+            [float(v) for v in example.dom_nodes[item].features] if kind == GlobalKind.DOM_NODE else zeros
+            for kind, item in zip(kinds, items)
+        ]
+    return features
+
+
+def _tokenize_documents(example: StructuredExample, tokenizer) -> _DocumentTokens:
+    out = _DocumentTokens([], [], [], [], [], [], [], [])
+    paragraph_base = sentence_base = 0
+    segment, previous_region = 0, None
+    for d, document in enumerate(example.documents):
+        text = document.text
+        spans_here = _structure_spans(example, d)
+        cuts = sorted({0, len(text), *(point for start, end in spans_here for point in (start, end))})
+        pieces = [(a, b) for a, b in zip(cuts, cuts[1:]) if not text[a:b].isspace()]
+        # verbose=False: pieces longer than the tokenizer's own limit are fine, windows handle length.
+        encoded = (tokenizer([text[a:b] for a, b in pieces], add_special_tokens=False, return_offsets_mapping=True,
+                             verbose=False)
+                   if pieces else {"input_ids": [], "offset_mapping": []})
+        first_token = len(out.ids)
+        for (a, _), ids, offsets in zip(pieces, encoded["input_ids"], encoded["offset_mapping"]):
+            out.ids.extend(ids)
+            out.offsets.extend(_trimmed(text, a + s, a + e) for s, e in offsets)
+        count = len(out.ids) - first_token
+        out.sources.extend([d] * count)
+        starts = [out.offsets[first_token + i][0] for i in range(count)]
+
+        def token_range(start: int, end: int) -> range:
+            return range(first_token + bisect.bisect_left(starts, start), first_token + bisect.bisect_left(starts, end))
+
+        paragraph, sentence = [-1] * count, [-1] * count
+        for p, par in enumerate(document.paragraphs):
+            for t in token_range(par.span.start, par.span.end):
+                paragraph[t - first_token] = paragraph_base + p
+            for s, sen in enumerate(par.sentences):
+                for t in token_range(sen.start, sen.end):
+                    sentence[t - first_token] = sentence_base + s
+            sentence_base += len(par.sentences)
+        paragraph_base += len(document.paragraphs)
+        dom_node, mention = [-1] * count, [-1] * count
+        # Smallest DOM node wins: assign larger nodes first so smaller ones overwrite them.
+        nodes = [(n, node.span) for n, node in enumerate(example.dom_nodes) if node.span.document == d]
+        for n, span in sorted(nodes, key=lambda item: item[1].start - item[1].end):
+            for t in token_range(span.start, span.end):
+                dom_node[t - first_token] = n
+        # Longest mention wins, ties to the earlier candidate: assign in the reverse of that order.
+        mentions = [(c, m) for c, cand in enumerate(example.candidates) for m in cand.mentions if m.document == d]
+        for c, span in sorted(mentions, key=lambda item: (item[1].end - item[1].start, -item[0])):
+            for t in token_range(span.start, span.end):
+                mention[t - first_token] = c
+        for t in range(count):
+            region = (d, paragraph[t]) if paragraph[t] >= 0 else (d, "gap", _gap_index(document, starts[t]))
+            if region != previous_region:
+                segment, previous_region = segment + 1, region
+            out.segment.append(segment)
+        out.paragraph.extend(paragraph), out.sentence.extend(sentence)
+        out.dom_node.extend(dom_node), out.mention.extend(mention)
+    return out
+
+
+def _trimmed(text: str, start: int, end: int) -> list[int]:
+    """Offsets without the whitespace a token may carry (byte-level BPE's leading space), unless the
+    token is only whitespace; so an answer span maps back without stray spaces."""
+    stripped_start, stripped_end = start, end
+    while stripped_start < stripped_end and text[stripped_start].isspace():
+        stripped_start += 1
+    while stripped_end > stripped_start and text[stripped_end - 1].isspace():
+        stripped_end -= 1
+    return [stripped_start, stripped_end] if stripped_start < stripped_end else [start, end]
+
+
+def _structure_spans(example: StructuredExample, d: int) -> list[tuple[int, int]]:
+    """Every boundary the tokenizer must not cross in document d."""
+    spans = []
+    for paragraph in example.documents[d].paragraphs:
+        spans.append((paragraph.span.start, paragraph.span.end))
+        if paragraph.title is not None:
+            spans.append((paragraph.title.start, paragraph.title.end))
+        spans.extend((s.start, s.end) for s in paragraph.sentences)
+    spans.extend((n.span.start, n.span.end) for n in example.dom_nodes if n.span.document == d)
+    spans.extend((m.start, m.end) for c in example.candidates for m in c.mentions if m.document == d)
+    return spans
+
+
+def _gap_index(document, char: int) -> int:
+    """How many paragraphs start before `char`: tells the gaps between paragraphs apart."""
+    return sum(p.span.start <= char for p in document.paragraphs)
+
+
+def _check_dom_features(example: StructuredExample, size: int) -> None:
+    for n, node in enumerate(example.dom_nodes):
+        if len(node.features) != size:
+            raise InputError(
+                f"example {example.id!r}: field 'dom_nodes[{n}].features' has {len(node.features)} values, "
+                f"expected global_feature_size={size}"
+            )
+
+
+def _additional_special_tokens(tokenizer) -> list[str]:
+    tokens = getattr(tokenizer, "additional_special_tokens", None) or []
+    return [t for t in tokens if isinstance(t, str)]
+
+
+def _cls_id(tokenizer) -> int:
+    token_id = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    if token_id is None:
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a cls nor a bos token")
+    return token_id
+
+
+def _sep_id(tokenizer) -> int:
+    token_id = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    if token_id is None:
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} has neither a sep nor an eos token")
+    return token_id

@@ -1,0 +1,1 @@
+"""Evaluation around the official metrics: the leaderboard, ROUGE, tables."""

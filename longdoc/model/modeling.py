@@ -1,0 +1,222 @@
+"""GlobalLocalModel: embeddings, layers and encoder of the ETC-style global-local transformer.
+
+One readable path from ids to hidden states: embeddings -> (pad the long input to whole blocks)
+-> side inputs from structure ids (once) -> layers (attention, feed-forward, norms; scores carried
+under residual attention) -> unpad. Attention itself lives in longdoc/model/attention.py, masks and
+relative ids in longdoc/model/side_inputs.py, argument checks in longdoc/model/inputs.py.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.utils import ModelOutput
+
+from longdoc.model.attention import AttentionCarry, GlobalLocalAttention, Workspace
+from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.inputs import check_and_collect
+from longdoc.model.side_inputs import SideInputs, build_side_inputs
+
+
+@dataclass
+class GlobalLocalModelOutput(ModelOutput):
+    """long_hidden_state [B, L, H] and global_hidden_state [B, G, H] (G = 0 without global tokens)."""
+
+    long_hidden_state: Tensor | None = None
+    global_hidden_state: Tensor | None = None
+
+
+class GlobalLocalEmbeddings(nn.Module):
+    """Word + token type (+ absolute position) embeddings, shared by the long and global inputs;
+    global tokens may add a projected feature vector (OpenKP's visual features)."""
+
+    def __init__(self, config: GlobalLocalConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.position_embeddings = (
+            nn.Embedding(config.max_position_embeddings, config.hidden_size) if config.uses_absolute_positions else None
+        )
+        self.global_feature_projection = (
+            nn.Linear(config.global_feature_size, config.hidden_size) if config.global_feature_size else None
+        )
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, features: Tensor | None = None) -> Tensor:
+        embeddings = self.word_embeddings(input_ids)
+        if token_type_ids is None:
+            embeddings = embeddings + self.token_type_embeddings.weight[0]
+        else:
+            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        if self.position_embeddings is not None:
+            embeddings = embeddings + self.position_embeddings.weight[: input_ids.shape[1]]
+        if features is not None:
+            embeddings = embeddings + self.global_feature_projection(features.to(embeddings.dtype))
+        return self.dropout(self.layer_norm(embeddings))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: GlobalLocalConfig):
+        super().__init__()
+        self.intermediate = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.output = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.output(self.activation(self.intermediate(hidden)))
+
+
+class GlobalLocalLayer(GradientCheckpointingLayer):
+    """Attention then feed-forward for both streams; post-LN (BERT, RealFormer) or pre-LN."""
+
+    def __init__(self, config: GlobalLocalConfig):
+        super().__init__()
+        hidden, eps = config.hidden_size, config.layer_norm_eps
+        self.pre_layer_norm = config.pre_layer_norm
+        self.attention = GlobalLocalAttention(config)
+        self.long_attention_norm = nn.LayerNorm(hidden, eps=eps)
+        self.global_attention_norm = nn.LayerNorm(hidden, eps=eps)
+        self.long_feed_forward = FeedForward(config)
+        self.global_feed_forward = None if config.share_feed_forward else FeedForward(config)
+        self.long_output_norm = nn.LayerNorm(hidden, eps=eps)
+        self.global_output_norm = nn.LayerNorm(hidden, eps=eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        long_hidden: Tensor,
+        global_hidden: Tensor,
+        side: SideInputs,
+        carry: AttentionCarry | None,
+        layer_number: int,
+        workspace: Workspace | None = None,
+    ) -> tuple[Tensor, Tensor, AttentionCarry]:
+        global_feed_forward = self.global_feed_forward or self.long_feed_forward
+        if self.pre_layer_norm:
+            long_attended, global_attended, carry = self.attention(
+                self.long_attention_norm(long_hidden), self.global_attention_norm(global_hidden),
+                side, carry, layer_number, workspace,
+            )
+            long_hidden = long_hidden + self.dropout(long_attended)
+            global_hidden = global_hidden + self.dropout(global_attended)
+            long_hidden = long_hidden + self.dropout(self.long_feed_forward(self.long_output_norm(long_hidden)))
+            global_hidden = global_hidden + self.dropout(global_feed_forward(self.global_output_norm(global_hidden)))
+        else:
+            long_attended, global_attended, carry = self.attention(
+                long_hidden, global_hidden, side, carry, layer_number, workspace
+            )
+            long_hidden = self.long_attention_norm(long_hidden + self.dropout(long_attended))
+            global_hidden = self.global_attention_norm(global_hidden + self.dropout(global_attended))
+            long_hidden = self.long_output_norm(long_hidden + self.dropout(self.long_feed_forward(long_hidden)))
+            global_hidden = self.global_output_norm(global_hidden + self.dropout(global_feed_forward(global_hidden)))
+        return long_hidden, global_hidden, carry
+
+
+class GlobalLocalEncoder(nn.Module):
+    def __init__(self, config: GlobalLocalConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(GlobalLocalLayer(config) for _ in range(config.num_hidden_layers))
+        # Pre-LN leaves the residual stream unnormalised: one final norm per stream.
+        self.final_long_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
+        self.final_global_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
+
+    def forward(self, long_hidden: Tensor, global_hidden: Tensor, side: SideInputs) -> tuple[Tensor, Tensor]:
+        carry = None
+        # Without autograd, big buffers pass from layer to layer instead of being allocated afresh.
+        workspace = None if torch.is_grad_enabled() else Workspace()
+        for number, layer in enumerate(self.layers, start=1):
+            long_hidden, global_hidden, carry = layer(long_hidden, global_hidden, side, carry, number, workspace)
+        if self.final_long_norm is not None:
+            long_hidden = self.final_long_norm(long_hidden)
+            global_hidden = self.final_global_norm(global_hidden)
+        return long_hidden, global_hidden
+
+
+class GlobalLocalPreTrainedModel(PreTrainedModel):
+    config_class = GlobalLocalConfig
+    base_model_prefix = "global_local"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["GlobalLocalLayer"]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, GlobalLocalAttention):
+            for name, parameter in module.named_parameters(recurse=False):
+                if "relative" in name:
+                    init.normal_(parameter, mean=0.0, std=self.config.initializer_range)
+                elif "talking_heads" in name:
+                    init.eye_(parameter)
+
+
+class GlobalLocalModel(GlobalLocalPreTrainedModel):
+    """The ETC-style global-local encoder. See `forward` for the inputs."""
+
+    def __init__(self, config: GlobalLocalConfig):
+        super().__init__(config)
+        self.embeddings = GlobalLocalEmbeddings(config)
+        self.encoder = GlobalLocalEncoder(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.word_embeddings = value
+
+    def forward(
+        self,
+        long_input_ids: Tensor,
+        global_input_ids: Tensor | None = None,
+        long_attention_mask: Tensor | None = None,
+        global_attention_mask: Tensor | None = None,
+        long_token_type_ids: Tensor | None = None,
+        global_token_type_ids: Tensor | None = None,
+        sentence_ids: Tensor | None = None,
+        mention_ids: Tensor | None = None,
+        long_paragraph_ids: Tensor | None = None,
+        global_paragraph_ids: Tensor | None = None,
+        global_sees_all: Tensor | None = None,
+        global_features: Tensor | None = None,
+    ) -> GlobalLocalModelOutput:
+        """
+        long_input_ids [B, L]; global_input_ids [B, G] or None (no global tokens);
+        long_attention_mask [B, L] and global_attention_mask [B, G]: 1 for tokens, 0 for padding;
+        long_token_type_ids [B, L], global_token_type_ids [B, G];
+        sentence_ids [B, L]: the global token each long token belongs to (-1: none);
+        mention_ids [B, L]: a second linked global token, e.g. the candidate a mention names (-1: none);
+        long_paragraph_ids [B, L], global_paragraph_ids [B, G]: paragraph of each token;
+        global_sees_all [B, G] bool: global tokens exempt from hard g2l (CLS, question, candidates);
+        global_features [B, G, global_feature_size]: per-global-token features added to the embedding.
+        """
+        config = self.config
+        structure = check_and_collect(
+            config, long_input_ids, global_input_ids, long_attention_mask, global_attention_mask,
+            long_token_type_ids, global_token_type_ids, sentence_ids, mention_ids,
+            long_paragraph_ids, global_paragraph_ids, global_sees_all, global_features,
+        )
+        batch, length = long_input_ids.shape
+        long_hidden = self.embeddings(long_input_ids, long_token_type_ids)
+        if global_input_ids is None:
+            global_hidden = long_hidden.new_zeros(batch, 0, config.hidden_size)
+        else:
+            global_hidden = self.embeddings(global_input_ids, global_token_type_ids, global_features)
+
+        side = build_side_inputs(
+            structure,
+            local_radius=config.local_radius,
+            max_relative_distance=config.max_relative_distance if config.uses_relative_positions else None,
+            hard_g2l=config.hard_g2l,
+            hard_l2g=config.hard_l2g,
+            local_attention_within_paragraph=config.local_attention_within_paragraph,
+            dtype=long_hidden.dtype,
+        )
+        # Whole blocks inside the encoder; padded positions are masked as keys and cut off below.
+        long_hidden = F.pad(long_hidden, (0, 0, 0, side.padded_length - length))
+        long_hidden, global_hidden = self.encoder(long_hidden, global_hidden, side)
+        return GlobalLocalModelOutput(long_hidden_state=long_hidden[:, :length], global_hidden_state=global_hidden)
