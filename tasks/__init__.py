@@ -1,25 +1,104 @@
-"""The datasets longdoc knows, one package each under tasks/ (installed as longdoc.tasks).
+"""The datasets longdoc knows: one package per dataset under tasks/ (installed as longdoc.tasks).
 
-Every task package has the same parts, each in its own module:
-  reader.py   official file -> examples
-  metric.py   the official metric: `evaluate_files(gold_path, pred_path, **options) -> dict`
-(features, head and decode join them as the task pipelines land). The registry below is the one
-place that names them: adding a dataset means adding a package and a line here.
+Each package's `__init__.py` defines `TASK`, a `Task` record that names the package's parts:
+
+  reader    official file -> examples            `read_examples(path) -> Iterator[StructuredExample]`
+  metric    the official metric                  `evaluate_files(gold_path, pred_path, **options) -> dict`
+  features  examples -> model inputs (+ labels)  see `Task.features`
+  model     encoder + heads + loss               a `TaskModel` subclass (longdoc.model.task_model)
+  decode    logits -> official prediction file   see `Task.decode`
+  configs   published and CPU hyperparameters    a folder of JSON files
+
+Parts are named by module path and imported on first use (`Task.load`), so listing the tasks, as
+`longdoc --help` does, never imports torch. The registry finds the packages under tasks/ by name
+(nothing is imported until a task is asked for) and takes further tasks through `register`;
+adding a dataset means adding one package here and nothing else.
 """
 
 import importlib
-from types import ModuleType
-
-REGISTRY = {
-    "hotpotqa": "longdoc.tasks.hotpotqa",
-    "wikihop": "longdoc.tasks.wikihop",
-    "nq": "longdoc.tasks.nq",
-    "openkp": "longdoc.tasks.openkp",
-}
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 
-def get_task(name: str) -> ModuleType:
-    """The task package registered under `name`."""
-    if name not in REGISTRY:
-        raise KeyError(f"unknown task {name!r}; known tasks: {', '.join(REGISTRY)}")
-    return importlib.import_module(REGISTRY[name])
+@dataclass(frozen=True)
+class MetricOption:
+    """One option of a task's official metric, offered as `--NAME` by `longdoc evaluate TASK`."""
+
+    name: str  # the keyword of evaluate_files, e.g. long_non_null_threshold
+    type: type
+    default: Any
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Task:
+    """Everything the library and the command line know about one dataset."""
+
+    name: str
+    description: str  # one line, for --help
+    reader: str  # module path
+    metric: str  # module path
+    headline_metric: str  # the key the leaderboard ranks by
+    reference_rows: tuple[dict, ...] = ()  # published figures: {"name", "source", "metrics": {key: value}}
+    metric_options: tuple[MetricOption, ...] = ()
+    # The pipeline, as each task's lands (None: this task cannot be trained or predicted yet).
+    features: str | None = None  # module path
+    model: str | None = None  # "module.path:ClassName"
+    decode: str | None = None  # module path
+    configs: Path | None = None  # folder of shipped hyperparameter files (name.json)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def load(self, part: str):
+        """The module (or `module:attribute`) a part names, imported now."""
+        reference = getattr(self, part)
+        if reference is None:
+            raise LookupError(f"task {self.name!r} has no {part} yet")
+        module_name, _, attribute = reference.partition(":")
+        module = importlib.import_module(module_name)
+        return getattr(module, attribute) if attribute else module
+
+    def metric_defaults(self) -> dict[str, Any]:
+        return {option.name: option.default for option in self.metric_options}
+
+
+_registered: dict[str, Task] = {}
+
+
+def register(task: Task) -> Task:
+    """Add a task to the registry; a name already taken is an error."""
+    if task.name in _registered:
+        raise ValueError(f"a task named {task.name!r} is already registered")
+    _registered[task.name] = task
+    return task
+
+
+def _builtin_names() -> list[str]:
+    return sorted(module.name for module in pkgutil.iter_modules(__path__) if module.ispkg)
+
+
+def _load_builtins() -> None:
+    for name in _builtin_names():
+        if name not in _registered:
+            task = importlib.import_module(f"{__name__}.{name}").TASK
+            if task.name != name:
+                raise ValueError(f"tasks/{name}/__init__.py registers a task named {task.name!r}; use {name!r}")
+            register(task)
+
+
+def task_names() -> list[str]:
+    _load_builtins()
+    return list(_registered)
+
+
+def get_task(name: str) -> Task:
+    """The task registered under `name`; a KeyError that lists the known names otherwise."""
+    _load_builtins()
+    if name not in _registered:
+        raise KeyError(f"unknown task {name!r}; known tasks: {', '.join(_registered)}")
+    return _registered[name]

@@ -6,47 +6,55 @@ from pathlib import Path
 
 from longdoc.errors import InputError
 from longdoc.evaluate.tables import markdown_table
-from longdoc.tasks import REGISTRY
+from longdoc.tasks import get_task, task_names
 
 HELP = "score an official prediction file against its gold file with the task's official metric"
 
-# The official NQ evaluation's default: a gold answer exists when at least 2 of 5 annotators gave one.
-NQ_DEFAULT_NON_NULL_THRESHOLD = 2
-_NQ_OPTIONS = ("long_non_null_threshold", "short_non_null_threshold")
+
+def _metric_options() -> dict[str, tuple]:
+    """Each metric option's flag, once, with the tasks that take it (from the Task records)."""
+    options: dict[str, tuple] = {}
+    for name in task_names():
+        for option in get_task(name).metric_options:
+            _, tasks = options.get(option.name, (option, ()))
+            options[option.name] = (option, tasks + (name,))
+    return options
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("task", metavar="TASK", choices=list(REGISTRY), help=f"one of: {', '.join(REGISTRY)}")
+    names = task_names()
+    parser.add_argument("task", metavar="TASK", choices=names, help=f"one of: {', '.join(names)}")
     parser.add_argument("--gold", required=True, type=Path, help="the official gold (dev) file")
     parser.add_argument("--pred", required=True, type=Path, help="the prediction file, in the official format")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the official key names")
-    parser.add_argument("--long-non-null-threshold", type=int, metavar="N",
-                        help=f"nq only: annotators needed for a gold long answer (default {NQ_DEFAULT_NON_NULL_THRESHOLD})")
-    parser.add_argument("--short-non-null-threshold", type=int, metavar="N",
-                        help=f"nq only: annotators needed for a gold short answer (default {NQ_DEFAULT_NON_NULL_THRESHOLD})")
+    for option, tasks in _metric_options().values():
+        parser.add_argument(option.flag, type=option.type, metavar=option.type.__name__.upper(),
+                            help=f"{', '.join(tasks)} only: {option.help} (default {option.default})")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="also write DIR/metrics.json, for `longdoc leaderboard`")
     parser.add_argument("--split", help="split name recorded in metrics.json (with --out)")
     parser.add_argument("--model", help="model name recorded in metrics.json (with --out)")
 
 
-def _task_options(args) -> dict[str, int]:
-    given = {name: getattr(args, name) for name in _NQ_OPTIONS if getattr(args, name) is not None}
-    if args.task != "nq":
-        if given:
-            flags = ", ".join("--" + name.replace("_", "-") for name in given)
-            raise InputError(f"{flags} applies to the nq task only, not {args.task}")
-        return {}
-    return {name: given.get(name, NQ_DEFAULT_NON_NULL_THRESHOLD) for name in _NQ_OPTIONS}
+def _task_options(args) -> dict:
+    """The chosen task's metric options: given on the command line, else the Task record's defaults."""
+    task = get_task(args.task)
+    own = {option.name for option in task.metric_options}
+    foreign = [option for option, _ in _metric_options().values()
+               if option.name not in own and getattr(args, option.name) is not None]
+    if foreign:
+        raise InputError(f"{', '.join(option.flag for option in foreign)} does not apply to the {args.task} task")
+    given = {name: getattr(args, name) for name in own if getattr(args, name) is not None}
+    return {**task.metric_defaults(), **given}
 
 
 def run(args) -> int:
-    from longdoc.evaluate.leaderboard import task_metric, write_metrics_json
+    from longdoc.evaluate.leaderboard import write_metrics_json
 
     options = _task_options(args)
     if (args.split or args.model) and not args.out:
         raise InputError("--split and --model are recorded in metrics.json: give --out DIR too")
-    metrics = task_metric(args.task).evaluate_files(args.gold, args.pred, **options)
+    metrics = get_task(args.task).load("metric").evaluate_files(args.gold, args.pred, **options)
     if args.json:
         print(json.dumps(metrics))
     else:

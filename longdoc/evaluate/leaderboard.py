@@ -4,23 +4,21 @@ Every prediction run, and every `longdoc evaluate --out DIR`, writes one `metric
 predictions: task, split, model, config, date and the metrics as the task's official metric
 returns them (fractions with the official key names), so that every number can be re-checked.
 `build_leaderboards` gathers such records into one table per task, sorted by the task's headline
-metric, with the published dev figures of each task's metric module (`REFERENCE_ROWS`) as marked
+metric, with the published dev figures of each task's record (`Task.reference_rows`) as marked
 reference rows. A reference row shows only the figures its paper published; other cells stay empty.
 """
 
-import importlib
 import json
 import math
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Iterable
 
 from longdoc.errors import InputError
 from longdoc.io import atomic_write_json, read_json
 from longdoc.evaluate.tables import markdown_table
-from longdoc.tasks import REGISTRY, get_task
+from longdoc.tasks import get_task, task_names
 
 METRICS_FILE = "metrics.json"
 
@@ -83,13 +81,9 @@ def _format_value(value: float | None) -> str:
     return "" if value is None else repr(round(value, 4))
 
 
-def task_metric(task: str) -> ModuleType:
-    """The metric module of a registered task (tasks/<task>/metric.py)."""
-    try:
-        package = get_task(task)
-    except KeyError as error:
-        raise InputError(error.args[0]) from None
-    return importlib.import_module(f"{package.__name__}.metric")
+def _require_task(task: str, where: str = "") -> None:
+    if task not in task_names():
+        raise InputError(f"{where}unknown task {task!r}; known tasks: {', '.join(task_names())}")
 
 
 def _check_metrics(metrics: Any, where: str) -> dict[str, float]:
@@ -104,8 +98,7 @@ def _check_metrics(metrics: Any, where: str) -> dict[str, float]:
 def write_metrics_json(run_dir, *, task: str, split: str | None, model: str | None, config: Any,
                        metrics: dict[str, float]) -> Path:
     """Write run_dir/metrics.json atomically, stamped with the current UTC date and time."""
-    if task not in REGISTRY:
-        raise InputError(f"unknown task {task!r}; known tasks: {', '.join(REGISTRY)}")
+    _require_task(task)
     record = {
         "task": task,
         "split": split,
@@ -128,8 +121,7 @@ def read_metrics_json(path) -> RunRecord:
     for field in ("task", "date", "metrics"):
         if field not in record:
             raise InputError(f"{path}: missing field {field!r}")
-    if record["task"] not in REGISTRY:
-        raise InputError(f"{path}: unknown task {record['task']!r}; known tasks: {', '.join(REGISTRY)}")
+    _require_task(record["task"], f"{path}: ")
     for field in ("split", "model"):
         if record.get(field) is not None and not isinstance(record[field], str):
             raise InputError(f"{path}: {field!r} must be text or null")
@@ -173,13 +165,12 @@ def build_leaderboards(runs: list[RunRecord], columns: list[str] | None = None) 
     metric always comes first); by default every key reported, in the order the metric returns them.
     """
     boards = []
-    for task in REGISTRY:
+    for task in task_names():
         task_runs = [run for run in runs if run.task == task]
         if not task_runs:
             continue
-        metric = task_metric(task)
-        headline = metric.HEADLINE_METRIC
-        rows = [_run_row(run) for run in task_runs] + [_reference_row(ref) for ref in metric.REFERENCE_ROWS]
+        headline = get_task(task).headline_metric
+        rows = [_run_row(run) for run in task_runs] + [_reference_row(ref) for ref in get_task(task).reference_rows]
         reported = list(dict.fromkeys([headline] + [key for row in rows for key in row.metrics]))
         # Chosen columns apply to every task: each table keeps those its rows report.
         chosen = reported if columns is None else [headline] + [key for key in columns if key in reported and key != headline]

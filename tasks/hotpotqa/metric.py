@@ -36,20 +36,7 @@ OFFICIAL_KEYS = (
     "joint_em", "joint_f1", "joint_prec", "joint_recall",
 )
 ROUGE_KEYS = ("rougeL_prec", "rougeL_recall", "rougeL_f1")
-HEADLINE_METRIC = "joint_f1"
 
-# Published dev figures (DESIGN sections 2 and 4). The RealFormer paper (He et al., 2020,
-# arXiv:2012.11747) reports joint F1 of its ETC-large baseline and of ETC-large + RealFormer; the
-# ETC paper (Ainslie et al., 2020, arXiv:2004.08483) reports ETC-large's answer and support F1.
-# Different papers, different runs: separate rows, never merged.
-REFERENCE_ROWS = [
-    {"name": "ETC-large", "source": "RealFormer paper (He et al., 2020), dev",
-     "metrics": {"joint_f1": 0.7312}},
-    {"name": "ETC-large + RealFormer", "source": "RealFormer paper (He et al., 2020), dev",
-     "metrics": {"joint_f1": 0.7357}},
-    {"name": "ETC-large", "source": "ETC paper (Ainslie et al., 2020), dev",
-     "metrics": {"f1": 0.813, "sp_f1": 0.894}},
-]
 
 # Answers that only an exact match can score (official list).
 _NO_PARTIAL_CREDIT = ("yes", "no", "noanswer")

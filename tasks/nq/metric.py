@@ -32,26 +32,7 @@ from longdoc.tasks.nq.gold import Document, GoldExample, iter_gold
 from longdoc.tasks.nq.predictions import Prediction, read_predictions
 from longdoc.tasks.nq.spans import AnswerLabel, spans_equal, span_sets_equal
 
-HEADLINE_METRIC = "long-best-threshold-f1"
 TARGET_PRECISIONS = (0.5, 0.75, 0.9)  # nq_eval.get_metrics_with_answer_stats
-
-REFERENCE_ROWS = [
-    {
-        "name": "ETC-large",
-        "source": "ETC (Ainslie et al., 2020), NQ dev",
-        "metrics": {"long-best-threshold-f1": 0.782, "short-best-threshold-f1": 0.585},
-    },
-    {
-        "name": "ETC-large (RealFormer baseline)",
-        "source": "RealFormer (He et al., 2020), NQ dev",
-        "metrics": {"long-best-threshold-f1": 0.7770, "short-best-threshold-f1": 0.5854},
-    },
-    {
-        "name": "ETC-large + RealFormer",
-        "source": "RealFormer (He et al., 2020), NQ dev",
-        "metrics": {"long-best-threshold-f1": 0.7793, "short-best-threshold-f1": 0.5910},
-    },
-]
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,22 @@
 """OpenKP (MS MARCO keyphrase extraction)."""
+
+from longdoc.tasks import Task
+
+# Published dev F1@3 (DESIGN sections 2 and 4): the RealFormer paper (He et al., 2020,
+# arXiv:2012.11747) for its ETC-large baseline and ETC-large + RealFormer, the ETC paper (Ainslie
+# et al., 2020, arXiv:2004.08483) for ETC-large.
+REFERENCE_ROWS = (
+    {"name": "ETC-large", "source": "RealFormer paper (He et al., 2020), dev", "metrics": {"F1@3": 0.4406}},
+    {"name": "ETC-large + RealFormer", "source": "RealFormer paper (He et al., 2020), dev",
+     "metrics": {"F1@3": 0.4427}},
+    {"name": "ETC-large", "source": "ETC paper (Ainslie et al., 2020), dev", "metrics": {"F1@3": 0.423}},
+)
+
+TASK = Task(
+    name="openkp",
+    description="keyphrases of a web page, with its visual DOM",
+    reader="longdoc.tasks.openkp.reader",
+    metric="longdoc.tasks.openkp.metric",
+    headline_metric="F1@3",
+    reference_rows=REFERENCE_ROWS,
+)

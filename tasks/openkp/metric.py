@@ -30,17 +30,6 @@ from longdoc.errors import InputError
 from longdoc.io import iter_jsonl
 
 CUTOFFS = (1, 3, 5)
-HEADLINE_METRIC = "F1@3"
-
-# Published dev F1@3 (DESIGN sections 2 and 4): the RealFormer paper (He et al., 2020,
-# arXiv:2012.11747) for its ETC-large baseline and ETC-large + RealFormer, the ETC paper (Ainslie
-# et al., 2020, arXiv:2004.08483) for ETC-large.
-REFERENCE_ROWS = [
-    {"name": "ETC-large", "source": "RealFormer paper (He et al., 2020), dev", "metrics": {"F1@3": 0.4406}},
-    {"name": "ETC-large + RealFormer", "source": "RealFormer paper (He et al., 2020), dev",
-     "metrics": {"F1@3": 0.4427}},
-    {"name": "ETC-large", "source": "ETC paper (Ainslie et al., 2020), dev", "metrics": {"F1@3": 0.423}},
-]
 
 
 @dataclass(frozen=True)

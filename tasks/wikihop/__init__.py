@@ -1,1 +1,22 @@
 """WikiHop (QAngaroo v1.1)."""
+
+from longdoc.tasks import Task
+
+# Published dev accuracy (DESIGN sections 2 and 4): the RealFormer paper (He et al., 2020,
+# arXiv:2012.11747) for its ETC-large baseline and ETC-large + RealFormer, the ETC paper (Ainslie
+# et al., 2020, arXiv:2004.08483) for ETC-large.
+REFERENCE_ROWS = (
+    {"name": "ETC-large", "source": "RealFormer paper (He et al., 2020), dev", "metrics": {"accuracy": 0.7892}},
+    {"name": "ETC-large + RealFormer", "source": "RealFormer paper (He et al., 2020), dev",
+     "metrics": {"accuracy": 0.7921}},
+    {"name": "ETC-large", "source": "ETC paper (Ainslie et al., 2020), dev", "metrics": {"accuracy": 0.798}},
+)
+
+TASK = Task(
+    name="wikihop",
+    description="choose the answer among candidates, reading many supporting documents",
+    reader="longdoc.tasks.wikihop.reader",
+    metric="longdoc.tasks.wikihop.metric",
+    headline_metric="accuracy",
+    reference_rows=REFERENCE_ROWS,
+)

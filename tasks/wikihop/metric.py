@@ -13,18 +13,6 @@ import warnings
 from longdoc.errors import InputError
 from longdoc.io import read_json
 
-HEADLINE_METRIC = "accuracy"
-
-# Published dev accuracy (DESIGN sections 2 and 4): the RealFormer paper (He et al., 2020,
-# arXiv:2012.11747) for its ETC-large baseline and ETC-large + RealFormer, the ETC paper (Ainslie
-# et al., 2020, arXiv:2004.08483) for ETC-large.
-REFERENCE_ROWS = [
-    {"name": "ETC-large", "source": "RealFormer paper (He et al., 2020), dev", "metrics": {"accuracy": 0.7892}},
-    {"name": "ETC-large + RealFormer", "source": "RealFormer paper (He et al., 2020), dev",
-     "metrics": {"accuracy": 0.7921}},
-    {"name": "ETC-large", "source": "ETC paper (Ainslie et al., 2020), dev", "metrics": {"accuracy": 0.798}},
-]
-
 
 def evaluate(gold_examples: list[dict], predictions: dict) -> dict[str, float]:
     """Accuracy of parsed predictions {id: answer} over parsed gold examples [{id, answer}]."""

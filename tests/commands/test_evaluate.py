@@ -73,7 +73,7 @@ def test_nq_thresholds_are_refused_for_other_tasks(shared_data, tmp_path, capsys
     status = cli.main(["evaluate", "wikihop", "--gold", str(shared_data / WIKIHOP), "--pred", str(tmp_path / "p.json"),
                        "--short-non-null-threshold", "3"])
     assert status == 2
-    assert "--short-non-null-threshold applies to the nq task only, not wikihop" in capsys.readouterr().err
+    assert "--short-non-null-threshold does not apply to the wikihop task" in capsys.readouterr().err
 
 
 def _parse(argv):
@@ -89,7 +89,7 @@ def test_nq_thresholds_default_to_two_and_pass_through():
     assert evaluate_command._task_options(_parse(["nq", *common, "--long-non-null-threshold", "3"])) == {
         "long_non_null_threshold": 3, "short_non_null_threshold": 2}
     assert evaluate_command._task_options(_parse(["openkp", *common])) == {}
-    with pytest.raises(InputError, match="--long-non-null-threshold applies to the nq task only"):
+    with pytest.raises(InputError, match="--long-non-null-threshold does not apply to the openkp task"):
         evaluate_command._task_options(_parse(["openkp", *common, "--long-non-null-threshold", "2"]))
 
 

@@ -6,8 +6,9 @@ import warnings
 import pytest
 
 from longdoc.errors import InputError
+from longdoc.tasks.hotpotqa import TASK
 from longdoc.tasks.hotpotqa.metric import (
-    HEADLINE_METRIC, OFFICIAL_KEYS, REFERENCE_ROWS, MatchScores, answer_scores, evaluate, evaluate_files,
+    OFFICIAL_KEYS, MatchScores, answer_scores, evaluate, evaluate_files,
     joint_scores, normalize_answer, supporting_fact_scores,
 )
 
@@ -198,6 +199,6 @@ def test_gold_scored_against_itself_is_perfect(shared_data, tmp_path):
         warnings.simplefilter("error")  # nothing is missing, so nothing to warn about
         metrics = evaluate_files(gold_path, _write(tmp_path / "pred.json", prediction))
     assert metrics == dict.fromkeys(metrics, 1.0)
-    assert HEADLINE_METRIC in metrics
-    for row in REFERENCE_ROWS:
+    assert TASK.headline_metric in metrics
+    for row in TASK.reference_rows:
         assert set(row["metrics"]) <= set(metrics), row

@@ -9,9 +9,8 @@ import json
 import pytest
 
 from longdoc.errors import InputError
+from longdoc.tasks.nq import TASK
 from longdoc.tasks.nq.metric import (
-    HEADLINE_METRIC,
-    REFERENCE_ROWS,
     AnswerStat,
     evaluate_files,
     gold_has_long_answer,
@@ -364,7 +363,7 @@ def test_real_simplified_sample_scored_against_itself_is_perfect(shared_data, tm
     # Each example has one annotator, so one vote must suffice; with the default 2 nothing has gold.
     # Every figure is 1, the best thresholds included (they are the shared score, 1.0).
     assert len(metrics) == 23 and set(metrics.values()) == {1.0}
-    assert evaluate_files(gold_path, pred)[HEADLINE_METRIC] == 0.0
+    assert evaluate_files(gold_path, pred)[TASK.headline_metric] == 0.0
 
 
 # --- values of unexpected types, scored as the official script scores them -----------------------
@@ -472,9 +471,9 @@ def test_empty_gold_is_refused(tmp_path, original_files):
 
 
 def test_reference_rows_carry_the_published_dev_figures():
-    figures = {row["name"]: row["metrics"] for row in REFERENCE_ROWS}
+    figures = {row["name"]: row["metrics"] for row in TASK.reference_rows}
     assert figures["ETC-large"] == {"long-best-threshold-f1": 0.782, "short-best-threshold-f1": 0.585}
     assert figures["ETC-large + RealFormer"] == {"long-best-threshold-f1": 0.7793, "short-best-threshold-f1": 0.5910}
     assert figures["ETC-large (RealFormer baseline)"] == {
         "long-best-threshold-f1": 0.7770, "short-best-threshold-f1": 0.5854}
-    assert all(row["source"] for row in REFERENCE_ROWS)
+    assert all(row["source"] for row in TASK.reference_rows)

@@ -6,8 +6,9 @@ import warnings
 import pytest
 
 from longdoc.errors import InputError
+from longdoc.tasks.openkp import TASK
 from longdoc.tasks.openkp.metric import (
-    HEADLINE_METRIC, REFERENCE_ROWS, ScoresAtK, document_scores, evaluate_files, normalize_keyphrase,
+    ScoresAtK, document_scores, evaluate_files, normalize_keyphrase,
     prepare_keyphrases,
 )
 
@@ -95,8 +96,8 @@ def test_gold_scored_against_itself_reaches_the_ceiling(shared_data, sample, n):
     for k in (1, 3, 5):
         assert metrics[f"P@{k}"] == pytest.approx(min(k, n) / k)
         assert metrics[f"R@{k}"] == pytest.approx(min(k, n) / n)
-    assert HEADLINE_METRIC in metrics
-    for row in REFERENCE_ROWS:
+    assert TASK.headline_metric in metrics
+    for row in TASK.reference_rows:
         assert set(row["metrics"]) <= set(metrics), row
 
 

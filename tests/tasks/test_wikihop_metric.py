@@ -6,7 +6,8 @@ import warnings
 import pytest
 
 from longdoc.errors import InputError
-from longdoc.tasks.wikihop.metric import HEADLINE_METRIC, REFERENCE_ROWS, evaluate, evaluate_files
+from longdoc.tasks.wikihop import TASK
+from longdoc.tasks.wikihop.metric import evaluate, evaluate_files
 
 SAMPLE = "wikihop/wikihop_dev.first28.json"
 GOLD = [
@@ -58,6 +59,6 @@ def test_gold_scored_against_itself_is_perfect(shared_data, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         metrics = evaluate_files(gold_path, _write(tmp_path / "pred.json", predictions))
-    assert metrics == {HEADLINE_METRIC: 1.0}
-    for row in REFERENCE_ROWS:
+    assert metrics == {TASK.headline_metric: 1.0}
+    for row in TASK.reference_rows:
         assert set(row["metrics"]) <= set(metrics), row
