@@ -2,12 +2,24 @@
 
 Each package's `__init__.py` defines `TASK`, a `Task` record that names the package's parts:
 
-  reader    official file -> examples            `read_examples(path) -> Iterator[StructuredExample]`
-  metric    the official metric                  `evaluate_files(gold_path, pred_path, **options) -> dict`
-  features  examples -> model inputs (+ labels)  see `Task.features`
-  model     encoder + heads + loss               a `TaskModel` subclass (longdoc.model.task_model)
-  decode    logits -> official prediction file   see `Task.decode`
-  configs   published and CPU hyperparameters    a folder of JSON files
+  reader    official file -> examples      read_examples(path) -> Iterator[StructuredExample]
+  metric    the official metric            evaluate_files(gold_path, pred_path, **options) -> dict
+  features  examples -> model inputs       training_features(path, tokenizer, config, options) -> list[dict]
+                                             one row per training window: model inputs and labels as
+                                             Python ints/lists (see longdoc.model.inputs for the names)
+                                           collate(rows, pad_token_id) -> dict[str, Tensor]
+                                             a batch that goes straight into model(**batch)
+  model     encoder + heads + loss         "module:Class", a TaskModel subclass (longdoc.model.task_model):
+                                             Class.from_encoder(dir, **head_options) starts from a lifted
+                                             encoder, from_pretrained(dir) restores a trained one,
+                                             forward(**batch) -> typed output with .loss (when labels are given)
+  decode    logits -> official file        predict(model, data_path, out_path, *, tokenizer, options,
+                                                   batch_size, progress=True) -> Path
+  configs   shipped hyperparameters        a folder of NAME.json files (published settings, a small CPU one),
+                                             each holding training options by their long names
+
+`options` above is the resolved training options (longdoc.train), which include the task's own
+`train_options` (for example NQ's rate of answerless windows kept in training).
 
 Parts are named by module path and imported on first use (`Task.load`), so listing the tasks, as
 `longdoc --help` does, never imports torch. The registry finds the packages under tasks/ by name
@@ -23,10 +35,10 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class MetricOption:
-    """One option of a task's official metric, offered as `--NAME` by `longdoc evaluate TASK`."""
+class Option:
+    """One option a task adds to a command (`longdoc evaluate TASK`, `longdoc train TASK`) as `--NAME`."""
 
-    name: str  # the keyword of evaluate_files, e.g. long_non_null_threshold
+    name: str  # the keyword it is passed as, e.g. long_non_null_threshold
     type: type
     default: Any
     help: str
@@ -46,7 +58,8 @@ class Task:
     metric: str  # module path
     headline_metric: str  # the key the leaderboard ranks by
     reference_rows: tuple[dict, ...] = ()  # published figures: {"name", "source", "metrics": {key: value}}
-    metric_options: tuple[MetricOption, ...] = ()
+    metric_options: tuple[Option, ...] = ()  # evaluate_files' keywords, offered by `longdoc evaluate`
+    train_options: tuple[Option, ...] = ()  # the task's own training/feature options, offered by `longdoc train`
     # The pipeline, as each task's lands (None: this task cannot be trained or predicted yet).
     features: str | None = None  # module path
     model: str | None = None  # "module.path:ClassName"

@@ -1,6 +1,6 @@
 """Natural Questions (original and simplified formats)."""
 
-from longdoc.tasks import MetricOption, Task
+from longdoc.tasks import Option, Task
 
 REFERENCE_ROWS = (
     {
@@ -29,7 +29,7 @@ TASK = Task(
     reference_rows=REFERENCE_ROWS,
     metric_options=(
         # nq_eval.py's defaults: a gold answer exists when at least 2 of the 5 annotators gave one.
-        MetricOption("long_non_null_threshold", int, 2, "annotators needed for a gold long answer"),
-        MetricOption("short_non_null_threshold", int, 2, "annotators needed for a gold short answer"),
+        Option("long_non_null_threshold", int, 2, "annotators needed for a gold long answer"),
+        Option("short_non_null_threshold", int, 2, "annotators needed for a gold short answer"),
     ),
 )
