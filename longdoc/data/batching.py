@@ -5,6 +5,8 @@ Rows are `Features.to_dict()` dicts (or rows of a cached feature dataset). Only 
 bookkeeping keys (offsets, sources, kinds) stay with the rows. Each input is padded to the longest
 row in the batch: ids with the tokenizer's pad id, masks and token types with 0, structure ids
 with -1 ("none"), `global_sees_all` with False and `global_features` with zeros.
+
+`length_batches` groups rows of similar length, so a batch pads little.
 """
 
 from typing import Any, Sequence
@@ -39,3 +41,16 @@ def collate_features(rows: Sequence[dict[str, Any]], pad_token_id: int) -> dict[
             pad = pad_token_id if name in ("long_input_ids", "global_input_ids") else _PAD_VALUES[name]
         batch[name] = torch.nn.utils.rnn.pad_sequence(values, batch_first=True, padding_value=pad)
     return batch
+
+
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices of `lengths` in batches of at most `batch_size`, longest first.
+
+    Sorting by length keeps rows of similar length together, so padding to the longest row of a
+    batch wastes little; longest first makes the first batch the largest one, so running out of
+    memory shows at the first step instead of hours in. Ties keep their input order (stable sort).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
