@@ -1,0 +1,134 @@
+"""Reusable output heads over the encoder's hidden states, their losses, and span decoding.
+
+The heads are those of ETC's task constructions (Ainslie et al., 2020, arXiv:2004.08483, section 4;
+google-research/google-research, etcmodel/models/hotpotqa and wikihop): a start/end softmax over
+long tokens, a classifier read from one chosen global token (HotpotQA's answer type from global
+token 0), and one logit per chosen global token (supporting-fact sentences, WikiHop candidates).
+A task model picks and wires them; none of them knows a dataset.
+
+Positions a head must not choose (padding, the question, other structure) get `MASKED_LOGIT`
+rather than -inf: a row whose positions are all masked still gives finite losses, and the value
+fits in float16.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# Large enough that exp() underflows to 0 next to any real logit, small enough for float16 (max 65504).
+MASKED_LOGIT = -10000.0
+# Labels that mark "no target here" for the cross-entropy and sigmoid losses below.
+IGNORE_INDEX = -1
+
+
+def mask_logits(logits: Tensor, allowed: Tensor | None) -> Tensor:
+    """`logits` with positions where `allowed` is False set to MASKED_LOGIT (same shape)."""
+    if allowed is None:
+        return logits
+    return logits.masked_fill(~allowed.bool(), MASKED_LOGIT)
+
+
+class SpanHead(nn.Module):
+    """Start and end logits over long tokens: a linear map of each long hidden state to two scores."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.projection = nn.Linear(hidden_size, 2)
+
+    def forward(self, long_hidden: Tensor, allowed: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """long_hidden [B, L, H]; allowed [B, L] bool (positions an answer may start or end at).
+        Returns start_logits, end_logits, each [B, L], masked."""
+        start, end = self.projection(long_hidden).unbind(dim=-1)
+        return mask_logits(start, allowed), mask_logits(end, allowed)
+
+
+class GlobalTokenClassifier(nn.Module):
+    """Class logits read from one global token per row (ETC: answer type from global token 0)."""
+
+    def __init__(self, hidden_size: int, num_classes: int):
+        super().__init__()
+        self.projection = nn.Linear(hidden_size, num_classes)
+
+    def forward(self, global_hidden: Tensor, index: int | Tensor = 0) -> Tensor:
+        """global_hidden [B, G, H]; index: one global position for all rows, or [B] positions.
+        Returns [B, num_classes]."""
+        if isinstance(index, int):
+            chosen = global_hidden[:, index]
+        else:
+            chosen = global_hidden[torch.arange(global_hidden.shape[0], device=global_hidden.device), index]
+        return self.projection(chosen)
+
+
+class GlobalTokenScorer(nn.Module):
+    """One logit per global token; tokens not selected get MASKED_LOGIT (sentences, candidates)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.projection = nn.Linear(hidden_size, 1)
+
+    def forward(self, global_hidden: Tensor, selected: Tensor | None = None) -> Tensor:
+        """global_hidden [B, G, H]; selected [B, G] bool. Returns [B, G]."""
+        return mask_logits(self.projection(global_hidden).squeeze(-1), selected)
+
+
+def span_loss(start_logits: Tensor, end_logits: Tensor, start_positions: Tensor, end_positions: Tensor) -> Tensor | None:
+    """Mean of the start and end cross-entropies over rows with a target (positions [B], IGNORE_INDEX
+    for none); None when no row has one, so a batch of answerless windows adds no span term."""
+    has_target = start_positions != IGNORE_INDEX
+    if not bool(has_target.any()):
+        return None
+    start = F.cross_entropy(start_logits[has_target].float(), start_positions[has_target])
+    end = F.cross_entropy(end_logits[has_target].float(), end_positions[has_target])
+    return (start + end) / 2
+
+
+def classification_loss(logits: Tensor, labels: Tensor) -> Tensor | None:
+    """Cross-entropy over rows whose label is not IGNORE_INDEX; None when there are none."""
+    keep = labels != IGNORE_INDEX
+    if not bool(keep.any()):
+        return None
+    return F.cross_entropy(logits[keep].float(), labels[keep])
+
+
+def binary_loss(logits: Tensor, labels: Tensor) -> Tensor | None:
+    """Sigmoid cross-entropy averaged over the entries labelled 0 or 1 (IGNORE_INDEX elsewhere);
+    None when no entry is labelled."""
+    keep = labels != IGNORE_INDEX
+    if not bool(keep.any()):
+        return None
+    return F.binary_cross_entropy_with_logits(logits[keep].float(), labels[keep].float())
+
+
+def mean_loss(*losses: Tensor | None) -> Tensor | None:
+    """The mean of the terms that are present (ETC's HotpotQA loss is the mean of its heads' losses)."""
+    present = [loss for loss in losses if loss is not None]
+    return torch.stack(present).mean() if present else None
+
+
+def top_spans(
+    start_logits: Tensor, end_logits: Tensor, groups: Tensor, max_length: int, k: int = 1
+) -> list[tuple[float, int, int]]:
+    """The k best (score, first, last) long-token spans of one row, best first.
+
+    start_logits, end_logits [L]; groups [L] int: a span's first and last token must lie in the same
+    group, which must be >= 0 (so spans never cross a paragraph and never touch positions marked
+    -1, such as the question); a span is at most `max_length` tokens. Score = start + end logit.
+    Returns fewer than k spans when fewer are allowed; equal scores come in no set order.
+    """
+    length = start_logits.shape[0]
+    if length == 0 or max_length < 1:
+        return []
+    width = min(max_length, length)
+    # scores[i, w] = start[i] + end[i + w]: every span starting at i of width w + 1 (pad past the end).
+    pad = width - 1
+    end_padded = F.pad(end_logits.float(), (0, pad), value=float("-inf"))
+    group_padded = F.pad(groups, (0, pad), value=-1)
+    scores = start_logits.float().unsqueeze(1) + end_padded.unfold(0, width, 1)
+    same_group = (group_padded.unfold(0, width, 1) == groups.unsqueeze(1)) & (groups >= 0).unsqueeze(1)
+    scores = scores.masked_fill(~same_group, float("-inf"))
+    flat = scores.flatten()
+    count = min(k, int(torch.isfinite(flat).sum()))
+    if count == 0:
+        return []
+    values, indices = flat.topk(count)
+    return [(float(v), int(i) // width, int(i) // width + int(i) % width) for v, i in zip(values, indices)]

@@ -1,0 +1,144 @@
+"""TaskModel: the base of every task model, a `GlobalLocalModel` encoder plus task heads.
+
+In the transformers style (BertForQuestionAnswering: `self.bert` plus a head): a TaskModel is a
+`PreTrainedModel` whose `config.json` is the encoder's `GlobalLocalConfig` plus two fields,
+`task` (the task's registry name) and `task_options` (head and decoding settings, e.g. the
+supporting-fact threshold), and whose weights are one safetensors file: the encoder's under
+`encoder.`, the heads' beside them. So `Class.from_pretrained(DIR)` restores a trained model in one
+line, with its settings.
+
+A subclass sets `task_name`, `default_task_options` and builds its heads (`longdoc.model.heads`)
+in `__init__(config)`, reading `self.task_options`; its `forward(**batch)` calls `self.encode(...)`
+and the heads, never the encoder's insides, and returns a typed output with `.loss` when labels
+are given.
+
+Starting points:
+- `Class.from_encoder(DIR, encoder_config=..., **task_options)`: the weights of a lifted encoder
+  (`longdoc lift`, or the default lifted MiniLM) in `.encoder`, fresh heads. `encoder_config`
+  overrides encoder settings that need no new weights or that start fresh (lengths,
+  `residual_attention`, `talking_heads` starting at identity).
+- `Class.from_pretrained(DIR)`: a trained model of this task. A bare encoder or a model of another
+  task is refused with a message saying what DIR holds and how to get the right model.
+- `load_task_model(DIR)`: whatever task model DIR holds, found through the task registry.
+"""
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+from torch import Tensor
+
+from longdoc.data.features import MODEL_INPUT_NAMES
+from longdoc.errors import InputError
+from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.modeling import GlobalLocalModel, GlobalLocalModelOutput, GlobalLocalPreTrainedModel
+
+
+def describe_checkpoint(directory: str | Path) -> dict[str, Any]:
+    """The config.json of a longdoc checkpoint folder; InputError naming the folder when there is none."""
+    directory = Path(directory)
+    config_path = directory / "config.json"
+    if not directory.is_dir():
+        raise InputError(f"{directory}: no such folder; expected a longdoc model folder (config.json + model.safetensors)")
+    if not config_path.is_file():
+        raise InputError(f"{directory}: no config.json; expected a longdoc model folder (config.json + model.safetensors)")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{config_path}: not valid JSON ({error})") from None
+    if not isinstance(config, dict) or config.get("model_type") != GlobalLocalConfig.model_type:
+        found = config.get("model_type") if isinstance(config, dict) else None
+        raise InputError(
+            f"{directory}: model_type is {found!r}, not {GlobalLocalConfig.model_type!r}: not a longdoc model; "
+            "turn a BERT-family checkpoint into a longdoc encoder with `longdoc lift --from DIR --out DIR`"
+        )
+    return config
+
+
+class TaskModel(GlobalLocalPreTrainedModel):
+    """An encoder (`self.encoder`, a GlobalLocalModel) plus the heads a subclass adds."""
+
+    base_model_prefix = "encoder"
+    task_name: ClassVar[str] = ""
+    # Head and decoding settings and their defaults; what from_encoder is given overrides them.
+    default_task_options: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, config: GlobalLocalConfig):
+        super().__init__(config)
+        config.task = self.task_name
+        config.task_options = {**self.default_task_options, **getattr(config, "task_options", {})}
+        unknown = set(config.task_options) - set(self.default_task_options)
+        if unknown:
+            raise InputError(
+                f"{self.task_name} model: unknown option(s) {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(sorted(self.default_task_options))}"
+            )
+        self.encoder = GlobalLocalModel(config)
+
+    @property
+    def task_options(self) -> dict[str, Any]:
+        return self.config.task_options
+
+    def encode(self, batch: dict[str, Tensor]) -> GlobalLocalModelOutput:
+        """The encoder on the model inputs of `batch` (other keys, such as labels, are left out)."""
+        return self.encoder(**{name: batch[name] for name in MODEL_INPUT_NAMES if batch.get(name) is not None})
+
+    @classmethod
+    def from_encoder(
+        cls, directory: str | Path, encoder_config: dict[str, Any] | None = None, **task_options
+    ) -> "TaskModel":
+        """A new model of this task: the lifted encoder in `directory`, fresh heads (drawn from the
+        current torch seed), `task_options` over the defaults, `encoder_config` over the encoder's config."""
+        found = describe_checkpoint(directory)
+        if found.get("task"):
+            raise InputError(
+                f"{directory}: holds a trained {found['task']} model, not a lifted encoder; --init takes a lifted "
+                "encoder (`longdoc lift`, or leave --init out for the default lifted MiniLM); to restore this "
+                f"model use `{cls.__name__}.from_pretrained` / `longdoc predict {found['task']} --model {directory}`"
+            )
+        try:
+            encoder = GlobalLocalModel.from_pretrained(directory, **(encoder_config or {}))
+        except ValueError as error:
+            raise InputError(f"{directory}: cannot start a {cls.task_name} model from this encoder: {error}") from None
+        config = encoder.config
+        config.task_options = task_options
+        config.architectures = [cls.__name__]
+        model = cls(config)
+        # Parameters the encoder folder lacks (e.g. talking-heads matrices when switching them on)
+        # were initialised by from_pretrained; copy them as they are.
+        model.encoder.load_state_dict(encoder.state_dict())
+        return model
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> "TaskModel":
+        """A trained model of this task from a folder (see the module docstring for what is refused)."""
+        check_task_checkpoint(pretrained_model_name_or_path, cls.task_name)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+
+
+def check_task_checkpoint(directory: str | Path, task_name: str) -> dict[str, Any]:
+    """config.json of `directory` if it holds a trained `task_name` model; else InputError saying
+    what it holds and how to get a model of this task."""
+    found = describe_checkpoint(directory)
+    train_hint = f"train one with `longdoc train {task_name} --init ENCODER_DIR --out DIR`"
+    if not found.get("task"):
+        raise InputError(
+            f"{directory}: is a bare encoder (GlobalLocalModel, no task head), not a trained {task_name} model; "
+            f"{train_hint}"
+        )
+    if found["task"] != task_name:
+        raise InputError(
+            f"{directory}: is a trained {found['task']} model, not a {task_name} model; use it with "
+            f"`longdoc predict {found['task']}`, or {train_hint}"
+        )
+    return found
+
+
+def load_task_model(directory: str | Path) -> TaskModel:
+    """The trained model in `directory`, whichever task it is for (its class from the task registry)."""
+    from longdoc.tasks import get_task
+
+    found = describe_checkpoint(directory)
+    if not found.get("task"):
+        raise InputError(f"{directory}: is a bare encoder (GlobalLocalModel, no task head), not a trained task model")
+    return get_task(found["task"]).load("model").from_pretrained(directory)
