@@ -1,27 +1,43 @@
-"""Allocator settings for long inputs on CPU.
+"""How freed memory is kept on CPU: set by the library itself when the model is imported.
 
-At 4k tokens every attention layer works on tensors of 40-100 MB. glibc returns such blocks to the
-kernel when they are freed, so each new one is mapped and faulted in afresh: measured here, that
-makes an add or a softmax 3-4x slower than on reused memory, and a forward+backward spends a third
-of its time in the kernel. The inference path of the encoder reuses its buffers itself
-(longdoc.model.attention.Workspace); training cannot (autograd keeps what it needs), so the process's
-allocator matters:
+At 4k tokens every attention layer works on tensors of 40-100 MB. glibc's malloc serves blocks
+above its mmap threshold (128 KiB, adapting up to 32 MiB) with a fresh mmap and unmaps them when they
+are freed, and trims its heap when the top is free, so every such tensor is faulted in afresh, page by page: measured here, an add or a
+softmax on fresh memory runs 3-4x slower than on reused memory. Inference reuses its own buffers
+(longdoc.model.attention.Workspace), but training cannot (autograd keeps what it needs), and on
+glibc's defaults a forward+backward at 4k took 6.6 s against 2.9 s with freed memory kept (MiniLM
+shape, 256 globals, one plain process; preloading jemalloc with decay off gave the same 2.9 s).
 
-- "jemalloc": preload jemalloc with freed pages kept mapped (dirty and muzzy decay off). No page
-  faults after the first step. Needs the library (Debian/Ubuntu: `apt-get install libjemalloc2`).
-- "thp": torch asks for transparent huge pages for its large blocks (THP_MEM_ALLOC_ENABLE=1):
-  512x fewer faults, but each 2 MB page is still zeroed (and compacted) afresh.
-- "system": the defaults.
+So importing the model (longdoc.model.attention) calls `configure_allocator()`, which on glibc asks
+malloc to keep what it frees: large blocks come from the heap instead of separate mmaps
+(M_MMAP_MAX = 0) and the heap is never trimmed (M_TRIM_THRESHOLD = -1, see mallopt(3)). The process
+then keeps its peak memory mapped until it exits, as jemalloc with decay off does. This holds for every
+`longdoc` command, `torchrun scripts/...`, and a user's own script that imports the model.
 
-Both settings must be in the environment before the process starts (LD_PRELOAD) or before torch
-makes its first large allocation (THP_MEM_ALLOC_ENABLE).
+Opt out with the environment variable LONGDOC_ALLOCATOR=system (glibc's defaults are left alone).
+An allocator that is preloaded (LD_PRELOAD of jemalloc or tcmalloc) is left alone too. Where the
+setting cannot be applied (not glibc), one warning says so and the system's defaults stay.
+
+For the benchmark's fresh processes, `allocator_environment` names the variables that select an
+allocator before a process starts: "jemalloc" (preloaded, freed pages kept), "keep" (the library's
+own setting above), "thp" (torch's transparent huge pages for large blocks, glibc otherwise at its
+defaults) and "system".
 """
 
+import ctypes
 import ctypes.util
 import os
+import warnings
 from pathlib import Path
 
-ALLOCATORS = ("auto", "jemalloc", "thp", "system")
+ENVIRONMENT_VARIABLE = "LONGDOC_ALLOCATOR"
+KEEP, SYSTEM = "keep", "system"
+
+# glibc's mallopt parameters (malloc.h).
+M_TRIM_THRESHOLD = -1
+M_MMAP_MAX = -4
+
+ALLOCATORS = ("auto", "jemalloc", KEEP, "thp", SYSTEM)
 JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
 _JEMALLOC_PLACES = (
     "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
@@ -30,6 +46,63 @@ _JEMALLOC_PLACES = (
     "/usr/local/lib/libjemalloc.so.2",
     "/usr/local/lib/libjemalloc.so",
 )
+
+_applied: str | None = None
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """glibc, when it is this process's C library and its malloc is the one in use; else None."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        libc.gnu_get_libc_version  # glibc only (not musl, not macOS)
+        libc.mallopt
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def _malloc_is_interposed(libc: ctypes.CDLL) -> bool:
+    """True when another allocator (a preloaded jemalloc, say) serves this process's malloc."""
+    in_use = ctypes.cast(ctypes.CDLL(None).malloc, ctypes.c_void_p).value
+    return in_use != ctypes.cast(libc.malloc, ctypes.c_void_p).value
+
+
+def configure_allocator() -> str:
+    """Apply LONGDOC_ALLOCATOR (default "keep") once per process; return what is in effect:
+    "keep", "system", or "preloaded" (another allocator serves malloc and is left alone)."""
+    global _applied
+    if _applied is not None:
+        return _applied
+    wanted = os.environ.get(ENVIRONMENT_VARIABLE, KEEP).strip().lower() or KEEP
+    if wanted not in (KEEP, SYSTEM):
+        warnings.warn(
+            f"{ENVIRONMENT_VARIABLE}={wanted!r} is not one of {KEEP!r}, {SYSTEM!r}; using {KEEP!r}",
+            RuntimeWarning, stacklevel=2,
+        )
+        wanted = KEEP
+    _applied = wanted
+    if wanted == SYSTEM:
+        return _applied
+    libc = _glibc()
+    if libc is None:
+        warnings.warn(
+            f"{ENVIRONMENT_VARIABLE}={KEEP!r} needs glibc's mallopt, which this system lacks; using the "
+            f"system allocator's defaults (set {ENVIRONMENT_VARIABLE}=system to silence this)",
+            RuntimeWarning, stacklevel=2,
+        )
+        _applied = SYSTEM
+    elif _malloc_is_interposed(libc):
+        _applied = "preloaded"
+    elif not (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, -1)):
+        warnings.warn(
+            f"{ENVIRONMENT_VARIABLE}={KEEP!r}: glibc refused mallopt; using the system allocator's defaults",
+            RuntimeWarning, stacklevel=2,
+        )
+        _applied = SYSTEM
+    return _applied
 
 
 def find_jemalloc() -> str | None:
@@ -42,24 +115,26 @@ def find_jemalloc() -> str | None:
 
 
 def resolve_allocator(allocator: str) -> str:
-    """"auto" -> "jemalloc" where the library is found, else "thp"."""
+    """"auto" -> "jemalloc" where the library is found, else the library's own "keep"."""
     if allocator not in ALLOCATORS:
         raise ValueError(f"allocator must be one of {ALLOCATORS}, got {allocator!r}")
     if allocator == "auto":
-        return "jemalloc" if find_jemalloc() else "thp"
+        return "jemalloc" if find_jemalloc() else KEEP
     return allocator
 
 
 def allocator_environment(allocator: str) -> dict[str, str]:
-    """Environment variables that select `allocator` ("jemalloc", "thp" or "system") for a new process."""
+    """Environment variables that select `allocator` ("jemalloc", "keep", "thp" or "system") for a new process."""
     if allocator == "jemalloc":
         library = find_jemalloc()
         if library is None:
             raise ValueError("allocator 'jemalloc': no libjemalloc found (Debian/Ubuntu: apt-get install libjemalloc2)")
         preload = " ".join(filter(None, [library, os.environ.get("LD_PRELOAD", "")]))
         return {"LD_PRELOAD": preload, "MALLOC_CONF": JEMALLOC_CONF, "THP_MEM_ALLOC_ENABLE": "0"}
+    if allocator == KEEP:
+        return {ENVIRONMENT_VARIABLE: KEEP, "THP_MEM_ALLOC_ENABLE": "0"}
     if allocator == "thp":
-        return {"THP_MEM_ALLOC_ENABLE": "1"}
-    if allocator == "system":
-        return {"THP_MEM_ALLOC_ENABLE": "0"}
-    raise ValueError(f"allocator must be 'jemalloc', 'thp' or 'system', got {allocator!r}")
+        return {ENVIRONMENT_VARIABLE: SYSTEM, "THP_MEM_ALLOC_ENABLE": "1"}
+    if allocator == SYSTEM:
+        return {ENVIRONMENT_VARIABLE: SYSTEM, "THP_MEM_ALLOC_ENABLE": "0"}
+    raise ValueError(f"allocator must be 'jemalloc', 'keep', 'thp' or 'system', got {allocator!r}")

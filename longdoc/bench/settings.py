@@ -91,7 +91,7 @@ class BenchSettings:
     threads: int = 0  # 0: torch's default (one per core)
     dtype: str = "float32"
     device: str = "cpu"
-    allocator: str = "thp"  # see longdoc.cpu_memory; the CLI's default picks jemalloc where found
+    allocator: str = "keep"  # see longdoc.cpu_memory; the CLI's default picks jemalloc where found
     peer_max_length: int = PEER_MAX_LENGTH
     longformer_window: int = 512
     bigbird_block_size: int = 64

@@ -20,6 +20,7 @@ from longdoc.bench.memory import PeakMemory
 from longdoc.bench.models import build_runner
 from longdoc.bench.results import MatmulMeasurement, Measurement
 from longdoc.bench.settings import FORWARD, BenchSettings, Job
+from longdoc.cpu_memory import configure_allocator
 
 
 def _timed(step, device: torch.device) -> float:
@@ -69,6 +70,9 @@ def measure_matmul(settings: BenchSettings) -> MatmulMeasurement:
 
 def main() -> int:
     """Request: {"job": Job.to_dict()} or {"matmul": BenchSettings.to_dict()}."""
+    # The run's allocator (LONGDOC_ALLOCATOR in this process's environment) for peers too, before
+    # any model is built: a peer's process does not import our model, which would otherwise set it.
+    configure_allocator()
     request = json.loads(sys.stdin.read())
     job = Job.from_dict(request["job"]) if "job" in request else None
     settings = job.settings if job else BenchSettings.from_dict(request["matmul"])

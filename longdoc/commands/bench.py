@@ -35,9 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument(
-        "--allocator", choices=("auto", "jemalloc", "thp", "system"), default="auto",
-        help="memory allocator of every measuring process (see longdoc/cpu_memory.py): jemalloc keeping "
-        "freed pages, transparent huge pages, or the system's; auto: jemalloc where installed, else thp",
+        "--allocator", choices=("auto", "jemalloc", "keep", "thp", "system"), default="auto",
+        help="memory allocator of every fresh measuring process (see longdoc/cpu_memory.py): jemalloc keeping "
+        "freed pages, glibc keeping freed memory (the library's own setting), transparent huge pages, or the "
+        "system's defaults; auto: jemalloc where installed, else keep",
     )
 
 

@@ -55,22 +55,16 @@ def test_flops_hand_count():
     assert encoder_forward_flops(tiny_config(num_hidden_layers=3), 5, 2).total == 3 * 11008
 
 
-def in_place_baddbmm_flops(self_shape, batch1_shape, batch2_shape, *args, out_shape=None, **kwargs) -> int:
-    batches, rows, inner = batch1_shape
-    return 2 * batches * rows * inner * batch2_shape[-1]
-
-
 @pytest.mark.parametrize("talking_heads", [False, True])
 @pytest.mark.parametrize("position_embedding_type", ["relative", "absolute"])
 @pytest.mark.parametrize("long_length,global_length", [(1, 1), (5, 2), (6, 2), (37, 8)])
 def test_flops_match_what_the_encoder_computes(talking_heads, position_embedding_type, long_length, global_length):
     # Lengths: shorter than one block (r = 1: blocks of 2), padded to whole blocks, whole blocks.
-    # torch's own FLOP counter sees every mm/bmm/baddbmm the forward pass actually runs; it has no
-    # formula for the in-place baddbmm_ (scores accumulated onto the relative terms), so we give it one.
+    # torch's own FLOP counter sees every mm/bmm/baddbmm the forward pass actually runs.
     config = tiny_config(talking_heads=talking_heads, position_embedding_type=position_embedding_type, num_hidden_layers=2)
     model = GlobalLocalModel(config).eval()
     sentence_ids = torch.arange(long_length) // -(-long_length // global_length)
-    counter = FlopCounterMode(display=False, custom_mapping={torch.ops.aten.baddbmm_: in_place_baddbmm_flops})
+    counter = FlopCounterMode(display=False)
     with counter, torch.inference_mode():
         model(
             torch.randint(5, 50, (1, long_length)),
@@ -242,7 +236,7 @@ def test_quick_like_run_on_a_tiny_shape(monkeypatch):
     ours = result.find("ours(res)", 80, FORWARD)
     config = GlobalLocalConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, local_radius=4)
     assert len(ours.seconds) == 1 and ours.flops == encoder_forward_flops(config, 80, 16).total
-    assert result.matmul.gflops > 0 and result.machine["allocator"] == "thp"
+    assert result.matmul.gflops > 0 and result.machine["allocator"] == "keep"
     assert result.machine["threads"] == torch.get_num_threads()
     table = render_table(result)
     assert "failed: bert L=80 forward+backward: RuntimeError: out of memory" in table
