@@ -47,13 +47,8 @@ from longdoc.errors import InputError
 from longdoc.data.examples import StructuredExample
 from longdoc.data.spans import SOURCE_NONE, SOURCE_QUESTION
 from longdoc.data.windows import plan_windows
-
-MODEL_INPUT_NAMES = (
-    "long_input_ids", "global_input_ids", "long_attention_mask", "global_attention_mask",
-    "long_token_type_ids", "global_token_type_ids", "sentence_ids", "mention_ids",
-    "long_paragraph_ids", "global_paragraph_ids", "global_sees_all", "global_features",
-)
-
+# Re-exported while task code written against the old place moves to longdoc.model.inputs.
+from longdoc.model.inputs import MODEL_INPUT_NAMES  # noqa: F401
 
 class GlobalKind(IntEnum):
     CLS = 0
@@ -132,8 +127,9 @@ class FeatureSettings:
 class Features:
     """One window of one example, unpadded (`longdoc.data.batching.collate_features` pads a batch).
 
-    Keys named as `GlobalLocalModel.forward` arguments are model inputs (`MODEL_INPUT_NAMES`);
-    the rest is bookkeeping: `long_offsets` [L, 2] character [start, end) of each long token in
+    Fields named in the input schema (`longdoc.model.inputs.ENCODER_INPUTS`: the
+    `GlobalLocalModel.forward` arguments, with their axes) are model inputs, as lists with one
+    level per axis after "batch"; the rest is bookkeeping: `long_offsets` [L, 2] character [start, end) of each long token in
     its source, `long_source_ids` [L] (document index, SOURCE_QUESTION or SOURCE_NONE),
     `global_kinds` [G] (GlobalKind), `global_item_ids` [G] (question wordpiece / candidate /
     flat paragraph / flat sentence / DOM node index, -1 for CLS), `window_start`/`window_end`

@@ -1,14 +1,103 @@
-"""Checks of GlobalLocalModel's forward arguments, done before any compute.
+"""The encoder's inputs, written once, and their checks before any compute.
 
-Every problem raises a ValueError that names the argument, the value found and the limit, so a
-wrong feature pipeline fails at the door instead of deep inside a matmul (or, worse, silently).
+The schema. `ENCODER_INPUTS` holds one `InputSpec` per `GlobalLocalModel.forward` argument, in
+argument order: its name, its axes, its dtype in a batch and the value that pads it. Axes are
+named: "batch" (B), "long" (L, long tokens), "global" (G, global tokens), "feature"
+(F = config.global_feature_size). Everything that handles model inputs reads them from here:
+`longdoc.data.features.Features` (its fields with these names are the model inputs),
+`longdoc.data.batching.collate_features` (which pads by spec), `check_and_collect` below, and the
+forward docstring (a test holds it to the schema). `MODEL_INPUT_NAMES` lists the names.
+
+Labels and other per-window tensors of a task use the same class, so a task collates its labels
+with the same function that collates the encoder inputs:
+
+    import torch
+    from longdoc.data.batching import collate_features
+    from longdoc.model.inputs import InputSpec
+
+    LABELS = (
+        InputSpec("start_positions", ("batch",), torch.long, pad=-100),        # a number per row
+        InputSpec("supporting_labels", ("batch", "global"), torch.float, pad=-100.0),  # one per global
+        InputSpec("answer_spans", ("batch", "answer", 2), torch.long, pad=-1),  # a task's own axis
+    )
+
+    def collate(rows, pad_token_id):
+        return collate_features(rows, pad_token_id, extra=LABELS)   # model(**batch) / task model
+
+Rules `collate_features` applies to every spec (encoder inputs and extras alike):
+- A row holds one value per spec as nested lists (or a tensor) with one level per axis after
+  "batch"; an axis given as an int has that fixed size. A spec whose name the first row lacks
+  (or holds as None) is left out of the batch (labels at prediction time, `global_features`
+  without DOM features); all rows must then agree.
+- A named axis has one size per row across all specs that use it (a row whose `sentence_ids` is
+  not as long as its `long_input_ids` is refused, naming the row and field), and the batch pads
+  it to its longest row, with each spec's `pad`; so "long"/"global" labels line up with the inputs.
+- `pad=PAD_TOKEN_ID` pads with the tokenizer's pad id, given to `collate_features`.
+- Values are converted to the spec's dtype.
+`encoder_inputs(batch)` picks the encoder's inputs out of a batch that also holds labels.
 """
+
+from dataclasses import dataclass
+from typing import Mapping
 
 import torch
 from torch import Tensor
 
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.side_inputs import StructureIds
+
+# The pad value that stands for "the tokenizer's pad id", known only when collating.
+PAD_TOKEN_ID = "pad_token_id"
+
+_AXIS_LETTERS = {"batch": "B", "long": "L", "global": "G", "feature": "F"}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One batched tensor: its name, axes (the first is always "batch"), dtype and padding value."""
+
+    name: str
+    axes: tuple[str | int, ...]
+    dtype: torch.dtype
+    pad: int | float | bool | str = 0
+
+    def __post_init__(self):
+        if not self.axes or self.axes[0] != "batch":
+            raise ValueError(f"InputSpec {self.name!r}: axes must start with 'batch', got {self.axes}")
+        if isinstance(self.pad, str) and self.pad != PAD_TOKEN_ID:
+            raise ValueError(f"InputSpec {self.name!r}: pad must be a number, a bool or PAD_TOKEN_ID, got {self.pad!r}")
+
+    @property
+    def shape_text(self) -> str:
+        """The shape as the docstrings write it, e.g. "[B, L]"."""
+        return "[" + ", ".join(str(_AXIS_LETTERS.get(axis, axis)) for axis in self.axes) + "]"
+
+    def pad_value(self, pad_token_id: int) -> int | float | bool:
+        return pad_token_id if self.pad == PAD_TOKEN_ID else self.pad
+
+
+_LONG, _GLOBAL = ("batch", "long"), ("batch", "global")
+ENCODER_INPUTS = (
+    InputSpec("long_input_ids", _LONG, torch.long, pad=PAD_TOKEN_ID),
+    InputSpec("global_input_ids", _GLOBAL, torch.long, pad=PAD_TOKEN_ID),
+    InputSpec("long_attention_mask", _LONG, torch.long, pad=0),
+    InputSpec("global_attention_mask", _GLOBAL, torch.long, pad=0),
+    InputSpec("long_token_type_ids", _LONG, torch.long, pad=0),
+    InputSpec("global_token_type_ids", _GLOBAL, torch.long, pad=0),
+    # Structure ids: -1 is "none" (no owner, no paragraph), so padding links to nothing.
+    InputSpec("sentence_ids", _LONG, torch.long, pad=-1),
+    InputSpec("mention_ids", _LONG, torch.long, pad=-1),
+    InputSpec("long_paragraph_ids", _LONG, torch.long, pad=-1),
+    InputSpec("global_paragraph_ids", _GLOBAL, torch.long, pad=-1),
+    InputSpec("global_sees_all", _GLOBAL, torch.bool, pad=False),
+    InputSpec("global_features", ("batch", "global", "feature"), torch.float32, pad=0.0),
+)
+MODEL_INPUT_NAMES = tuple(spec.name for spec in ENCODER_INPUTS)
+
+
+def encoder_inputs(batch: Mapping[str, Tensor | None]) -> dict[str, Tensor]:
+    """The encoder's inputs in `batch` (labels and bookkeeping left out, None values dropped)."""
+    return {name: batch[name] for name in MODEL_INPUT_NAMES if batch.get(name) is not None}
 
 
 def _require_shape(name: str, tensor: Tensor | None, shape: tuple[int, ...]) -> None:
@@ -26,27 +115,21 @@ def _require_range(name: str, tensor: Tensor | None, low: int, high: int, what: 
         raise ValueError(f"{name} contains {bad}, outside [{low}, {high - 1}] ({what})")
 
 
-def _require_integer(name: str, tensor: Tensor | None) -> None:
-    if tensor is not None and (tensor.is_floating_point() or tensor.is_complex()):
-        raise ValueError(f"{name} must hold integers, got dtype {tensor.dtype}")
+def _require_dtype(spec: InputSpec, tensor: Tensor) -> None:
+    """Integer and bool inputs refuse floats (a 0.5 in a mask or an id is a bug upstream)."""
+    if tensor.is_complex() or (spec.dtype != torch.float32 and tensor.is_floating_point()):
+        kind = "integers" if spec.dtype == torch.long else "booleans or integers"
+        raise ValueError(f"{spec.name} must hold {kind}, got dtype {tensor.dtype}")
 
 
-def check_and_collect(
-    config: GlobalLocalConfig,
-    long_input_ids: Tensor,
-    global_input_ids: Tensor | None,
-    long_attention_mask: Tensor | None,
-    global_attention_mask: Tensor | None,
-    long_token_type_ids: Tensor | None,
-    global_token_type_ids: Tensor | None,
-    sentence_ids: Tensor | None,
-    mention_ids: Tensor | None,
-    long_paragraph_ids: Tensor | None,
-    global_paragraph_ids: Tensor | None,
-    global_sees_all: Tensor | None,
-    global_features: Tensor | None,
-) -> StructureIds:
-    """Validate every argument; return the structure record with defaults filled in."""
+def check_and_collect(config: GlobalLocalConfig, inputs: Mapping[str, Tensor | None]) -> StructureIds:
+    """Validate `GlobalLocalModel.forward`'s arguments (by name, None: not given) against the schema
+    and the config; return the structure record with defaults filled in."""
+    unknown = sorted(set(inputs) - set(MODEL_INPUT_NAMES))
+    if unknown:
+        raise ValueError(f"unknown encoder input(s) {', '.join(unknown)}; known: {', '.join(MODEL_INPUT_NAMES)}")
+    given = {spec.name: inputs[spec.name] for spec in ENCODER_INPUTS if inputs.get(spec.name) is not None}
+    long_input_ids = given.get("long_input_ids")
     if long_input_ids is None or long_input_ids.dim() != 2:
         shape = None if long_input_ids is None else tuple(long_input_ids.shape)
         raise ValueError(f"long_input_ids must be a [batch, length] tensor, got shape {shape}")
@@ -55,14 +138,12 @@ def check_and_collect(
         raise ValueError("long_input_ids has length 0; at least one long token is needed")
     if length > config.long_max_len:
         raise ValueError(f"long_input_ids has length {length}, above long_max_len = {config.long_max_len}")
+    global_input_ids = given.get("global_input_ids")
     if global_input_ids is None:
         num_globals = 0
-        for name, value in (("global_attention_mask", global_attention_mask),
-                            ("global_token_type_ids", global_token_type_ids),
-                            ("global_paragraph_ids", global_paragraph_ids),
-                            ("global_sees_all", global_sees_all), ("global_features", global_features)):
-            if value is not None:
-                raise ValueError(f"{name} was given but global_input_ids is None (no global tokens)")
+        for spec in ENCODER_INPUTS:
+            if "global" in spec.axes and spec.name in given:
+                raise ValueError(f"{spec.name} was given but global_input_ids is None (no global tokens)")
     else:
         if global_input_ids.dim() != 2 or global_input_ids.shape[0] != batch:
             raise ValueError(
@@ -73,36 +154,24 @@ def check_and_collect(
             raise ValueError(
                 f"global_input_ids has {num_globals} global tokens, above global_max_len = {config.global_max_len}"
             )
+    if "global_features" in given and config.global_feature_size == 0:
+        raise ValueError("global_features was given but config.global_feature_size is 0")
 
-    long_shape, global_shape = (batch, length), (batch, num_globals)
-    for name, tensor, shape in (
-        ("long_attention_mask", long_attention_mask, long_shape),
-        ("long_token_type_ids", long_token_type_ids, long_shape),
-        ("sentence_ids", sentence_ids, long_shape),
-        ("mention_ids", mention_ids, long_shape),
-        ("long_paragraph_ids", long_paragraph_ids, long_shape),
-        ("global_attention_mask", global_attention_mask, global_shape),
-        ("global_token_type_ids", global_token_type_ids, global_shape),
-        ("global_paragraph_ids", global_paragraph_ids, global_shape),
-        ("global_sees_all", global_sees_all, global_shape),
-    ):
-        _require_shape(name, tensor, shape)
-    if global_features is not None:
-        if config.global_feature_size == 0:
-            raise ValueError("global_features was given but config.global_feature_size is 0")
-        _require_shape("global_features", global_features, (batch, num_globals, config.global_feature_size))
-    for name, tensor in (("long_input_ids", long_input_ids), ("global_input_ids", global_input_ids),
-                         ("long_token_type_ids", long_token_type_ids),
-                         ("global_token_type_ids", global_token_type_ids), ("sentence_ids", sentence_ids),
-                         ("mention_ids", mention_ids), ("long_paragraph_ids", long_paragraph_ids),
-                         ("global_paragraph_ids", global_paragraph_ids)):
-        _require_integer(name, tensor)
+    sizes = {"batch": batch, "long": length, "global": num_globals, "feature": config.global_feature_size}
+    for spec in ENCODER_INPUTS:
+        if spec.name in given:
+            _require_shape(spec.name, given[spec.name], tuple(sizes[axis] for axis in spec.axes))
+    for spec in ENCODER_INPUTS:
+        if spec.name in given:
+            _require_dtype(spec, given[spec.name])
+    long_attention_mask, global_attention_mask = given.get("long_attention_mask"), given.get("global_attention_mask")
+    sentence_ids, mention_ids = given.get("sentence_ids"), given.get("mention_ids")
     vocab = f"vocab_size = {config.vocab_size}"
     _require_range("long_input_ids", long_input_ids, 0, config.vocab_size, vocab)
     _require_range("global_input_ids", global_input_ids, 0, config.vocab_size, vocab)
     types = f"type_vocab_size = {config.type_vocab_size}"
-    _require_range("long_token_type_ids", long_token_type_ids, 0, config.type_vocab_size, types)
-    _require_range("global_token_type_ids", global_token_type_ids, 0, config.type_vocab_size, types)
+    _require_range("long_token_type_ids", given.get("long_token_type_ids"), 0, config.type_vocab_size, types)
+    _require_range("global_token_type_ids", given.get("global_token_type_ids"), 0, config.type_vocab_size, types)
     links = f"an index of one of the {num_globals} global tokens, or -1 for none"
     _require_range("sentence_ids", sentence_ids, -1, num_globals, links)
     _require_range("mention_ids", mention_ids, -1, num_globals, links)
@@ -111,10 +180,10 @@ def check_and_collect(
 
     device = long_input_ids.device
     long_mask = (long_attention_mask != 0) if long_attention_mask is not None else torch.ones(
-        long_shape, dtype=torch.bool, device=device
+        (batch, length), dtype=torch.bool, device=device
     )
     global_mask = (global_attention_mask != 0) if global_attention_mask is not None else torch.ones(
-        global_shape, dtype=torch.bool, device=device
+        (batch, num_globals), dtype=torch.bool, device=device
     )
     for name, links in (("sentence_ids", sentence_ids), ("mention_ids", mention_ids)):
         if links is not None and num_globals > 0:
@@ -126,12 +195,13 @@ def check_and_collect(
                     f"{name}[{example}, {position}] = {int(links[example, position])} points to a padding global "
                     f"token (global_attention_mask is 0 there)"
                 )
+    global_sees_all = given.get("global_sees_all")
     return StructureIds(
         long_mask=long_mask,
         global_mask=global_mask,
         sentence_ids=sentence_ids,
         mention_ids=mention_ids,
-        long_paragraph_ids=long_paragraph_ids,
-        global_paragraph_ids=global_paragraph_ids,
+        long_paragraph_ids=given.get("long_paragraph_ids"),
+        global_paragraph_ids=given.get("global_paragraph_ids"),
         global_sees_all=None if global_sees_all is None else global_sees_all.bool(),
     )

@@ -192,14 +192,17 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
         mention_ids [B, L]: a second linked global token, e.g. the candidate a mention names (-1: none);
         long_paragraph_ids [B, L], global_paragraph_ids [B, G]: paragraph of each token;
         global_sees_all [B, G] bool: global tokens exempt from hard g2l (CLS, question, candidates);
-        global_features [B, G, global_feature_size]: per-global-token features added to the embedding.
+        global_features [B, G, F] float, F = config.global_feature_size: per-global-token features added
+        to the embedding. (The schema, with dtypes and padding values: longdoc.model.inputs.ENCODER_INPUTS.)
         """
         config = self.config
-        structure = check_and_collect(
-            config, long_input_ids, global_input_ids, long_attention_mask, global_attention_mask,
-            long_token_type_ids, global_token_type_ids, sentence_ids, mention_ids,
-            long_paragraph_ids, global_paragraph_ids, global_sees_all, global_features,
-        )
+        structure = check_and_collect(config, dict(
+            long_input_ids=long_input_ids, global_input_ids=global_input_ids,
+            long_attention_mask=long_attention_mask, global_attention_mask=global_attention_mask,
+            long_token_type_ids=long_token_type_ids, global_token_type_ids=global_token_type_ids,
+            sentence_ids=sentence_ids, mention_ids=mention_ids, long_paragraph_ids=long_paragraph_ids,
+            global_paragraph_ids=global_paragraph_ids, global_sees_all=global_sees_all, global_features=global_features,
+        ))
         batch, length = long_input_ids.shape
         long_hidden = self.embeddings(long_input_ids, long_token_type_ids)
         if global_input_ids is None:

@@ -7,9 +7,10 @@ import torch
 from longdoc.data.batching import collate_features
 from longdoc.errors import InputError
 from longdoc.data.examples import Candidate, Document, DomNode, Paragraph, Span, StructuredExample, TextSpan
-from longdoc.data.features import MODEL_INPUT_NAMES, FeatureSettings, GlobalKind, GlobalMarkers, build_features
+from longdoc.data.features import FeatureSettings, GlobalKind, GlobalMarkers, build_features
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.data.spans import SOURCE_NONE, SOURCE_QUESTION
+from longdoc.model.inputs import MODEL_INPUT_NAMES
 from tests.data.token_text import check_offsets, small_bpe_tokenizer
 
 TOKENIZER = default_tokenizer()

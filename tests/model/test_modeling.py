@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from longdoc import GlobalLocalConfig, GlobalLocalModel
-from tests.model.test_attention import make_inputs, tiny_config
+from tests.model.conftest import make_inputs, tiny_config
 
 
 def test_save_and_load_round_trip_through_safetensors(tmp_path):

@@ -1,0 +1,66 @@
+"""The input schema: forward's signature and docstring follow it; features -> collate -> forward
+holds to it end to end; inputs of the wrong dtype or name are refused."""
+
+import inspect
+
+import pytest
+import torch
+
+from longdoc import GlobalLocalModel
+from longdoc.convert.pretrained import default_tokenizer
+from longdoc.data.batching import collate_features
+from longdoc.data.examples import Document, DomNode, Paragraph, Span, StructuredExample, TextSpan
+from longdoc.data.features import FeatureSettings, build_features
+from longdoc.model.inputs import ENCODER_INPUTS, MODEL_INPUT_NAMES, PAD_TOKEN_ID, InputSpec, check_and_collect
+from tests.model.conftest import make_inputs, tiny_config
+
+
+def test_forward_arguments_and_docstring_follow_the_schema():
+    parameters = list(inspect.signature(GlobalLocalModel.forward).parameters)
+    assert parameters == ["self", *MODEL_INPUT_NAMES]
+    docstring = GlobalLocalModel.forward.__doc__
+    for spec in ENCODER_INPUTS:
+        assert f"{spec.name} {spec.shape_text}" in docstring, spec.name
+        if spec.dtype != torch.long:  # the docstring names every dtype other than the default int64
+            assert f"{spec.name} {spec.shape_text} {str(spec.dtype).removeprefix('torch.')[:5]}" in docstring
+
+
+def test_features_of_a_real_tokenizer_collate_into_inputs_the_model_takes():
+    tokenizer = default_tokenizer()
+    text = "Rome is old. Paris is new."
+    long_doc = StructuredExample(
+        "a", "which city?", [Document(text, [Paragraph(Span(0, 26), [Span(0, 12), Span(13, 26)])])],
+        dom_nodes=[DomNode(TextSpan(0, 0, 4), [1.0, 2.0])],
+    )
+    short_doc = StructuredExample("b", "old?", [Document("Bern.")], dom_nodes=[DomNode(TextSpan(0, 0, 4), [3.0, 4.0])])
+    settings = FeatureSettings(long_max_len=32, global_max_len=16, max_question_len=8, global_feature_size=2)
+    rows = [f.to_dict() for example in (long_doc, short_doc) for f in build_features(example, tokenizer, settings)]
+    batch = collate_features(rows, tokenizer.pad_token_id)
+    assert set(batch) == set(MODEL_INPUT_NAMES)
+    for spec in ENCODER_INPUTS:
+        assert batch[spec.name].dtype == spec.dtype and batch[spec.name].dim() == len(spec.axes), spec.name
+    length, globals_ = len(rows[1]["long_input_ids"]), len(rows[1]["global_input_ids"])
+    assert batch["long_input_ids"][1, length:].eq(tokenizer.pad_token_id).all()
+    assert batch["sentence_ids"][1, length:].eq(-1).all() and batch["global_paragraph_ids"][1, globals_:].eq(-1).all()
+    config = tiny_config(vocab_size=tokenizer.vocab_size, global_feature_size=2)
+    output = GlobalLocalModel(config).eval()(**batch)
+    assert output.global_hidden_state.shape == (2, batch["global_input_ids"].shape[1], config.hidden_size)
+
+
+@pytest.mark.parametrize("name", ["long_attention_mask", "global_sees_all", "long_paragraph_ids"])
+def test_floats_where_the_schema_wants_integers_or_booleans_are_refused(name):
+    inputs = make_inputs(2, 10, 4, padding=True, structure=True)
+    inputs[name] = inputs[name].float()
+    with pytest.raises(ValueError, match=f"{name} must hold (integers|booleans or integers), got dtype torch.float32"):
+        GlobalLocalModel(tiny_config())(**inputs)
+
+
+def test_unknown_input_names_and_bad_specs_are_refused():
+    inputs = make_inputs(1, 6, 2, padding=False, structure=False)
+    with pytest.raises(ValueError, match="unknown encoder input.s. global_mask"):
+        check_and_collect(tiny_config(), {**inputs, "global_mask": inputs["global_attention_mask"]})
+    with pytest.raises(ValueError, match="axes must start with 'batch'"):
+        InputSpec("labels", ("long",), torch.long)
+    with pytest.raises(ValueError, match="pad must be a number, a bool or PAD_TOKEN_ID"):
+        InputSpec("labels", ("batch",), torch.long, pad="pad")
+    assert InputSpec("ids", ("batch", "long"), torch.long, pad=PAD_TOKEN_ID).pad_value(7) == 7
