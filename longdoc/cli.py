@@ -17,6 +17,7 @@ COMMANDS = {
     "leaderboard": "longdoc.commands.leaderboard",
     "bench": "longdoc.commands.bench",
     "lift": "longdoc.commands.lift",
+    "predict": "longdoc.commands.predict",
 }
 
 

@@ -19,15 +19,22 @@ Starting points:
   `residual_attention`, `talking_heads` starting at identity).
 - `Class.from_pretrained(DIR)`: a trained model of this task. A bare encoder or a model of another
   task is refused with a message saying what DIR holds and how to get the right model.
-- `load_task_model(DIR)`: whatever task model DIR holds, found through the task registry.
+- `load_task_model(DIR)`: whatever task model DIR holds, found through the task registry;
+  `load_tokenizer(DIR)`: the tokenizer saved beside it.
+
+`model.forward_rows(rows, collate, batch_size)` runs a trained model over feature rows batched by
+length, with a progress bar: what every task's `decode.predict` needs.
 """
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
+import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 
+from longdoc.data.batching import length_batches
 from longdoc.data.features import MODEL_INPUT_NAMES
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
@@ -82,6 +89,30 @@ class TaskModel(GlobalLocalPreTrainedModel):
     def encode(self, batch: dict[str, Tensor]) -> GlobalLocalModelOutput:
         """The encoder on the model inputs of `batch` (other keys, such as labels, are left out)."""
         return self.encoder(**{name: batch[name] for name in MODEL_INPUT_NAMES if batch.get(name) is not None})
+
+    @torch.no_grad()
+    def forward_rows(
+        self, rows: Sequence[dict[str, Any]], collate: Callable, batch_size: int, progress: bool = True,
+        desc: str = "predicting",
+    ) -> list[dict[str, Tensor]]:
+        """The model's outputs for each feature row (in eval mode, no labels needed), in the rows' order.
+
+        Rows are batched by length (`length_batches`, longest first) and padded by `collate(rows,
+        pad_token_id)`; each result holds every batched tensor output at that row's index (still
+        padded to its batch's length: positions past the row's own length are padding).
+        """
+        self.eval()
+        results: list[dict[str, Tensor] | None] = [None] * len(rows)
+        batches = length_batches([len(row["long_input_ids"]) for row in rows], batch_size)
+        with tqdm(total=len(rows), desc=desc, unit=" windows", disable=not progress) as bar:
+            for indices in batches:
+                output = self(**collate([rows[i] for i in indices], self.config.pad_token_id))
+                tensors = {name: value for name, value in output.items()
+                           if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == len(indices)}
+                for position, index in enumerate(indices):
+                    results[index] = {name: value[position] for name, value in tensors.items()}
+                bar.update(len(indices))
+        return results
 
     @classmethod
     def from_encoder(
@@ -142,3 +173,19 @@ def load_task_model(directory: str | Path) -> TaskModel:
     if not found.get("task"):
         raise InputError(f"{directory}: is a bare encoder (GlobalLocalModel, no task head), not a trained task model")
     return get_task(found["task"]).load("model").from_pretrained(directory)
+
+
+def load_tokenizer(directory: str | Path):
+    """The tokenizer saved beside a model (training saves it there); InputError when there is none."""
+    import os
+
+    from transformers import AutoTokenizer
+
+    directory = Path(directory)
+    if not any((directory / name).is_file() for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json")):
+        raise InputError(
+            f"{directory}: no tokenizer files (tokenizer.json, vocab.txt); a model folder needs the tokenizer it was "
+            "trained with (`longdoc train` and `longdoc lift` save it there)"
+        )
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return AutoTokenizer.from_pretrained(directory)
