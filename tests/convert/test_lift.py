@@ -99,8 +99,21 @@ def test_positions_tiled_to_long_length(tmp_path):
     # e.g. position 0 -> row 2, 37 -> row 39, 38 -> row 2 again, 99 -> row 2 + 23 = 25.
     for position, row in [(0, 2), (37, 39), (38, 2), (75, 39), (76, 2), (99, 25)]:
         torch.testing.assert_close(table[position], source[row], rtol=0, atol=0)
-    # "both" keeps the relative tables too.
-    assert model.encoder.layers[0].attention.long_relative_key is not None
+    # "both" keeps relative tables too, freshly drawn at the initializer's scale, and they take part:
+    # redrawing them at scale 1 changes the output (unused tables would leave it bit-identical; the
+    # change is small only because this random RoBERTa's values are small).
+    relative = {name: p for name, p in model.named_parameters() if "relative" in name}
+    assert len(relative) == 4 * model.config.num_hidden_layers
+    assert all(0.5 < p.std().item() / model.config.initializer_range < 2 for p in relative.values())
+    ids = torch.randint(3, 120, (1, 30), generator=torch.Generator().manual_seed(0))
+    model.eval()
+    with torch.no_grad():
+        before = model(ids).long_hidden_state
+        torch.manual_seed(0)
+        for parameter in relative.values():
+            parameter.normal_(0.0, 1.0)
+        after = model(ids).long_hidden_state
+    assert (before - after).abs().max() > 1e-3
 
 
 def test_qkv_fused_and_copied_into_both_streams_or_once_when_shared(tmp_path):

@@ -32,9 +32,16 @@ def test_default_model_is_minilm_lifted_once_with_etc_base_options(cache, monkey
     assert pretrained.default_model_path() == path
 
 
-def test_other_options_get_another_cache_folder(cache):
+def test_every_option_and_the_lift_format_get_their_own_cache_folder(cache, monkeypatch):
     default = pretrained.lifted_minilm_folder(LiftOptions())
-    assert pretrained.lifted_minilm_folder(LiftOptions()) == default
-    assert pretrained.lifted_minilm_folder(LiftOptions(positions="both")) != default
-    assert pretrained.lifted_minilm_folder(LiftOptions(local_radius=64)) != default
     assert default.parent == cache / "lifted"
+    # Each option changes the lifted weights or config, so each must change the folder.
+    changed = {"positions": "both", "residual_attention": False, "talking_heads": True, "local_radius": 64,
+               "long_max_len": 2048, "global_max_len": 128, "share_qkv": True, "share_attention_output": True,
+               "share_feed_forward": True, "seed": 1}
+    assert set(changed) == set(vars(LiftOptions()))  # a new option must be added here
+    folders = {pretrained.lifted_minilm_folder(LiftOptions(**{name: value})) for name, value in changed.items()}
+    assert len(folders) == len(changed) and default not in folders
+    # A change in what lifting means leaves old cached copies unused.
+    monkeypatch.setattr(lift_module, "LIFT_FORMAT_VERSION", lift_module.LIFT_FORMAT_VERSION + 1)
+    assert pretrained.lifted_minilm_folder(LiftOptions()) != default

@@ -21,6 +21,7 @@ from longdoc.tasks.nq.metric import (
 )
 from longdoc.tasks.nq.predictions import Prediction
 from longdoc.tasks.nq.spans import NULL_SPAN, AnswerLabel, Span, span_sets_equal, spans_equal
+from tests.tasks.conftest import assert_reference_rows_fit
 
 NULL = {"start_byte": -1, "end_byte": -1, "start_token": -1, "end_token": -1}
 
@@ -470,10 +471,5 @@ def test_empty_gold_is_refused(tmp_path, original_files):
         evaluate_files(write_jsonl(tmp_path / "gold.jsonl", []), write_predictions(tmp_path / "pred.json", []))
 
 
-def test_reference_rows_carry_the_published_dev_figures():
-    figures = {row["name"]: row["metrics"] for row in TASK.reference_rows}
-    assert figures["ETC-large"] == {"long-best-threshold-f1": 0.782, "short-best-threshold-f1": 0.585}
-    assert figures["ETC-large + RealFormer"] == {"long-best-threshold-f1": 0.7793, "short-best-threshold-f1": 0.5910}
-    assert figures["ETC-large (RealFormer baseline)"] == {
-        "long-best-threshold-f1": 0.7770, "short-best-threshold-f1": 0.5854}
-    assert all(row["source"] for row in TASK.reference_rows)
+def test_reference_rows_name_keys_the_metric_reports(original_files):
+    assert_reference_rows_fit(TASK, evaluate_files(*original_files))
