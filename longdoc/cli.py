@@ -17,6 +17,7 @@ COMMANDS = {
     "leaderboard": "longdoc.commands.leaderboard",
     "bench": "longdoc.commands.bench",
     "lift": "longdoc.commands.lift",
+    "make-data": "longdoc.commands.make_data",
     "predict": "longdoc.commands.predict",
 }
 

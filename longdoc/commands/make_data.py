@@ -1,0 +1,35 @@
+"""`longdoc make-data TASK --n N --length TOKENS --seed S --out FILE`: write a generated task's data file."""
+
+import argparse
+import importlib
+import sys
+
+from longdoc.tasks import get_task, task_names
+
+HELP = "generate a built-in task's examples (multihop: long documents in the HotpotQA format)"
+
+
+def _generated_tasks() -> list[str]:
+    return [name for name in task_names() if "generator" in get_task(name).extras]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    names = _generated_tasks()
+    parser.add_argument("task", metavar="TASK", choices=names, help=f"one of: {', '.join(names)}")
+    parser.add_argument("--n", type=int, required=True, help="number of examples")
+    parser.add_argument("--length", type=int, required=True, metavar="TOKENS",
+                        help="wordpieces per example, question and [CLS]/[SEP] included (MiniLM's tokenizer)")
+    parser.add_argument("--seed", type=int, required=True, help="the same seed writes the same file")
+    parser.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write")
+    parser.add_argument("--min-distance", type=int, metavar="TOKENS",
+                        help="fewest wordpieces between the two facts of a question (default: half of --length)")
+    parser.add_argument("--comparison-fraction", type=float, default=0.2,
+                        help="share of yes/no comparison questions; the rest are bridge questions (default: 0.2)")
+
+
+def run(args: argparse.Namespace) -> int:
+    generator = importlib.import_module(get_task(args.task).extras["generator"])
+    path = generator.write_examples(args.out, args.n, seed=args.seed, length=args.length,
+                                    min_distance=args.min_distance, comparison_fraction=args.comparison_fraction)
+    print(f"wrote {args.n} {args.task} examples to {path}", file=sys.stderr)
+    return 0

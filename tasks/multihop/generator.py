@@ -1,0 +1,308 @@
+"""The built-in multi-hop task: seeded long documents in the HotpotQA distractor format.
+
+Each example is a small invented world (people, companies, cities; names composed here from
+syllables, nothing downloaded) written out as paragraphs of filler and distractor sentences, with
+the two facts a question needs placed far apart:
+
+- bridge (type "bridge"): "A works for B." ... "B is based in C." -> "Where is the employer of A
+  based?" (answer C; the question names neither B nor C);
+- comparison (type "comparison", answer "yes" or "no"): "Are B1 and B2 based in the same city?"
+  from "B1 is based in C1." ... "B2 is based in C2.", or "Do A1 and A2 work for the same company?"
+  from their two "works for" facts.
+
+Distractors state the same two relations about other people and companies, every city of a world
+is the base of several companies, and filler sentences mention the question's own entities with
+other cities ("A visited D.", "B sponsored a fair in D."), so neither the nearest city nor the only
+"based in" sentence gives the answer: the reader has to find the bridge. Each fact is stated once
+(a person has one employer, a company one base), so the supporting facts are exactly the two
+placed sentences.
+
+Lengths are in wordpieces of the tokenizer passed in (the default is MiniLM's uncased WordPiece,
+the one longdoc's models use), counted exactly the way `longdoc.data.features.build_features`
+lays out a HotpotQA example: `[CLS] question [SEP]`, then each paragraph's title and sentences,
+then `[SEP]`. Sentences are tokenised one by one; because every sentence after a paragraph's first
+keeps its leading space (HotpotQA's convention) and the title is followed by a newline, WordPiece
+splits the joined text at the same places, so the counts are exact, not an approximation.
+`length` bounds that whole long input; `min_distance` is the number of wordpieces strictly
+between the two facts (titles of paragraphs in between included).
+
+Everything comes from `random.Random` seeded by (seed, example index): a file is the same on
+every run and machine, and example i does not depend on how many examples are written.
+"""
+
+import bisect
+import random
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+from typing import Callable, Sequence
+
+from longdoc.errors import InputError
+from longdoc.io import atomic_write_json
+
+CountTokens = Callable[[Sequence[str]], list[int]]
+
+BRIDGE_QUESTIONS = ("Where is the employer of {person} based?",
+                    "In which city is the company that {person} works for based?")
+SAME_CITY_QUESTION = "Are {company} and {other} based in the same city?"
+SAME_EMPLOYER_QUESTION = "Do {person} and {other} work for the same company?"
+WORKS_FOR = "{person} works for {company}."
+BASED_IN = "{company} is based in {city}."
+
+_FIRST = (["Al", "Bri", "Cor", "Da", "El", "Fen", "Gar", "Hal", "Is", "Jor", "Ka", "Lor", "Mi", "Nel", "Or",
+           "Pa", "Quin", "Ro", "Sa", "Tam", "Ul", "Ve", "Wyn", "Ya", "Zel"],
+          ["a", "en", "in", "on", "ia", "as", "el", "ric", "ya", "o"])
+_LAST = (["Ash", "Bel", "Cran", "Dun", "Ell", "Fair", "Grey", "Holt", "Ives", "Kel", "Lang", "Mor", "North",
+          "Pen", "Quill", "Rad", "Stone", "Thorn", "Vance", "Wick"],
+         ["ley", "wood", "man", "son", "well", "by", "ard", "ett"])
+_CITY = (["Bran", "Cal", "Dor", "Elm", "Fal", "Glen", "Har", "Ken", "Lin", "Mar", "Nor", "Ost", "Pel", "Rav",
+          "Sel", "Tor", "Ux", "Val", "Wes", "Yar"],
+         ["", "a", "e", "i", "o"],
+         ["ford", "ton", "burg", "mouth", "vale", "haven", "port", "field", "stead", "wick"])
+_COMPANY = (["Ar", "Bex", "Cor", "Dyn", "Ev", "Flux", "Gen", "Hel", "Ion", "Jup", "Kor", "Lum", "Nex", "Omn",
+             "Pyr", "Quor", "Syn", "Tek", "Vor", "Zen"],
+            ["a", "i", "o", "ex", "ix", "on", "ara", "ica"],
+            ["Industries", "Labs", "Group", "Works", "Systems", "Holdings", "Dynamics", "Logistics", "Media",
+             "Foods"])
+PEOPLE = tuple(f"{a}{b} {c}{d}" for a, b, c, d in product(*_FIRST, *_LAST))
+CITIES = tuple("".join(parts) for parts in product(*_CITY))
+COMPANIES = tuple(f"{a}{b} {c}" for a, b, c in product(*_COMPANY))
+
+_HOBBIES = ("painting", "sailing", "chess", "gardening", "birdwatching", "pottery", "cycling", "astronomy")
+_PRODUCTS = ("tablet", "bicycle", "camera", "kettle", "drone", "speaker", "lamp", "backpack")
+_EVENTS = ("festival", "fair", "marathon", "concert", "parade", "exhibition", "regatta", "tournament")
+_PLACES = ("museum", "library", "harbour", "town hall", "theatre", "railway station", "market", "stadium")
+_SEASONS = ("spring", "summer", "autumn", "winter")
+_TOPICS = ("old maps", "river ecology", "medieval music", "railway history", "folk tales", "glassmaking")
+# Filler: the world's entities in sentences that never state who works where or where a company is based.
+_FILLER = (
+    "{person} visited {city} in {year}.",
+    "{person} enjoys {hobby} in the evenings.",
+    "{person} met {person2} at a conference in {city}.",
+    "{person} wrote a short book about {topic}.",
+    "{person} once described {topic} as a lifelong interest.",
+    "{company} released a new {product} in {year}.",
+    "{company} sponsored a {event} in {city} in {year}.",
+    "Critics praised the {product} made by {company}.",
+    "The {place} in {city} was renovated in {year}.",
+    "A {event} in {city} drew large crowds that {season}.",
+    "Heavy rain fell on {city} during the {season} of {year}.",
+    "Local newspapers in {city} covered the {event} at length.",
+    "The committee reviewed the annual budget.",
+    "Attendance rose steadily over the following decade.",
+    "Several proposals were discussed but none was adopted.",
+    "The report was published a few months later.",
+)
+# Share of distractor sentences that state one of the two relations (the rest is filler).
+RELATION_SHARE = 0.35
+SENTENCES_PER_PARAGRAPH = (3, 7)
+
+
+@dataclass
+class World:
+    """People, companies and cities of one example, with who works where and where each company is."""
+
+    people: list[str]
+    companies: list[str]
+    cities: list[str]
+    employer: dict[str, str] = field(default_factory=dict)
+    base: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def draw(cls, rng: random.Random, length: int) -> "World":
+        # Enough entities that relation distractors never run out; few cities, so each is the base
+        # of several companies and the answer city also appears in distractor "based in" sentences.
+        world = cls(rng.sample(PEOPLE, max(8, length // 40)), rng.sample(COMPANIES, max(6, length // 60)),
+                    rng.sample(CITIES, max(4, length // 150)))
+        world.base = {company: rng.choice(world.cities) for company in world.companies}
+        world.employer = {person: rng.choice(world.companies) for person in world.people}
+        return world
+
+
+@dataclass
+class Question:
+    text: str
+    answer: str
+    type: str
+    facts: tuple[str, str]  # the two sentences that answer it
+    # Sentences that every example of this kind holds somewhere, so that no shortcut works.
+    decoys: tuple[str, ...] = ()
+    # Entities whose relation sentences would restate or contradict a fact: no distractor about them.
+    fixed_people: frozenset = frozenset()
+    fixed_companies: frozenset = frozenset()
+
+
+def bridge_question(rng: random.Random, world: World) -> Question:
+    person = world.people[0]
+    company = world.employer[person]
+    city = world.base[company]
+    # Always another company based in the answer city (the "based in" sentence alone does not
+    # give the answer) and the person in a sentence with another city (nor does their name).
+    decoy = next(c for c in world.companies if c != company)
+    world.base[decoy] = city
+    elsewhere = rng.choice([c for c in world.cities if c != city])
+    decoys = (BASED_IN.format(company=decoy, city=city), f"{person} visited {elsewhere} in {rng.randint(1950, 2020)}.")
+    return Question(rng.choice(BRIDGE_QUESTIONS).format(person=person), city, "bridge",
+                    (WORKS_FOR.format(person=person, company=company), BASED_IN.format(company=company, city=city)),
+                    decoys, frozenset([person]), frozenset([company, decoy]))
+
+
+def comparison_question(rng: random.Random, world: World) -> Question:
+    same = rng.random() < 0.5
+    if rng.random() < 0.5:
+        first, second = world.companies[:2]
+        world.base[second] = (world.base[first] if same
+                              else rng.choice([c for c in world.cities if c != world.base[first]]))
+        facts = tuple(BASED_IN.format(company=c, city=world.base[c]) for c in (first, second))
+        text = SAME_CITY_QUESTION.format(company=first, other=second)
+        fixed_people, fixed_companies = frozenset(), frozenset([first, second])
+    else:
+        first, second = world.people[:2]
+        world.employer[second] = (world.employer[first] if same
+                                  else rng.choice([c for c in world.companies if c != world.employer[first]]))
+        facts = tuple(WORKS_FOR.format(person=p, company=world.employer[p]) for p in (first, second))
+        text = SAME_EMPLOYER_QUESTION.format(person=first, other=second)
+        fixed_people, fixed_companies = frozenset([first, second]), frozenset()
+    return Question(text, "yes" if same else "no", "comparison", facts, (), fixed_people, fixed_companies)
+
+
+def distractor_sentences(rng: random.Random, world: World, question: Question):
+    """An endless stream: relation sentences about entities the question does not fix, each said
+    once and only while they last, mixed with filler."""
+    relations = ([WORKS_FOR.format(person=p, company=world.employer[p])
+                  for p in world.people if p not in question.fixed_people]
+                 + [BASED_IN.format(company=c, city=world.base[c])
+                    for c in world.companies if c not in question.fixed_companies])
+    rng.shuffle(relations)
+    while True:
+        if relations and rng.random() < RELATION_SHARE:
+            yield relations.pop()
+            continue
+        person, person2 = rng.sample(world.people, 2)
+        yield rng.choice(_FILLER).format(
+            person=person, person2=person2, city=rng.choice(world.cities), company=rng.choice(world.companies),
+            year=rng.randint(1950, 2020), hobby=rng.choice(_HOBBIES), product=rng.choice(_PRODUCTS),
+            event=rng.choice(_EVENTS), place=rng.choice(_PLACES), season=rng.choice(_SEASONS),
+            topic=rng.choice(_TOPICS))
+
+
+def _joined(sentences: list[str]) -> list[str]:
+    # HotpotQA's convention: sentences after a paragraph's first keep their leading space.
+    return [sentence if i == 0 else " " + sentence for i, sentence in enumerate(sentences)]
+
+
+def make_example(index: int, *, seed: int, length: int, min_distance: int, comparison_fraction: float,
+                 count_tokens: CountTokens) -> dict:
+    """Example `index` of the file seeded by `seed`, as a HotpotQA record (see the module docstring)."""
+    rng = random.Random(f"longdoc-multihop:{seed}:{index}")
+    world = World.draw(rng, length)
+    question = (comparison_question if rng.random() < comparison_fraction else bridge_question)(rng, world)
+    question_tokens, *placed_tokens = count_tokens([question.text, *question.facts, *question.decoys])
+    # [CLS] question [SEP] ... [SEP], the facts and the decoys come out of the budget first.
+    budget = length - question_tokens - 3 - sum(placed_tokens)
+    if budget <= min_distance:
+        raise InputError(f"--length {length} leaves {budget} wordpieces beside the question and facts, "
+                         f"too few to put the two facts at least {min_distance} apart; raise --length or lower "
+                         "--min-distance")
+
+    # Paragraphs of distractors until the budget is spent: (title, sentences, token counts of the
+    # title and then of each sentence).
+    paragraphs: list[tuple[str, list[str], list[int]]] = []
+    stream = distractor_sentences(rng, world, question)
+    used = 0
+    full = False
+    while not full:
+        title = f"Section {len(paragraphs) + 1}"
+        wanted = rng.randint(*SENTENCES_PER_PARAGRAPH)
+        sentences = [next(stream) for _ in range(wanted)]
+        counts = count_tokens([title] + _joined(sentences))
+        if used + counts[0] + counts[1] > budget:
+            break
+        used += counts[0]
+        kept, kept_counts = [], [counts[0]]
+        for sentence, count in zip(sentences, counts[1:]):
+            if used + count > budget:
+                full = True
+                break
+            kept.append(sentence)
+            kept_counts.append(count)
+            used += count
+        paragraphs.append((title, kept, kept_counts))
+
+    # Insertion slots (paragraph, position before sentence i) and the wordpieces before each.
+    slots, offsets, position = [], [], 0
+    for p, (title, sentences, counts) in enumerate(paragraphs):
+        position += counts[0]
+        for i in range(len(sentences) + 1):
+            slots.append((p, i))
+            offsets.append(position)
+            if i < len(sentences):
+                position += counts[i + 1]
+    # A pair (a, b), a before b, whose distractors in between make at least min_distance
+    # wordpieces, drawn uniformly among all such pairs (offsets never decrease, so the b of an a
+    # are all slots from the first one far enough on).
+    first_far = [max(a + 1, bisect.bisect_left(offsets, offsets[a] + min_distance)) for a in range(len(slots))]
+    later = [max(0, len(slots) - b) for b in first_far]
+    if not any(later):
+        raise InputError(f"--length {length} is too short to put the two facts at least {min_distance} wordpieces "
+                         "apart; raise --length or lower --min-distance")
+    a = rng.choices(range(len(slots)), weights=later)[0]
+    b = rng.randrange(first_far[a], len(slots))
+    first, second = question.facts if rng.random() < 0.5 else question.facts[::-1]
+    # Insert the later one first so the earlier slot's position stays valid.
+    for (p, i), fact in ((slots[b], second), (slots[a], first)):
+        paragraphs[p][1].insert(i, fact)
+    # Decoys anywhere (between the facts they only lengthen the distance).
+    for decoy in question.decoys:
+        sentences = rng.choice(paragraphs)[1]
+        sentences.insert(rng.randint(0, len(sentences)), decoy)
+    supporting = {}
+    for title, sentences, _ in paragraphs:
+        for i, sentence in enumerate(sentences):
+            if sentence in question.facts:
+                supporting[sentence] = [title, i]
+    return {
+        "_id": f"multihop-{seed}-{index:06d}",
+        "question": question.text,
+        "answer": question.answer,
+        "type": question.type,
+        "level": "hard",
+        "supporting_facts": [supporting[fact] for fact in question.facts],
+        "context": [[title, _joined(sentences)] for title, sentences, _ in paragraphs],
+    }
+
+
+def wordpiece_counter(tokenizer) -> CountTokens:
+    """Token counts of texts under `tokenizer`, without special tokens."""
+    def count(texts: Sequence[str]) -> list[int]:
+        return [len(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+    return count
+
+
+def make_examples(n: int, *, seed: int, length: int, min_distance: int | None = None,
+                  comparison_fraction: float = 0.2, tokenizer=None, progress: bool = True) -> list[dict]:
+    """`n` HotpotQA-format records. `min_distance` defaults to half of `length`; `tokenizer` to
+    longdoc's default (MiniLM's WordPiece)."""
+    from tqdm.auto import tqdm
+
+    if n < 1 or length < 1:
+        raise InputError(f"--n and --length must be positive, got {n} and {length}")
+    if not 0.0 <= comparison_fraction <= 1.0:
+        raise InputError(f"--comparison-fraction must be in [0, 1], got {comparison_fraction}")
+    min_distance = length // 2 if min_distance is None else min_distance
+    if min_distance < 0:
+        raise InputError(f"--min-distance must be >= 0, got {min_distance}")
+    if tokenizer is None:
+        from longdoc.convert.pretrained import default_tokenizer
+
+        tokenizer = default_tokenizer()
+    count_tokens = wordpiece_counter(tokenizer)
+    return [make_example(index, seed=seed, length=length, min_distance=min_distance,
+                         comparison_fraction=comparison_fraction, count_tokens=count_tokens)
+            for index in tqdm(range(n), desc="multihop examples", unit=" examples", disable=not progress)]
+
+
+def write_examples(out, n: int, **options) -> Path:
+    """`make_examples(n, **options)` written to `out` as one HotpotQA JSON list (atomically)."""
+    atomic_write_json(out, make_examples(n, **options), indent=None)
+    return Path(out)
