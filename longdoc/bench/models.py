@@ -1,11 +1,12 @@
 """The models the benchmark compares, randomly initialised with one shared shape, and their inputs.
 
-Token counts: our encoder reads L long tokens plus G global tokens (G = shape.global_tokens). Each
-peer reads one sequence of L + G tokens, so that every model embeds, projects and feeds forward the
-same number of token positions; for Longformer the first G of them get global attention (its
-global_attention_mask), which is ETC's global-local pattern in one sequence. Longformer pads the
-sequence to a multiple of its window itself; that padding is part of its cost. BigBird's and
-BERT's inputs need no padding (L + G is a multiple of 64 at every benchmark length).
+Token counts: our encoder reads L long tokens plus G global tokens (G = shape.global_tokens). In
+the fresh-process run each peer reads one sequence of L + G tokens, so that every model embeds,
+projects and feeds forward the same number of token positions; in the plain-process run each
+peer reads the same L-token document, as a user would give it. For Longformer the first G tokens get global attention (its global_attention_mask), which is
+ETC's global-local pattern in one sequence. Longformer pads the sequence to a multiple of its window
+itself; that padding is part of its cost. BigBird's and BERT's inputs need no padding (L and L + G
+are multiples of 64 at every benchmark length).
 Dropout is 0 everywhere, so train mode differs from eval mode only in what autograd keeps.
 """
 
@@ -47,6 +48,10 @@ def _shared_sizes(shape) -> dict:
     )
 
 
+def _peer_tokens(job: Job) -> int:
+    return job.length + job.settings.peer_tokens_extra
+
+
 def _last_hidden_state_sum(output) -> torch.Tensor:
     return output.last_hidden_state.sum()
 
@@ -82,7 +87,7 @@ def _longformer(job: Job) -> Runner:
     from transformers import LongformerConfig, LongformerModel
 
     shape, window = job.settings.shape, job.settings.longformer_window
-    tokens = job.length + shape.global_tokens
+    tokens = _peer_tokens(job)
     padded = -(-tokens // window) * window
     # RoBERTa-style positions start after the padding id, hence the extra entries.
     config = LongformerConfig(
@@ -98,7 +103,7 @@ def _bigbird(job: Job) -> Runner:
     from transformers import BigBirdConfig, BigBirdModel
 
     shape, settings = job.settings.shape, job.settings
-    tokens = job.length + shape.global_tokens
+    tokens = _peer_tokens(job)
     config = BigBirdConfig(
         **_shared_sizes(shape),
         attention_type="block_sparse",
@@ -114,7 +119,7 @@ def _bert(job: Job) -> Runner:
     from transformers import BertConfig, BertModel
 
     shape = job.settings.shape
-    tokens = job.length + shape.global_tokens
+    tokens = _peer_tokens(job)
     config = BertConfig(**_shared_sizes(shape), max_position_embeddings=tokens, attn_implementation="sdpa")
     # No attention mask: SDPA then takes its fused path, with memory linear in length.
     inputs = dict(input_ids=_random_ids(shape, tokens))

@@ -63,20 +63,29 @@ def _cell(value: float | None, pattern: str) -> str:
 def _header(result: BenchResult) -> list[str]:
     settings, machine, shape = result.settings, result.machine, result.settings.shape
     device = machine.get("gpu", f"{machine['cpu']}, {machine['cpu_count']} cores")
+    if settings.plain_process:
+        process = "every model in this one process, interleaved round by round, as a user's script runs them"
+        peer_tokens = "L tokens (the same document)"
+        times = (f"times: median of {settings.repeats} rounds after a warm-up round; memory: see the "
+                 "fresh-process run")
+    else:
+        process = "each measurement in a fresh process"
+        peer_tokens = f"L + {shape.global_tokens} tokens"
+        times = f"times: median of {settings.repeats} after a warm-up; MiB: peak above model and inputs"
     return [
         "longdoc bench: GlobalLocalModel next to Longformer, BigBird and BERT (random init, batch 1)",
+        f"process: {process}",
         f"machine: {device}; torch {machine['torch']}, transformers {machine['transformers']}",
         f"run: {settings.device} {settings.dtype}, {machine['threads']} threads, "
         f"allocator {machine['allocator']} (kernel THP mode: {machine['thp_system_mode']})",
         f"shape: {shape.num_layers} layers, hidden {shape.hidden_size}, {shape.num_heads} heads, "
         f"FFN {shape.intermediate_size}; ours: radius {shape.local_radius}, {shape.global_tokens} global tokens",
-        f"peers: L + {shape.global_tokens} tokens; Longformer: first {shape.global_tokens} global, window "
+        f"peers: {peer_tokens}; Longformer: first {shape.global_tokens} global, window "
         f"{settings.longformer_window}; BigBird: block {settings.bigbird_block_size}, "
         f"{settings.bigbird_random_blocks} random blocks; BERT: SDPA",
         f"matmul: {result.matmul.size}^3 {result.matmul.dtype}, {result.matmul.gflops:.1f} GFLOP/s "
         f"(median of {len(result.matmul.seconds)})",
-        f"times: median of {settings.repeats} after a warm-up; MiB: peak above model and inputs; "
-        f"x: time over {REFERENCE.name}'s at the same length",
+        f"{times}; x: time over {REFERENCE.name}'s at the same length",
     ]
 
 

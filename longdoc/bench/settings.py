@@ -81,7 +81,9 @@ class BenchSettings:
     """One benchmark run. Peers run at lengths up to `peer_max_length` only.
 
     Peer attention: Longformer's `longformer_window` is the whole window (both sides); BigBird runs
-    block-sparse with `bigbird_block_size` and `bigbird_random_blocks`.
+    block-sparse with `bigbird_block_size` and `bigbird_random_blocks`. `plain_process`: measure
+    every model interleaved in this one process (longdoc.bench.plain), each peer reading the same
+    L-token document as ours; otherwise each measurement in a fresh process, each peer reading L + G.
     """
 
     shape: Shape = field(default_factory=lambda: Shape.from_preset("minilm"))
@@ -93,6 +95,7 @@ class BenchSettings:
     device: str = "cpu"
     allocator: str = "keep"  # see longdoc.cpu_memory; the CLI's default picks jemalloc where found
     peer_max_length: int = PEER_MAX_LENGTH
+    plain_process: bool = False
     longformer_window: int = 512
     bigbird_block_size: int = 64
     bigbird_random_blocks: int = 3
@@ -104,6 +107,20 @@ class BenchSettings:
     def quick(cls, **overrides) -> "BenchSettings":
         """A short run: 1k and 4k, one repeat, our default variant and the peers."""
         return cls(**{"lengths": QUICK_LENGTHS, "repeats": 1, "variants": (OURS_RESIDUAL,) + PEERS, **overrides})
+
+    @classmethod
+    def plain_quick(cls, **overrides) -> "BenchSettings":
+        """A short plain-process run: 1k and 4k, two interleaved rounds, ours with and without talking
+        heads and the peers."""
+        return cls(**{
+            "lengths": QUICK_LENGTHS, "repeats": 2, "variants": (OURS_RESIDUAL, OURS_RESIDUAL_TALKING) + PEERS,
+            "plain_process": True, **overrides,
+        })
+
+    @property
+    def peer_tokens_extra(self) -> int:
+        """Tokens a peer reads beyond the L long tokens: G in the fresh-process run, none in the plain one."""
+        return 0 if self.plain_process else self.shape.global_tokens
 
     def jobs(self) -> list["Job"]:
         """Every (variant, length, mode) this run measures, shortest lengths first."""

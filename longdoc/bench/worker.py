@@ -23,7 +23,8 @@ from longdoc.bench.settings import FORWARD, BenchSettings, Job
 from longdoc.cpu_memory import configure_allocator
 
 
-def _timed(step, device: torch.device) -> float:
+def timed(step, device: torch.device) -> float:
+    """Seconds of one call of `step` (on CUDA, after the device has finished)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
@@ -33,29 +34,40 @@ def _timed(step, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
+def step_for(runner, mode: str):
+    """The step that `mode` times: a forward under inference_mode in eval mode, or a
+    forward+backward of the summed outputs in train mode (dropout is 0) that frees the gradients."""
+
+    def forward() -> None:
+        runner.model.eval()
+        with torch.inference_mode():
+            runner.model(**runner.inputs)
+
+    def forward_backward() -> None:
+        runner.model.train()
+        runner.loss(runner.model(**runner.inputs)).backward()
+        runner.model.zero_grad(set_to_none=True)
+
+    return forward if mode == FORWARD else forward_backward
+
+
+def forward_flops(job: Job, runner) -> int | None:
+    """Our encoder's analytic forward FLOPs for the job (None for a peer)."""
+    if not job.variant.is_ours:
+        return None
+    return encoder_forward_flops(runner.model.config, job.length, job.settings.shape.global_tokens).total
+
+
 def measure_job(job: Job) -> Measurement:
     """Time and peak memory of one Job in this process (see the module docstring for the rules)."""
     settings = job.settings
     runner = build_runner(job)
     device = torch.device(settings.device)
-
-    def forward() -> None:
-        with torch.inference_mode():
-            runner.model(**runner.inputs)
-
-    def forward_backward() -> None:
-        runner.loss(runner.model(**runner.inputs)).backward()
-        runner.model.zero_grad(set_to_none=True)
-
-    runner.model.train(job.mode != FORWARD)
-    step = forward if job.mode == FORWARD else forward_backward
+    step = step_for(runner, job.mode)
     with PeakMemory(settings.device) as memory:
         step()
-        seconds = [_timed(step, device) for _ in range(settings.repeats)]
-    flops = None
-    if job.variant.is_ours:
-        flops = encoder_forward_flops(runner.model.config, job.length, settings.shape.global_tokens).total
-    return Measurement(job.variant.name, job.length, job.mode, seconds, memory.peak_mib, flops)
+        seconds = [timed(step, device) for _ in range(settings.repeats)]
+    return Measurement(job.variant.name, job.length, job.mode, seconds, memory.peak_mib, forward_flops(job, runner))
 
 
 def measure_matmul(settings: BenchSettings) -> MatmulMeasurement:
@@ -64,7 +76,7 @@ def measure_matmul(settings: BenchSettings) -> MatmulMeasurement:
     generator = torch.Generator().manual_seed(settings.seed)
     left, right = (torch.randn(n, n, generator=generator).to(device, getattr(torch, settings.dtype)) for _ in range(2))
     torch.matmul(left, right)
-    seconds = [_timed(lambda: torch.matmul(left, right), device) for _ in range(settings.matmul_repeats)]
+    seconds = [timed(lambda: torch.matmul(left, right), device) for _ in range(settings.matmul_repeats)]
     return MatmulMeasurement(n, settings.dtype, seconds, torch.get_num_threads())
 
 

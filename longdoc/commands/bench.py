@@ -26,7 +26,17 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="1k and 4k long tokens, one repeat, ours(res) and the peers")
+    parser.add_argument("--quick", action="store_true", help="1k and 4k long tokens, one repeat (two with --plain), "
+                        "ours(res) (and ours(res,th) with --plain) and the peers")
+    parser.add_argument(
+        "--plain", action="store_true",
+        help="measure every model interleaved in this one plain process, as a user's script runs them, each peer "
+        "reading the same L-token document (default: each measurement in a fresh process, peers reading L + 256)",
+    )
+    parser.add_argument(
+        "--batched", action="store_true",
+        help="instead: examples/s of our forward at batch sizes 1, 4, 16 and 512, 2048, 4096 tokens, in this process",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--lengths", type=_lengths, help="comma-separated long-token lengths (default 1024,...,16384)")
     parser.add_argument("--repeats", type=_positive, help="timed repeats after the warm-up (default 3; 1 with --quick)")
@@ -35,10 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument(
-        "--allocator", choices=("auto", "jemalloc", "keep", "thp", "system"), default="auto",
+        "--allocator", choices=("auto", "jemalloc", "keep", "thp", "system"),
         help="memory allocator of every fresh measuring process (see longdoc/cpu_memory.py): jemalloc keeping "
         "freed pages, glibc keeping freed memory (the library's own setting), transparent huge pages, or the "
-        "system's defaults; auto: jemalloc where installed, else keep",
+        "system's defaults; auto (the default): jemalloc where installed, else keep. Not with --plain/--batched, "
+        "which run under what importing longdoc sets (LONGDOC_ALLOCATOR)",
     )
 
 
@@ -55,10 +66,15 @@ def _print_progress(measurement) -> None:
 def settings_from_arguments(args: argparse.Namespace):
     """BenchSettings for the parsed arguments: --quick's defaults, then any explicit option."""
     from longdoc.bench import BenchSettings
-    from longdoc.cpu_memory import allocator_environment, resolve_allocator
+    from longdoc.bench.settings import OURS_RESIDUAL, OURS_RESIDUAL_TALKING, PEERS
+    from longdoc.cpu_memory import KEEP, allocator_environment, resolve_allocator
 
+    in_process = args.plain or args.batched
+    if in_process and args.allocator:
+        raise InputError("--allocator sets the fresh processes' allocator; --plain and --batched run in this process, "
+                         "under what importing longdoc sets (LONGDOC_ALLOCATOR=keep or system)")
     try:
-        allocator = resolve_allocator(args.allocator)
+        allocator = KEEP if in_process else resolve_allocator(args.allocator or "auto")
         allocator_environment(allocator)
     except ValueError as error:
         raise InputError(f"--allocator: {error}") from None
@@ -67,7 +83,14 @@ def settings_from_arguments(args: argparse.Namespace):
         overrides["lengths"] = args.lengths
     if args.repeats:
         overrides["repeats"] = args.repeats
-    settings = BenchSettings.quick(**overrides) if args.quick else BenchSettings(**overrides)
+    if args.plain:
+        if args.quick:
+            settings = BenchSettings.plain_quick(**overrides)
+        else:
+            variants = (OURS_RESIDUAL, OURS_RESIDUAL_TALKING) + PEERS
+            settings = BenchSettings(**{"variants": variants, "plain_process": True, **overrides})
+    else:
+        settings = BenchSettings.quick(**overrides) if args.quick else BenchSettings(**overrides)
     return settings.without_peers() if args.no_peers else settings
 
 
@@ -75,10 +98,21 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from longdoc.bench import render_table, run_benchmark, to_json
+    from longdoc.bench.plain import BATCH_LENGTHS, render_batched, run_batched, run_plain
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: torch finds no CUDA device on this machine")
-    result = run_benchmark(settings_from_arguments(args), progress=_print_progress)
+    settings = settings_from_arguments(args)
+    if args.batched:
+        rows = run_batched(settings, lengths=args.lengths or BATCH_LENGTHS, progress=lambda row: print(
+            f"  L={row.length} batch {row.batch_size}: {row.examples_per_second:.2f} examples/s", file=sys.stderr, flush=True
+        ))
+        if args.json:
+            print(json.dumps([{**vars(row), "examples_per_second": row.examples_per_second} for row in rows], indent=2))
+        else:
+            print(render_batched(rows, settings))
+        return 0
+    result = (run_plain if args.plain else run_benchmark)(settings, progress=_print_progress)
     print(json.dumps(to_json(result), indent=2) if args.json else render_table(result))
     # A measurement that failed is an error of the run; a target that is missed is a result.
     return 1 if any(measurement.error for measurement in result.measurements) else 0

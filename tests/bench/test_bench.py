@@ -20,6 +20,7 @@ from longdoc.bench.settings import (
 from longdoc.bench.run import MeasurementFailed, run_in_fresh_process
 from longdoc.bench.worker import measure_job, measure_matmul
 from longdoc.commands import bench as bench_command
+from longdoc.errors import InputError
 
 TINY = Shape(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, local_radius=4, global_tokens=16, vocab_size=100)
 
@@ -250,3 +251,81 @@ def test_a_measurement_in_a_fresh_process():
     assert (reply.model, reply.length, reply.mode, len(reply.seconds)) == ("ours(res)", 40, FORWARD, 1)
     # A fresh process holds only this model: its peak is a few MiB, not the test process's hundreds.
     assert 0 <= reply.peak_mib < 64
+
+
+# ---------------------------------------------------------------- the plain-process run and batched inference
+
+
+def plain_result(talking_forward: float, talking_train: float) -> BenchResult:
+    """A plain-process run at 4096 with hand-picked medians (see test_plain_checks_judge_the_targets)."""
+    settings = BenchSettings.plain_quick(lengths=(4096,))
+    matmul = MatmulMeasurement(size=2048, dtype="float32", seconds=[0.2], threads=2)  # 85.9 GFLOP/s
+    forward = {"ours(res)": 1.0, "ours(res,th)": talking_forward, "longformer": 2.0, "bigbird": 0.9, "bert": 1.8}
+    train = {"ours(res)": 3.0, "ours(res,th)": talking_train, "longformer": 8.0, "bigbird": 4.0, "bert": 4.0}
+    measurements = [
+        Measurement(name, 4096, mode, [times[name]], None, 60e9 if name.startswith("ours") else None)
+        for name in forward for mode, times in ((FORWARD, forward), (TRAIN, train))
+    ]
+    return BenchResult(settings, {}, matmul, measurements)
+
+
+def test_plain_checks_judge_the_targets():
+    checks = target_checks(plain_result(talking_forward=1.2, talking_train=4.0))
+    # forward: 1.0 / 1.8 = 0.56 <= 0.6 PASS; below Longformer's 2.0 PASS; BigBird's 0.9 is faster: FAIL.
+    # fwd+bwd: 3.0 / 4.0 = 0.75 > 0.7 FAIL; 3.0 / 4.0 = 0.75 <= 0.8 PASS.
+    # talking heads: +20% <= 25% PASS, +33.3% > 30% FAIL; matmul: 60 GFLOP/s of 85.9 = 70% PASS.
+    assert [check.status for check in checks] == [PASS, PASS, FAIL, FAIL, PASS, PASS, FAIL, PASS]
+    assert "0.56x" in checks[0].detail and "+33.3%" in checks[6].detail
+    # around the limits: +25% and +29% pass, +26% and +31% fail
+    assert [check.status for check in target_checks(plain_result(1.25, 3.87))[5:7]] == [PASS, PASS]
+    assert [check.status for check in target_checks(plain_result(1.26, 3.93))[5:7]] == [FAIL, FAIL]
+
+
+@pytest.mark.slow
+def test_plain_run_interleaves_every_model_in_this_process():
+    from longdoc.bench.plain import run_plain
+
+    settings = BenchSettings.plain_quick(
+        shape=TINY, lengths=(64,), matmul_size=64, longformer_window=16, bigbird_block_size=8, bigbird_random_blocks=1,
+    )
+    heard = []
+    result = run_plain(settings, progress=heard.append)
+    assert heard == result.measurements
+    assert {(m.model, m.mode) for m in result.measurements} == {
+        (name, mode) for name in ("ours(res)", "ours(res,th)", "longformer", "bigbird", "bert") for mode in MODES
+    }
+    assert all(len(m.seconds) == 2 and m.peak_mib is None and not m.error for m in result.measurements)
+    assert result.machine["allocator"].startswith("in-process")
+    table = render_table(result)
+    assert "process: every model in this one process" in table and "peers: L tokens (the same document)" in table
+    assert [line.split()[0] for line in table.splitlines()[-8:]] == [SKIP] * 8  # no 4096 in this run
+
+
+def test_peers_read_the_same_document_in_the_plain_run():
+    from longdoc.bench.models import build_runner
+
+    for plain, tokens in ((True, 64), (False, 64 + TINY.global_tokens)):
+        settings = BenchSettings(shape=TINY, plain_process=plain, bigbird_block_size=8, bigbird_random_blocks=1)
+        for peer in PEERS:
+            assert build_runner(Job(settings, peer, 64, FORWARD)).inputs["input_ids"].shape == (1, tokens)
+
+
+def test_batched_table():
+    from longdoc.bench.plain import render_batched, run_batched
+
+    settings = BenchSettings(shape=TINY, repeats=1)
+    rows = run_batched(settings, batch_sizes=(1, 3), lengths=(32, 48))
+    assert [(row.length, row.batch_size) for row in rows] == [(32, 1), (32, 3), (48, 1), (48, 3)]
+    assert all(row.examples_per_second > 0 for row in rows)
+    lines = render_batched(rows, settings).splitlines()
+    assert lines[1].split() == ["L", "batch", "1", "batch", "3"] and lines[2].split()[0] == "32"
+
+
+def test_plain_command_line_options():
+    parser = argparse.ArgumentParser()
+    bench_command.add_arguments(parser)
+    settings = bench_command.settings_from_arguments(parser.parse_args(["--plain", "--quick"]))
+    assert settings.plain_process and settings.repeats == 2 and settings.lengths == (1024, 4096)
+    assert [variant.name for variant in settings.variants] == ["ours(res)", "ours(res,th)", "longformer", "bigbird", "bert"]
+    with pytest.raises(InputError, match="--allocator sets the fresh processes"):
+        bench_command.settings_from_arguments(parser.parse_args(["--plain", "--allocator", "system"]))
