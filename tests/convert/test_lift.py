@@ -42,7 +42,11 @@ def random_batch(lengths: list[int], low: int, high: int, pad_id: int, seed: int
 
 # Each forward costs about the same whatever the length (the model pads to one 513-token block), so
 # few calls: a short input, the longest, and a padded batch whose rows cover 1 to 512 tokens.
-@pytest.mark.parametrize("lengths", [[7], [512], [512, 300, 17, 1]], ids=["7", "512", "padded-512-300-17-1"])
+@pytest.mark.parametrize("lengths", [
+    pytest.param([7], id="7"),
+    pytest.param([512], id="512", marks=pytest.mark.slow),
+    pytest.param([512, 300, 17, 1], id="padded-512-300-17-1", marks=pytest.mark.slow),
+])
 def test_lifted_minilm_equals_bert(minilm_pair, lengths):
     lifted, bert = minilm_pair
     # Ids from 1000 on: ordinary wordpieces, past MiniLM's [unused] and special tokens.
@@ -177,6 +181,7 @@ def run_cli(monkeypatch, *arguments: str) -> int:
     return cli.main(["lift", *map(str, arguments)])
 
 
+@pytest.mark.slow  # lifts and saves the real MiniLM
 def test_cli_writes_loadable_checkpoint_with_model_card(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     out = tmp_path / "lifted"

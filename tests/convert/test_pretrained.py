@@ -15,6 +15,7 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow  # lifts the real MiniLM into a fresh cache
 def test_default_model_is_minilm_lifted_once_with_etc_base_options(cache, monkeypatch):
     path = pretrained.default_model_path()
     assert path.parent == cache / "lifted"

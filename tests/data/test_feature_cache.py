@@ -3,12 +3,15 @@
 import json
 import os
 
+import pytest
+
 from longdoc.data.feature_cache import cached_features
 from longdoc.data.features import FeatureSettings, build_features
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.tasks.hotpotqa.reader import read_examples
 
 
+@pytest.mark.slow  # two datasets passes over real examples
 def test_second_run_reuses_the_cache(shared_data, tmp_path):
     # Six real HotpotQA examples in a temporary file (never copied into the repository).
     records = json.loads((shared_data / "hotpotqa" / "hotpot_dev_distractor_v1.first53.json").read_text())[:6]

@@ -38,6 +38,10 @@ def tokenizers(root):
     return {"wordpiece": default_tokenizer(), "bpe": small_bpe_tokenizer(texts)}
 
 
+# Building features of every sample with the small BPE tokenizer takes seconds: the full suite only.
+KINDS = ["wordpiece", pytest.param("bpe", marks=pytest.mark.slow)]
+
+
 def settings_for(task):
     return FeatureSettings(512, 256, stride=128, global_feature_size=20 if task == "openkp" else 0)
 
@@ -49,7 +53,7 @@ def featurized(root, task, kind):
     return [(e, build_features(e, tokenizer, settings_for(task))) for e in examples(root, task)]
 
 
-@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("task", list(FILES))
 def test_every_long_token_slices_back_to_its_text(shared_data, task, kind):
     tokenizer = tokenizers(shared_data)[kind]
@@ -71,7 +75,7 @@ def round_trip_failures(example, spans, windows):
     return failures
 
 
-@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_hotpotqa_answers_round_trip(shared_data, kind, capsys):
     sample = examples(shared_data, "hotpotqa")
     yes_no = [e.id for e in sample if e.labels["answer"] in ("yes", "no")]
@@ -89,7 +93,7 @@ def test_hotpotqa_answers_round_trip(shared_data, kind, capsys):
     assert len(yes_no) == 9 and absent == [] and failures == 0 and spans >= 44
 
 
-@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_wikihop_mentions_round_trip(shared_data, kind, capsys):
     mentions = failures = unmentioned = 0
     for example, windows in featurized(shared_data, "wikihop", kind):
