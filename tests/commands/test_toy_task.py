@@ -1,0 +1,107 @@
+"""A fifth dataset needs nothing outside its own package: a toy task, written here into a temporary
+folder, is registered (or found under tasks/) and scored by `longdoc evaluate` with its own flag."""
+
+import importlib
+import json
+import sys
+
+import pytest
+
+from longdoc import cli
+from longdoc import tasks as task_registry
+from longdoc.tasks import Option, Task
+
+TOY_READER = '''
+"""Toy reader: one JSON object {id: number} per file."""
+import json
+
+
+def read_examples(path):
+    yield from json.loads(open(path, encoding="utf-8").read()).items()
+'''
+
+TOY_METRIC = '''
+"""Toy metric: the share of gold ids whose predicted number is within `tolerance` of the gold one."""
+from .reader import read_examples
+
+
+def evaluate_files(gold_path, pred_path, *, tolerance):
+    gold, predicted = dict(read_examples(gold_path)), dict(read_examples(pred_path))
+    hits = sum(key in predicted and abs(predicted[key] - value) <= tolerance for key, value in gold.items())
+    return {"within_tolerance": hits / len(gold)}
+'''
+
+TOY_OPTION = Option("tolerance", float, 0.0, "largest accepted distance from the gold number")
+
+# The whole of tasks/toy/__init__.py, as a user adding a dataset would write it.
+TOY_INIT = '''
+from longdoc.tasks import Option, Task
+
+TASK = Task(name="toy", description="numbers within a tolerance", reader="longdoc.tasks.toy.reader",
+            metric="longdoc.tasks.toy.metric", headline_metric="within_tolerance",
+            metric_options=(Option("tolerance", float, 0.0, "largest accepted distance from the gold number"),))
+'''
+
+
+def toy_task(package: str, name: str = "toy") -> Task:
+    return Task(name=name, description="numbers within a tolerance", reader=f"{package}.reader",
+                metric=f"{package}.metric", headline_metric="within_tolerance", metric_options=(TOY_OPTION,))
+
+
+def write_package(folder, package: str, init: str = "") -> None:
+    (folder / package).mkdir()
+    for module, text in (("__init__", init), ("reader", TOY_READER), ("metric", TOY_METRIC)):
+        (folder / package / f"{module}.py").write_text(text)
+
+
+@pytest.fixture
+def clean_registry(monkeypatch):
+    """The registry as the built-in tasks leave it, restored afterwards; so are the imported modules."""
+    task_registry.task_names()  # register the built-in tasks first, so only the toy is undone
+    monkeypatch.setattr(task_registry, "_registered", dict(task_registry._registered))
+    monkeypatch.setattr(cli, "COMMANDS", {"evaluate": "longdoc.commands.evaluate"})
+    modules_before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - modules_before:
+        if "toy" in name:
+            del sys.modules[name]
+
+
+@pytest.fixture
+def files(tmp_path):
+    gold = tmp_path / "gold.json"
+    pred = tmp_path / "pred.json"
+    gold.write_text(json.dumps({"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}))
+    pred.write_text(json.dumps({"a": 1.0, "b": 2.4, "c": 3.6}))  # d has no prediction
+    return ["--gold", str(gold), "--pred", str(pred), "--json"]
+
+
+def test_a_registered_task_is_evaluated_with_its_own_flag(clean_registry, tmp_path, monkeypatch, files, capsys):
+    write_package(tmp_path, "toy_registered")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    task_registry.register(toy_task("toy_registered"))
+    assert cli.main(["evaluate", "toy", *files]) == 0
+    assert json.loads(capsys.readouterr().out) == {"within_tolerance": 1 / 4}  # default 0.0: only a
+    assert cli.main(["evaluate", "toy", *files, "--tolerance", "0.5"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"within_tolerance": 2 / 4}  # a and b
+    # The toy's flag belongs to the toy: another task refuses it.
+    assert cli.main(["evaluate", "wikihop", *files, "--tolerance", "0.5"]) == 2
+    assert "--tolerance does not apply to the wikihop task" in capsys.readouterr().err
+
+
+def test_a_package_under_tasks_is_found_by_name(clean_registry, tmp_path, monkeypatch, files, capsys):
+    write_package(tmp_path, "toy", init=TOY_INIT)
+    monkeypatch.setattr(task_registry, "__path__", [*task_registry.__path__, str(tmp_path)])
+    assert "toy" in task_registry.task_names()
+    assert cli.main(["evaluate", "toy", *files, "--tolerance", "1"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"within_tolerance": 3 / 4}
+    assert importlib.import_module("longdoc.tasks.toy").TASK is task_registry.get_task("toy")
+
+
+def test_a_taken_name_is_refused(clean_registry):
+    with pytest.raises(ValueError, match="a task named 'wikihop' is already registered"):
+        task_registry.register(toy_task("anything", name="wikihop"))
+    task_registry.register(toy_task("anything"))
+    with pytest.raises(ValueError, match="a task named 'toy' is already registered"):
+        task_registry.register(toy_task("anything"))
+
