@@ -19,6 +19,7 @@ COMMANDS = {
     "lift": "longdoc.commands.lift",
     "make-data": "longdoc.commands.make_data",
     "predict": "longdoc.commands.predict",
+    "train": "longdoc.commands.train",
 }
 
 

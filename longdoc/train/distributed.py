@@ -1,0 +1,62 @@
+"""Process-group set-up from torchrun's environment (torch.distributed, nothing home-made).
+
+`torchrun --nproc_per_node N ...` (and on several machines, the same command with its rendezvous
+flags) sets RANK, WORLD_SIZE and LOCAL_RANK; a plain `python`/`longdoc` run has none and trains in
+one process. Backends: nccl on GPUs, gloo on CPU.
+"""
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def start_processes() -> ProcessInfo:
+    """Join torchrun's process group when there is one; the device this process trains on."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return ProcessInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=device)
+
+
+def stop_processes(info: ProcessInfo) -> None:
+    if info.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier(info: ProcessInfo) -> None:
+    if info.distributed:
+        dist.barrier()
+
+
+def gather_objects(info: ProcessInfo, value) -> list:
+    """`value` from every process, in rank order (one-element list in a single process)."""
+    if not info.distributed:
+        return [value]
+    gathered = [None] * info.world_size
+    dist.all_gather_object(gathered, value)
+    return gathered

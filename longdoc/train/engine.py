@@ -1,0 +1,560 @@
+"""The one training loop: every `longdoc train TASK`, `scripts/train_<task>.py` and `longdoc pretrain` runs here.
+
+A short loop of our own on plain torch, in the manner of nanoGPT's train.py, rather than
+accelerate or transformers' Trainer: every piece of state that decides the next step (weights,
+AdamW moments, the schedule's position, each process's RNG streams, the position in the data) is
+saved and restored explicitly, so a resumed run ends bit for bit where an uninterrupted one does on
+CPU, and the same lines run one process, DDP or FSDP2 under torchrun (torch's own stack).
+
+The job interface (what a caller builds; see `longdoc.train.tasks.train_task` for a task, and
+`longdoc.train.pretraining` for continued pretraining):
+
+    TrainingJob(
+        name,        str: what is trained (the task name); recorded in checkpoints, and an --out
+                     holding another name's checkpoint is refused
+        model,       nn.Module, built identically on every process (seed first); model(**batch)
+                     returns an output with `.loss` (a scalar mean over the batch)
+        rows,        Sequence: the training rows (any objects; the same list on every process)
+        collate,     rows -> dict[str, Tensor], a batch for model(**batch) (bind the pad id yourself)
+        out_dir,     Path: checkpoints/, train_log.jsonl, train_options.json (the options), eval/
+                     and the final model go here
+        options,     Mapping: the resolved options (longdoc.train.options: max_steps, epochs,
+                     batch_size, grad_accum, lr, warmup_ratio, weight_decay, max_grad_norm, seed,
+                     eval_steps, save_steps, keep_last, log_steps, gradient_checkpointing, bf16, fsdp)
+        evaluate,    optional (model, folder) -> dict[str, float]: called in eval mode under
+                     no_grad every `eval_steps` and at the end, on rank 0 (on every rank under FSDP,
+                     where a forward needs all shards; only rank 0's folder is kept); writes its
+                     prediction files into `folder` (out_dir itself at the end, out_dir/eval/step-N
+                     before) and returns the metrics
+        save_model,  optional (model, folder, state_dict) -> None: writes the final model; default
+                     model.save_pretrained(folder, state_dict=state_dict) (safetensors)
+        identity,    optional dict that must match to resume (default: model class and config shape)
+    )
+    run_training(job) -> TrainingResult(step, total_steps, metrics, interrupted, checkpoint)
+
+Data order: each epoch is a permutation of the rows drawn from `seed + epoch`; optimizer step s
+takes the next `batch_size x grad_accum x processes` rows of it, the process of rank r taking
+micro-batch k's slice `(k x processes + r) x batch_size ...`. The effective batch, the rows each
+step sees and the averaged gradient are therefore the same for one process with accumulation K x N
+as for N processes with accumulation K. The rest of an epoch too short for a full step is skipped.
+The position in the data is the step count: a checkpoint's step says where to continue.
+
+Schedule: AdamW (no decay on biases and norm weights, i.e. tensors of one dimension), linear
+warm-up over `warmup_ratio` of the steps, linear decay to zero (BERT's schedule), gradient norm
+clipped to `max_grad_norm`.
+"""
+
+import contextlib
+import json
+import math
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm.auto import tqdm
+
+from longdoc.errors import InputError
+from longdoc.io import atomic_write_json, atomic_write_text
+from longdoc.train import checkpoints as ckpt
+from longdoc.train.distributed import ProcessInfo, barrier, gather_objects, start_processes, stop_processes
+from longdoc.train.options import RESOLVED_OPTIONS_FILE, options_json
+
+TRAIN_LOG_FILE = "train_log.jsonl"
+EVAL_FOLDER = "eval"
+# Config fields that decide the weights' shapes and the computation they were trained for.
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "relative_vocab_size", "position_embedding_type", "talking_heads", "global_feature_size")
+# Options that, changed between a run and its resumption, would make the resumed run another run.
+_TRAJECTORY_OPTIONS = ("lr", "warmup_ratio", "weight_decay", "max_grad_norm", "seed", "gradient_checkpointing",
+                       "bf16")
+
+
+@dataclass
+class TrainingJob:
+    """What to train and where (see the module docstring for each field)."""
+
+    name: str
+    model: nn.Module
+    rows: Sequence[Any]
+    collate: Callable[[list], dict[str, torch.Tensor]]
+    out_dir: Path
+    options: Mapping[str, Any]
+    evaluate: Callable[[nn.Module, Path], dict[str, float]] | None = None
+    save_model: Callable[[nn.Module, Path, dict], None] | None = None
+    identity: dict[str, Any] | None = None
+
+
+@dataclass
+class TrainingResult:
+    step: int
+    total_steps: int
+    metrics: dict[str, float] = field(default_factory=dict)  # the last evaluation's (the final one)
+    interrupted: bool = False  # stopped by Ctrl-C / SIGTERM, with a checkpoint
+    checkpoint: Path | None = None  # the last checkpoint written
+    is_main: bool = True  # rank 0 (writes the run's files)
+
+
+def model_identity(name: str, model: nn.Module) -> dict[str, Any]:
+    config = getattr(model, "config", None)
+    shape = {key: getattr(config, key) for key in SHAPE_FIELDS if hasattr(config, key)}
+    if not shape:  # not a transformers model: the parameters' names and shapes are its shape
+        shape = {key: list(value.shape) for key, value in model.state_dict().items()}
+    return {"task": name, "model": type(model).__name__, "shape": shape}
+
+
+def _describe_shape(shape: Mapping[str, Any]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in shape.items())
+
+
+def check_resumable(out_dir: Path, found: Mapping[str, Any], wanted: Mapping[str, Any], where: Path) -> None:
+    """Refuse to resume a checkpoint (or a final model) of another task or another model shape."""
+    if found.get("task") != wanted["task"]:
+        raise InputError(
+            f"--out {out_dir} holds a {found.get('task')!r} checkpoint ({where}), not a {wanted['task']!r} one; "
+            "give another --out, or remove that folder to start over"
+        )
+    if found.get("shape") != wanted["shape"] or found.get("model") != wanted["model"]:
+        differing = {key for key in set(found.get("shape", {})) | set(wanted["shape"])
+                     if found.get("shape", {}).get(key) != wanted["shape"].get(key)}
+        theirs = {key: found.get("shape", {}).get(key) for key in sorted(differing)}
+        ours = {key: wanted["shape"].get(key) for key in sorted(differing)}
+        raise InputError(
+            f"--out {out_dir} holds a checkpoint of another model shape ({where}: {found.get('model')} with "
+            f"{_describe_shape(theirs)}); this run builds {wanted['model']} with {_describe_shape(ours)}; "
+            "give another --out, or the --init and model options of that run"
+        )
+
+
+def _check_final_model(out_dir: Path, name: str) -> None:
+    """An --out without checkpoints may still hold another task's final model: refuse to overwrite it."""
+    config_path = out_dir / "config.json"
+    if not config_path.is_file():
+        return
+    try:
+        task = json.loads(config_path.read_text(encoding="utf-8")).get("task")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return
+    if task and task != name:
+        raise InputError(f"--out {out_dir} holds a trained {task!r} model ({config_path}), not a {name!r} one; "
+                         "give another --out")
+
+
+class _StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM asks the loop to stop after the current step, with a checkpoint;
+    a second Ctrl-C stops at once."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: no handlers, no clean stop
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = True
+        print(f"\nlongdoc train: {signal.Signals(signum).name} received: stopping after this step with a "
+              "checkpoint (Ctrl-C again to stop at once)", file=sys.stderr)
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy
+    except ImportError:
+        return state
+    kind, keys, position, has_gauss, cached = numpy.random.get_state()
+    state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), position, has_gauss, cached)
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(_as_tuples(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "numpy" in state:
+        import numpy
+
+        kind, keys, position, has_gauss, cached = state["numpy"]
+        numpy.random.set_state((kind, keys.numpy().astype("uint32"), position, has_gauss, cached))
+
+
+def _as_tuples(value):
+    # torch.save keeps tuples, but be strict: random.setstate wants tuples all the way down.
+    return tuple(_as_tuples(item) for item in value) if isinstance(value, (list, tuple)) else value
+
+
+def _seed(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        return
+    numpy.random.seed(seed % 2**32)
+
+
+def _schedule(warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return factor
+
+
+def _optimizer(model: nn.Module, options: Mapping[str, Any]) -> torch.optim.AdamW:
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in parameters if p.dim() >= 2], "weight_decay": options["weight_decay"]},
+        {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=options["lr"], betas=(0.9, 0.999), eps=1e-8)
+
+
+def _wrap(model: nn.Module, info: ProcessInfo, fsdp: bool) -> nn.Module:
+    """DDP (replicated) or FSDP2 (sharded) across processes; the model itself in one process."""
+    if not info.distributed:
+        return model
+    if fsdp:
+        from torch.distributed.fsdp import fully_shard
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        # One shard unit per transformer layer (gathered just before its use), then the rest.
+        for module in model.modules():
+            if isinstance(module, GradientCheckpointingLayer):
+                fully_shard(module)
+        fully_shard(model)
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    # find_unused_parameters: a batch may leave a head out of the loss (no span labels in it).
+    return DistributedDataParallel(model, device_ids=[info.local_rank] if info.device.type == "cuda" else None,
+                                   find_unused_parameters=True)
+
+
+def _full_state(model: nn.Module, wrapped: nn.Module, fsdp: bool, info: ProcessInfo) -> dict[str, torch.Tensor]:
+    """Every weight, whole, on CPU (on rank 0; under FSDP every process takes part in gathering)."""
+    if fsdp and info.distributed:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(wrapped, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return model.state_dict()
+
+
+def _optimizer_state(wrapped: nn.Module, optimizer, fsdp: bool, info: ProcessInfo) -> dict:
+    if fsdp and info.distributed:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        return get_optimizer_state_dict(wrapped, optimizer,
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return optimizer.state_dict()
+
+
+def _load_optimizer_state(wrapped: nn.Module, optimizer, state: dict, fsdp: bool, info: ProcessInfo) -> None:
+    if fsdp and info.distributed:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(wrapped, optimizer, state, options=StateDictOptions(full_state_dict=True))
+    else:
+        optimizer.load_state_dict(state)
+
+
+def _default_save_model(model: nn.Module, folder: Path, state_dict: dict) -> None:
+    model.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
+
+
+def _save_final_model(job: TrainingJob, model: nn.Module, state_dict: dict) -> None:
+    """The final model into out_dir, file by file atomically (written beside, then renamed over)."""
+    import os
+    import shutil
+
+    staging = job.out_dir / f".final-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        (job.save_model or _default_save_model)(model, staging, state_dict)
+        for path in sorted(staging.rglob("*")):
+            if path.is_file():
+                target = job.out_dir / path.relative_to(staging)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "rb") as handle:
+                    os.fsync(handle.fileno())
+                os.replace(path, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+class _TrainLog:
+    """train_log.jsonl, one JSON object per line, written by rank 0; on resume the lines past the
+    checkpoint's step are dropped, so the log reads as one run."""
+
+    def __init__(self, path: Path, resumed_step: int, enabled: bool):
+        self.path, self.enabled = path, enabled
+        if not enabled:
+            return
+        kept = []
+        if resumed_step and path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:  # a line cut by a kill
+                    continue
+                if record.get("step", 0) <= resumed_step:
+                    kept.append(line)
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+    def write(self, record: dict) -> None:
+        if self.enabled:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+
+def _plan(job: TrainingJob, info: ProcessInfo) -> tuple[int, int, int]:
+    """(effective batch, steps per epoch, total steps)."""
+    options = job.options
+    effective = options["batch_size"] * options["grad_accum"] * info.world_size
+    steps_per_epoch = len(job.rows) // effective
+    if steps_per_epoch == 0:
+        raise InputError(
+            f"{len(job.rows)} training rows are fewer than one effective batch ({options['batch_size']} x "
+            f"{options['grad_accum']} x {info.world_size} processes = {effective}); lower --batch-size or --grad-accum"
+        )
+    total = options["max_steps"] or max(1, math.ceil(options["epochs"] * steps_per_epoch))
+    return effective, steps_per_epoch, total
+
+
+def _micro_batch_indices(step: int, micro: int, seed: int, steps_per_epoch: int, effective: int, n_rows: int,
+                         batch_size: int, info: ProcessInfo, orders: dict) -> list[int]:
+    epoch, position = divmod(step, steps_per_epoch)
+    if epoch not in orders:
+        orders.clear()
+        orders[epoch] = torch.randperm(n_rows, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+    start = position * effective + (micro * info.world_size + info.rank) * batch_size
+    return orders[epoch][start:start + batch_size]
+
+
+def _to_device(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
+    return {key: value.to(device, non_blocking=True) if isinstance(value, torch.Tensor) else value
+            for key, value in batch.items()}
+
+
+def run_training(job: TrainingJob) -> TrainingResult:
+    """Train `job` to its last step (resuming from its --out when it holds a checkpoint), evaluate,
+    save the final model; see the module docstring."""
+    info = start_processes()
+    try:
+        return _run(job, info)
+    finally:
+        stop_processes(info)
+
+
+def _run(job: TrainingJob, info: ProcessInfo) -> TrainingResult:
+    options = job.options
+    out_dir = Path(job.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    identity = job.identity or model_identity(job.name, job.model)
+    effective, steps_per_epoch, total_steps = _plan(job, info)
+    fsdp = bool(options.get("fsdp")) and info.distributed
+    use_bf16 = options.get("bf16")
+    if use_bf16 is None:
+        use_bf16 = info.device.type == "cuda" and torch.cuda.is_bf16_supported()
+    autocast = (lambda: torch.autocast(info.device.type, dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
+    _seed(options["seed"] + info.rank)
+
+    model = job.model
+    if options.get("gradient_checkpointing"):
+        if not hasattr(model, "gradient_checkpointing_enable"):
+            raise InputError(f"--gradient-checkpointing: {type(model).__name__} does not support it")
+        # Non-reentrant checkpointing: works with DDP/FSDP and with inputs that need no grad.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    resumed = ckpt.load_latest_checkpoint(out_dir, ckpt.read_checkpoint_files)
+    start_step, training_state = 0, None
+    if resumed is not None:
+        where, (trainer_state, weights, training_state) = resumed
+        check_resumable(out_dir, trainer_state.get("identity", {}), identity, where)
+        _check_same_plan(trainer_state, effective, len(job.rows), total_steps, where)
+        _warn_changed_options(trainer_state.get("options", {}), options, where)
+        model.load_state_dict(weights)
+        start_step = trainer_state["step"]
+        if info.is_main:
+            print(f"longdoc train: resuming from {where} (step {start_step} of {total_steps})", file=sys.stderr)
+    else:
+        _check_final_model(out_dir, job.name)
+    if info.is_main:
+        atomic_write_json(out_dir / RESOLVED_OPTIONS_FILE, options_json(options))
+
+    model.to(info.device)
+    wrapped = _wrap(model, info, fsdp)
+    optimizer = _optimizer(wrapped, options)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _schedule(int(options["warmup_ratio"] * total_steps), total_steps))
+    if training_state is not None:
+        _load_optimizer_state(wrapped, optimizer, training_state["optimizer"], fsdp, info)
+        scheduler.load_state_dict(training_state["scheduler"])
+        rng_states = training_state["rng"]
+        if len(rng_states) == info.world_size:
+            _set_rng_state(rng_states[info.rank])
+        elif info.is_main:
+            print(f"longdoc train: the checkpoint was written by {len(rng_states)} processes, this run has "
+                  f"{info.world_size}: dropout draws start afresh from --seed", file=sys.stderr)
+
+    log = _TrainLog(out_dir / TRAIN_LOG_FILE, start_step, info.is_main)
+    orders: dict = {}
+    step, last_checkpoint, metrics = start_step, None, {}
+
+    def save_checkpoint() -> Path | None:
+        weights = _full_state(model, wrapped, fsdp, info)
+        optimizer_state = _optimizer_state(wrapped, optimizer, fsdp, info)
+        rng = gather_objects(info, _rng_state())
+        path = None
+        error = None
+        if info.is_main:
+            trainer_state = {"step": step, "total_steps": total_steps, "epoch": step / steps_per_epoch,
+                             "effective_batch": effective, "rows": len(job.rows), "processes": info.world_size,
+                             "identity": identity, "options": options_json(options)}
+            try:
+                path = ckpt.write_checkpoint(
+                    out_dir, step, weights, {"optimizer": optimizer_state, "scheduler": scheduler.state_dict(),
+                                             "rng": rng}, trainer_state, options["keep_last"])
+            except ckpt.CheckpointError as failure:
+                error = failure
+        # Every process learns whether rank 0 managed, so all stop together on a failed write.
+        failed = gather_objects(info, str(error) if error else None)[0]
+        if failed:
+            raise error if error else ckpt.CheckpointError(failed)
+        return path
+
+    def run_evaluation(final: bool) -> dict[str, float]:
+        if job.evaluate is None:
+            return {}
+        folder = out_dir if final else out_dir / EVAL_FOLDER / ckpt.checkpoint_name(step)
+        result = {}
+        if info.is_main or fsdp:
+            import tempfile
+
+            target = folder if info.is_main else Path(tempfile.mkdtemp(prefix="longdoc-eval-"))
+            target.mkdir(parents=True, exist_ok=True)
+            model.eval()
+            with torch.no_grad(), autocast():
+                result = job.evaluate(wrapped if fsdp else model, target)
+            model.train()
+            if not info.is_main:
+                import shutil
+
+                shutil.rmtree(target, ignore_errors=True)
+        result = gather_objects(info, result)[0]
+        log.write({"step": step, "eval": result})
+        return result
+
+    model.train()
+    bar = tqdm(total=total_steps, initial=start_step, desc=f"train {job.name}", unit="step",
+               disable=not info.is_main, dynamic_ncols=True)
+    window_loss, window_steps, window_start = 0.0, 0, time.perf_counter()
+    interrupted = False
+    with _StopRequest() as stop:
+        while step < total_steps:
+            step_loss = torch.zeros((), device=info.device)
+            for micro in range(options["grad_accum"]):
+                indices = _micro_batch_indices(step, micro, options["seed"], steps_per_epoch, effective,
+                                               len(job.rows), options["batch_size"], info, orders)
+                batch = _to_device(job.collate([job.rows[i] for i in indices]), info.device)
+                last_micro = micro == options["grad_accum"] - 1
+                no_sync = wrapped.no_sync if (info.distributed and not fsdp and not last_micro) else contextlib.nullcontext
+                with no_sync():
+                    with autocast():
+                        loss = wrapped(**batch).loss / options["grad_accum"]
+                    loss.backward()
+                step_loss += loss.detach().float()
+            if options["max_grad_norm"] > 0:
+                torch.nn.utils.clip_grad_norm_(wrapped.parameters(), options["max_grad_norm"])
+            step_lr = scheduler.get_last_lr()[0]
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            # One collective per step: the mean loss over processes and whether any was asked to stop.
+            shared = torch.stack([step_loss, torch.tensor(float(stop.requested), device=info.device)])
+            if info.distributed:
+                dist.all_reduce(shared)
+            mean_loss = shared[0].item() / info.world_size
+            stop_now = shared[1].item() > 0
+            window_loss += mean_loss
+            window_steps += 1
+            bar.update(1)
+            if step % options["log_steps"] == 0 or step == total_steps or stop_now:
+                elapsed = time.perf_counter() - window_start
+                record = {"step": step, "epoch": round(step / steps_per_epoch, 4), "loss": window_loss / window_steps,
+                          "lr": step_lr,
+                          "examples_per_second": window_steps * effective / elapsed if elapsed > 0 else None}
+                log.write(record)
+                bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
+                                ex_s=f"{record['examples_per_second'] or 0:.2f}")
+                window_loss, window_steps, window_start = 0.0, 0, time.perf_counter()
+            if stop_now:
+                interrupted = True
+                break
+            if step % options["save_steps"] == 0 and step < total_steps:
+                last_checkpoint = save_checkpoint()
+            if options["eval_steps"] and step % options["eval_steps"] == 0 and step < total_steps:
+                metrics = run_evaluation(final=False)
+    bar.close()
+
+    if interrupted:
+        last_checkpoint = save_checkpoint()
+        return TrainingResult(step, total_steps, metrics, True, last_checkpoint, info.is_main)
+    # The end: a checkpoint of the last step first, so a crash during evaluation or saving costs no training.
+    if step > start_step:  # (a rerun after the end only re-evaluates and re-saves)
+        last_checkpoint = save_checkpoint()
+    metrics = run_evaluation(final=True)
+    state_dict = _full_state(model, wrapped, fsdp, info)
+    if info.is_main:
+        _save_final_model(job, model, state_dict)
+    barrier(info)
+    return TrainingResult(step, total_steps, metrics, False, last_checkpoint, info.is_main)
+
+
+def _check_same_plan(trainer_state: Mapping[str, Any], effective: int, rows: int, total_steps: int,
+                     where: Path) -> None:
+    """The position in the data is a step count: it means the same only with the same rows and batch."""
+    if trainer_state.get("rows") != rows:
+        raise InputError(f"{where} was trained on {trainer_state.get('rows')} training rows, this run has {rows}: "
+                         "resume with the same --train file and feature options, or give another --out")
+    if trainer_state.get("effective_batch") != effective:
+        raise InputError(f"{where} was trained with an effective batch of {trainer_state.get('effective_batch')} "
+                         f"(batch x accumulation x processes), this run has {effective}: resume with the same "
+                         "--batch-size, --grad-accum and number of processes, or give another --out")
+    if trainer_state.get("total_steps") != total_steps:
+        raise InputError(f"{where} belongs to a run of {trainer_state.get('total_steps')} steps, this run has "
+                         f"{total_steps} (--max-steps/--epochs): the schedule would differ; resume with the same "
+                         "options, or give another --out")
+
+
+def _warn_changed_options(saved: Mapping[str, Any], options: Mapping[str, Any], where: Path) -> None:
+    import warnings
+
+    now = options_json(options)
+    changed = [name for name in _TRAJECTORY_OPTIONS if name in saved and saved[name] != now.get(name)]
+    if changed:
+        warnings.warn(f"resuming {where} with changed option(s) {', '.join(changed)}: the result will differ from "
+                      "an uninterrupted run of either setting", stacklevel=3)
