@@ -1,4 +1,6 @@
-"""Plain text: decoding bytes safely, and splitting text into paragraphs and sentences.
+"""Plain text: decoding bytes safely, splitting text into paragraphs and sentences, and the
+character spans of pre-tokenized text (tokens joined by single spaces, as NQ's simplified
+`document_text` and OpenKP's `text` are).
 
 Decoding: text that is not valid UTF-8 is decoded with U+FFFD replacement and a warning that counts
 the replaced byte runs; all character offsets are then offsets into the decoded string.
@@ -49,6 +51,16 @@ def replace_lone_surrogates(text: str, where: str) -> str:
         count = sum(a != b for a, b in zip(text, cleaned))
         warnings.warn(f"{where}: {count} unpaired surrogate(s) replaced by U+FFFD", stacklevel=2)
         return cleaned
+
+
+def token_char_spans(text: str) -> list[tuple[int, int]]:
+    """Character [start, end) of every token of `text`, a pre-tokenized text whose tokens are
+    separated by single spaces (token i is `text.split(" ")[i]`, empty tokens included)."""
+    spans, start = [], 0
+    for token in text.split(" "):
+        spans.append((start, start + len(token)))
+        start += len(token) + 1
+    return spans
 
 
 def split_paragraphs(text: str) -> list[tuple[int, int]]:

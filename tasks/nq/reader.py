@@ -16,20 +16,12 @@ from typing import Iterator
 from longdoc.data.examples import Document, Paragraph, Span, StructuredExample, TextSpan
 from longdoc.io import iter_jsonl
 from longdoc.data.records import RecordFields
+from longdoc.data.text import token_char_spans
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:
     for line, record in iter_jsonl(path):
         yield _example(RecordFields(record, f"{path}:{line}", "example_id", line))
-
-
-def token_char_spans(document_text: str) -> list[tuple[int, int]]:
-    """Character [start, end) of every space-separated token of `document_text`."""
-    spans, start = [], 0
-    for token in document_text.split(" "):
-        spans.append((start, start + len(token)))
-        start += len(token) + 1
-    return spans
 
 
 def _example(fields: RecordFields) -> StructuredExample:

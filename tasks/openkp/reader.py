@@ -14,7 +14,7 @@ from typing import Iterator
 from longdoc.data.examples import Document, DomNode, StructuredExample, TextSpan
 from longdoc.io import iter_jsonl
 from longdoc.data.records import RecordFields
-from longdoc.tasks.nq.reader import token_char_spans
+from longdoc.data.text import token_char_spans
 
 VISUAL_FEATURE_SIZE = 20
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from longdoc.data.text import decode_text, replace_lone_surrogates, split_paragraphs, split_sentences
+from longdoc.data.text import decode_text, replace_lone_surrogates, split_paragraphs, split_sentences, token_char_spans
 
 
 def test_valid_utf8_decodes_silently(recwarn):
@@ -47,3 +47,11 @@ def test_sentences_within_a_range_and_lowercase_continuation():
     text = "xx The end. it goes on. Then stop.  "
     # Within [3, 36): "The end. it goes on." stays one sentence (lowercase "it" after the period).
     assert [text[a:b] for a, b in split_sentences(text, 3, len(text))] == ["The end. it goes on.", "Then stop."]
+
+
+def test_token_char_spans_of_space_separated_tokens():
+    text = "<P> Rome  is"  # two spaces: an empty token between them, as split(" ") gives
+    spans = token_char_spans(text)
+    assert [text[start:end] for start, end in spans] == text.split(" ") == ["<P>", "Rome", "", "is"]
+    assert spans == [(0, 3), (4, 8), (9, 9), (10, 12)]
+    assert token_char_spans("") == [(0, 0)]
