@@ -1,6 +1,6 @@
 """Structured example -> encoder features: long and global ids, structure ids, masks, offsets, windows.
 
-Construction (ETC, Ainslie et al. 2020, sections 3 and 4; DESIGN section 4):
+Construction (ETC, Ainslie et al. 2020, arXiv:2004.08483, sections 3 and 4):
 
 Long input, per window: `[CLS] question [SEP] document tokens of the window [SEP]`. Documents
 follow each other in order; every window repeats [CLS], the question and [SEP] (ETC NQ).

@@ -2,7 +2,7 @@
 
 from longdoc.tasks import Task
 
-# Published dev figures (DESIGN sections 2 and 4). The RealFormer paper (He et al., 2020,
+# Published dev figures. The RealFormer paper (He et al., 2020,
 # arXiv:2012.11747) reports joint F1 of its ETC-large baseline and of ETC-large + RealFormer; the
 # ETC paper (Ainslie et al., 2020, arXiv:2004.08483) reports ETC-large's answer and support F1.
 # Different papers, different runs: separate rows, never merged.

@@ -1,4 +1,5 @@
-"""HotpotQA's official metric, rule for rule: `hotpot_evaluate_v1.py` of hotpotqa/hotpot.
+"""HotpotQA's official metric, rule for rule: `hotpot_evaluate_v1.py` of hotpotqa/hotpot at commit
+fa3a36370899e1d85822de61e58c85ea19993154 (2018-10-05, the file's last change).
 
 - Answers: SQuAD normalisation (lowercase, drop ASCII punctuation, drop the words a/an/the,
   collapse whitespace), then exact match and bag-of-tokens precision, recall and F1. When either

@@ -1,7 +1,8 @@
 """The official Natural Questions metric, with ROUGE-L for short answers beside it.
 
-Implements google-research-datasets/natural-questions nq_eval.py (and eval_utils.py) rule by
-rule; the function each rule comes from is named where it is applied. In short:
+Implements google-research-datasets/natural-questions nq_eval.py (and eval_utils.py) at commit
+c2c9b2fd85b5b23ae5e313b0d1c2658d1c1cd387 (2019-08-28, the last change to either) rule by rule;
+the function each rule comes from is named where it is applied. In short:
 - votes: gold has a long (short) answer when at least `long_non_null_threshold`
   (`short_non_null_threshold`, both 2 by default) annotators gave one; a yes/no answer counts as
   a short answer;

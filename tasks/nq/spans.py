@@ -1,7 +1,7 @@
 """Natural Questions answer spans and the official rules for comparing them.
 
-Rules from the official evaluation (google-research-datasets/natural-questions, eval_utils.py,
-class `Span`, `nonnull_span_equal`, `span_set_equal`, `is_null_span_list`):
+Rules from the official evaluation (google-research-datasets/natural-questions at commit c2c9b2fd,
+eval_utils.py, class `Span`, `nonnull_span_equal`, `span_set_equal`, `is_null_span_list`):
 
 - A span carries byte offsets and token offsets, each pair [start, end) or (-1, -1) for "not
   given". A span with neither pair is the null span (no answer).

@@ -2,7 +2,7 @@
 
 from longdoc.tasks import Task
 
-# Published dev F1@3 (DESIGN sections 2 and 4): the RealFormer paper (He et al., 2020,
+# Published dev F1@3: the RealFormer paper (He et al., 2020,
 # arXiv:2012.11747) for its ETC-large baseline and ETC-large + RealFormer, the ETC paper (Ainslie
 # et al., 2020, arXiv:2004.08483) for ETC-large.
 REFERENCE_ROWS = (
