@@ -1,5 +1,7 @@
 """Natural Questions (original and simplified formats)."""
 
+from pathlib import Path
+
 from longdoc.tasks import Option, Task
 
 REFERENCE_ROWS = (
@@ -32,4 +34,17 @@ TASK = Task(
         Option("long_non_null_threshold", int, 2, "annotators needed for a gold long answer"),
         Option("short_non_null_threshold", int, 2, "annotators needed for a gold short answer"),
     ),
+    # Stored in the trained model's config.json (task_options), so prediction uses the same values.
+    train_options=(
+        Option("stride", int, 128, "overlap in wordpieces between consecutive windows of a document"),
+        Option("max_question_len", int, 32, "question wordpieces kept (ETC: 32)"),
+        Option("max_short_answer_length", int, 32, "longest short answer decoded, in wordpieces (ETC: 32)"),
+        Option("null_window_keep_rate", float, 0.1,
+               "share of training windows without an answer that are kept (fixed draw per window)"),
+        Option("skip_bad_lines", bool, False, "skip and count input lines that do not parse, instead of stopping"),
+    ),
+    features="longdoc.tasks.nq.features",
+    model="longdoc.tasks.nq.model:NQModel",
+    decode="longdoc.tasks.nq.decode",
+    configs=Path(__file__).parent / "configs",
 )
