@@ -1,0 +1,165 @@
+"""The engine in one process on the toy task: outputs, exact resume (from a checkpoint, after Ctrl-C,
+past a corrupt checkpoint), a full disk while saving, and refusals of another task's or shape's --out."""
+
+import errno
+import json
+import shutil
+import signal
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from longdoc.cli import main
+from longdoc.evaluate.leaderboard import read_metrics_json
+from longdoc.train import checkpoints
+from tests.train import toy_task
+
+STEPS = 6
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Tiny models: one thread is ~40x faster than two contended ones on a shared machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("toy")
+    return {
+        "init": toy_task.make_init(folder / "init"),
+        "train": toy_task.write_data(folder / "train.jsonl", 40, seed=1),
+        "dev": toy_task.write_data(folder / "dev.jsonl", 8, seed=2),
+    }
+
+
+def command(data, out, task="toy", **overrides):
+    options = {"train": data["train"], "dev": data["dev"], "init": data["init"], "out": out, "batch-size": 4,
+               "max-steps": STEPS, "save-steps": 2, "keep-last": 3, "lr": 1e-3, "log-steps": 1, **overrides}
+    return ["train", task, *(item for name, value in options.items() for item in (f"--{name}", str(value)))]
+
+
+def weights(out):
+    return load_file(out / "model.safetensors")
+
+
+def assert_same_weights(first, second):
+    assert first.keys() == second.keys()
+    for name in first:
+        assert torch.equal(first[name], second[name]), name
+
+
+@pytest.fixture(scope="module")
+def reference(data, tmp_path_factory):
+    """An uninterrupted run."""
+    out = tmp_path_factory.mktemp("reference") / "out"
+    torch.set_num_threads(1)
+    assert main(command(data, out, **{"eval-steps": 3})) == 0
+    return out
+
+
+def test_outputs_of_a_run(reference, data):
+    assert [path.name for path in checkpoints.list_checkpoints(reference)] == [
+        "step-000000002", "step-000000004", "step-000000006"]
+    model = toy_task.ToyModel.from_pretrained(reference)
+    assert model.config.task == "toy"
+    record = read_metrics_json(reference / "metrics.json")
+    assert record.task == "toy" and set(record.metrics) == {"accuracy"}
+    assert json.loads((reference / "dev_predictions.json").read_text()).keys() == {f"e{i}" for i in range(8)}
+    assert (reference / "eval" / "step-000000003" / "dev_predictions.json").is_file()
+    log = [json.loads(line) for line in (reference / "train_log.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in log if "loss" in line] == list(range(1, STEPS + 1))
+    assert [line["step"] for line in log if "eval" in line] == [3, STEPS]
+    assert all(line["examples_per_second"] > 0 for line in log if "loss" in line)
+    options = json.loads((reference / "train_options.json").read_text())
+    assert options["batch_size"] == 4 and options["max_steps"] == STEPS and options["label_smoothing"] == 0.0
+    assert (reference / "tokenizer.json").is_file()
+
+
+def test_resume_from_a_checkpoint_is_exact(reference, data, tmp_path):
+    out = tmp_path / "out"
+    (out / "checkpoints").mkdir(parents=True)
+    shutil.copytree(reference / "checkpoints" / "step-000000002", out / "checkpoints" / "step-000000002")
+    assert main(command(data, out, **{"eval-steps": 3})) == 0
+    assert_same_weights(weights(out), weights(reference))
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in log if "loss" in line] == [3, 4, 5, 6]
+
+
+def test_ctrl_c_stops_with_a_checkpoint_then_resumes_exactly(reference, data, tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def collate_then_interrupt(rows, pad_token_id):
+        calls.append(1)
+        if len(calls) == 3:  # during step 3: the step finishes, then the run stops
+            signal.raise_signal(signal.SIGINT)
+        return toy_task.collate_features(rows, pad_token_id, extra=(toy_task.LABEL,))
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(toy_task, "collate", collate_then_interrupt)
+    assert main(command(data, out)) == 130
+    assert "stopped at step 3 of 6" in capsys.readouterr().err
+    assert [path.name for path in checkpoints.list_checkpoints(out)] == ["step-000000002", "step-000000003"]
+    assert not (out / "model.safetensors").exists()
+    monkeypatch.undo()
+    assert main(command(data, out)) == 0
+    assert_same_weights(weights(out), weights(reference))
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous(reference, data, tmp_path):
+    out = tmp_path / "out"
+    for name in ("step-000000002", "step-000000004"):
+        shutil.copytree(reference / "checkpoints" / name, out / "checkpoints" / name)
+    broken = out / "checkpoints" / "step-000000004" / "model.safetensors"
+    broken.write_bytes(broken.read_bytes()[:100])
+    with pytest.warns(UserWarning, match=rf"checkpoint file {broken} is unreadable .*falling back"):
+        assert main(command(data, out, **{"eval-steps": 3})) == 0
+    assert_same_weights(weights(out), weights(reference))
+
+
+def test_out_of_disk_while_saving_keeps_the_previous_checkpoint(data, tmp_path, monkeypatch, capsys):
+    writes = []
+    real_save = checkpoints.save_weights
+
+    def save_until_disk_is_full(state_dict, path):
+        writes.append(path)
+        if len(writes) == 2:
+            path.write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(state_dict, path)
+
+    monkeypatch.setattr(checkpoints, "save_weights", save_until_disk_is_full)
+    out = tmp_path / "out"
+    assert main(command(data, out)) == 1
+    error = capsys.readouterr().err
+    first = out / "checkpoints" / "step-000000002"
+    assert f"could not write checkpoint {out / 'checkpoints' / 'step-000000004'}: out of disk space" in error
+    assert f"the previous checkpoint {first} is intact" in error
+    assert [path.name for path in (out / "checkpoints").iterdir()] == ["step-000000002"]  # no temporary left
+    trainer_state, _, _ = checkpoints.read_checkpoint_files(first)
+    assert trainer_state["step"] == 2
+
+
+def test_refuses_an_out_of_another_task_or_shape(reference, data, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(reference / "checkpoints" / "step-000000002", out / "checkpoints" / "step-000000002")
+    assert main(command(data, out, task="toy-other")) == 2
+    error = capsys.readouterr().err
+    assert "holds a 'toy' checkpoint" in error and "not a 'toy-other' one" in error and "step-000000002" in error
+
+    wider = toy_task.make_init(tmp_path / "wider", hidden_size=24)
+    assert main(command(data, out, init=wider)) == 2
+    error = capsys.readouterr().err
+    assert "another model shape" in error and "hidden_size=16" in error and "hidden_size=24" in error
+
+    assert main(command(data, reference, task="toy-other")) == 2  # a finished run: checkpoints and final model
+    assert "holds a 'toy' checkpoint" in capsys.readouterr().err
+
+
+def test_too_few_rows_for_one_step(data, tmp_path, capsys):
+    assert main(command(data, tmp_path / "out", **{"batch-size": 32, "grad-accum": 2})) == 2
+    assert "40 training rows are fewer than one effective batch (32 x 2 x 1 processes = 64)" in capsys.readouterr().err

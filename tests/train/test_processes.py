@@ -1,0 +1,107 @@
+"""The engine across processes: a run SIGKILLed between checkpoints and rerun ends bit for bit where
+an uninterrupted run does; `torchrun --nproc_per_node 2` (gloo, DDP and FSDP) follows the loss curve
+of one process with the same effective batch."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from longdoc.cli import main
+from longdoc.train import checkpoints
+from tests.train import toy_task
+from tests.train.test_engine import assert_same_weights, command
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def child_env(**extra) -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **extra}
+
+
+def toy_train_argv(argv: list[str]) -> list[str]:
+    assert argv[:2] == ["train", "toy"]
+    return argv[2:]
+
+
+@pytest.fixture
+def data(tmp_path):
+    return {
+        "init": toy_task.make_init(tmp_path / "init", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+        "train": toy_task.write_data(tmp_path / "train.jsonl", 24, seed=1),
+        "dev": toy_task.write_data(tmp_path / "dev.jsonl", 4, seed=2),
+    }
+
+
+@pytest.fixture
+def dropout_data(tmp_path):
+    return {
+        "init": toy_task.make_init(tmp_path / "init-dropout"),
+        "train": toy_task.write_data(tmp_path / "train.jsonl", 24, seed=1),
+        "dev": toy_task.write_data(tmp_path / "dev.jsonl", 4, seed=2),
+    }
+
+
+def test_sigkill_between_checkpoints_then_rerun_is_exact(dropout_data, tmp_path):
+    torch.set_num_threads(1)
+    reference = tmp_path / "reference"
+    assert main(command(dropout_data, reference)) == 0
+
+    out, marker = tmp_path / "out", tmp_path / "reached"
+    argv = [sys.executable, "-m", "tests.train.toy_train", *toy_train_argv(command(dropout_data, out))]
+    # The 5th batch is step 5: after checkpoint step 4, before step 6.
+    run = subprocess.Popen(argv, cwd=ROOT, env=child_env(LONGDOC_TOY_HANG_AT="5", LONGDOC_TOY_HANG_MARKER=str(marker)),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while not marker.exists():
+        assert run.poll() is None, run.stderr.read().decode()
+        assert time.monotonic() < deadline, "the training run never reached step 5"
+        time.sleep(0.1)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    assert [path.name for path in checkpoints.list_checkpoints(out)] == ["step-000000002", "step-000000004"]
+    assert not (out / "model.safetensors").exists()
+
+    rerun = subprocess.run(argv, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "resuming from" in rerun.stderr and "step-000000004" in rerun.stderr
+    assert_same_weights(load_file(out / "model.safetensors"), load_file(reference / "model.safetensors"))
+
+
+def losses(out: Path) -> list[float]:
+    return [line["loss"] for line in map(json.loads, (out / "train_log.jsonl").read_text().splitlines()) if "loss" in line]
+
+
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_torchrun_two_processes_follow_one_process(data, tmp_path, sharding):
+    torch.set_num_threads(1)
+    settings = {"max-steps": 3, "save-steps": 3, "keep-last": 2}
+    single = tmp_path / "single"
+    assert main(command(data, single, **settings, **{"batch-size": 2, "grad-accum": 2})) == 0
+
+    out = tmp_path / "torchrun"
+    argv = toy_train_argv(command(data, out, **settings, **{"batch-size": 2, "grad-accum": 1}))
+    if sharding == "fsdp":
+        argv.append("--fsdp")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "-m", "tests.train.toy_train", *argv],
+                         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert losses(out) == pytest.approx(losses(single), rel=1e-5)
+    assert len(losses(out)) == 3
+    assert [path.name for path in checkpoints.list_checkpoints(out)] == ["step-000000003"]
+    trainer_state, _, state = checkpoints.read_checkpoint_files(checkpoints.list_checkpoints(out)[0])
+    assert trainer_state["processes"] == 2 and len(state["rng"]) == 2
+    model = toy_task.ToyModel.from_pretrained(out)
+    single_weights = toy_task.ToyModel.from_pretrained(single).state_dict()
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, single_weights[name], rtol=1e-4, atol=1e-5)
+    assert (out / "metrics.json").is_file()
