@@ -1,12 +1,15 @@
 """Field checks for dataset records whose errors name the file, the example id and the field.
 
 Task readers use these so that every reader reports a missing or mistyped field the same way
-(files are read with longdoc.io).
+(files are read with longdoc.io; `json_list_records` and `read_json_list` read a file that is one
+JSON list of examples).
 """
 
-from typing import Any
+import os
+from typing import Any, Iterator
 
 from longdoc.errors import InputError
+from longdoc.io import read_json
 
 
 class RecordFields:
@@ -42,6 +45,28 @@ class RecordFields:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise self.error(name, "must be a list of strings")
         return value
+
+
+def json_list_records(path: str | os.PathLike, dataset: str, id_field: str) -> Iterator[RecordFields]:
+    """Each example of a file that is one JSON list of examples (HotpotQA, WikiHop), with checked fields."""
+    records = read_json(path)
+    if not isinstance(records, list):
+        raise InputError(f"{path}: a {dataset} file is a JSON list of examples, got {type(records).__name__}")
+    for index, record in enumerate(records):
+        yield RecordFields(record, str(path), id_field, index)
+
+
+def read_json_list(path: str | os.PathLike, dataset: str, id_field: str, required: dict[str, type]) -> list[dict]:
+    """The records of a file that is one JSON list of examples (a gold file): at least one, each with
+    an id and the `required` fields of their types; errors name the file, the example and the field."""
+    records = []
+    for fields in json_list_records(path, dataset, id_field):
+        for name, kind in required.items():
+            fields.get(name, kind)
+        records.append(fields.record)
+    if not records:
+        raise InputError(f"{path}: the {dataset} file holds no examples")
+    return records
 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:

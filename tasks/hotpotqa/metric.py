@@ -27,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from longdoc.data.records import read_json_list
 from longdoc.errors import InputError
 from longdoc.io import read_json
 from longdoc.evaluate.rouge import rouge_l
@@ -185,23 +186,7 @@ def evaluate(gold_examples: list[dict], prediction: dict) -> dict[str, float]:
 
 
 def _read_gold(path) -> list[dict]:
-    gold = read_json(path)
-    if not isinstance(gold, list):
-        raise InputError(f"{path}: HotpotQA gold must be a JSON list of examples (the official dev file)")
-    if not gold:
-        raise InputError(f"{path}: the gold file holds no examples")
-    for index, example in enumerate(gold):
-        if not isinstance(example, dict):
-            raise InputError(f"{path}: example {index} is not a JSON object")
-        for field in ("_id", "answer", "supporting_facts"):
-            if field not in example:
-                raise InputError(f"{path}: example {index} has no {field!r} field")
-        if not isinstance(example["_id"], str) or not isinstance(example["answer"], str):
-            raise InputError(f"{path}: example {index}: '_id' and 'answer' must be text")
-        if not isinstance(example["supporting_facts"], list):
-            raise InputError(f"{path}: example {index} ({example['_id']}): 'supporting_facts' must be a list "
-                             "of [title, sentence index]")
-    return gold
+    return read_json_list(path, "HotpotQA gold", "_id", {"answer": str, "supporting_facts": list})
 
 
 def _read_prediction(path) -> dict:
@@ -218,8 +203,6 @@ def _read_prediction(path) -> dict:
     return prediction
 
 
-def evaluate_files(gold_path, pred_path, **options) -> dict[str, float]:
+def evaluate_files(gold_path, pred_path) -> dict[str, float]:
     """Score an official prediction file against the official dev (gold) file."""
-    if options:
-        raise InputError(f"hotpotqa evaluation takes no options (got {', '.join(sorted(options))})")
     return evaluate(_read_gold(gold_path), _read_prediction(pred_path))

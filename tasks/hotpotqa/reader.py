@@ -16,17 +16,12 @@ import re
 from typing import Iterator
 
 from longdoc.data.examples import Document, Paragraph, Span, StructuredExample, TextSpan
-from longdoc.errors import InputError
-from longdoc.io import read_json
-from longdoc.data.records import RecordFields
+from longdoc.data.records import RecordFields, json_list_records
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:
-    records = read_json(path)
-    if not isinstance(records, list):
-        raise InputError(f"{path}: a HotpotQA file is a JSON list of examples, got {type(records).__name__}")
-    for index, record in enumerate(records):
-        yield _example(RecordFields(record, str(path), "_id", index))
+    for fields in json_list_records(path, "HotpotQA", "_id"):
+        yield _example(fields)
 
 
 def _example(fields: RecordFields) -> StructuredExample:

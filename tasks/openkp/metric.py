@@ -140,10 +140,8 @@ def read_keyphrase_file(path) -> dict[str, KeyphraseRecord]:
     return records
 
 
-def evaluate_files(gold_path, pred_path, **options) -> dict[str, float]:
+def evaluate_files(gold_path, pred_path) -> dict[str, float]:
     """Score a candidate JSONL file against a reference JSONL file."""
-    if options:
-        raise InputError(f"openkp evaluation takes no options (got {', '.join(sorted(options))})")
     gold = read_keyphrase_file(gold_path)
     if not gold:
         raise InputError(f"{gold_path}: the gold file holds no documents")

@@ -10,6 +10,7 @@ question with no prediction counts as wrong, a prediction that is not text is si
 
 import warnings
 
+from longdoc.data.records import read_json_list
 from longdoc.errors import InputError
 from longdoc.io import read_json
 
@@ -32,16 +33,7 @@ def evaluate(gold_examples: list[dict], predictions: dict) -> dict[str, float]:
 
 
 def _read_gold(path) -> list[dict]:
-    gold = read_json(path)
-    if not isinstance(gold, list):
-        raise InputError(f"{path}: WikiHop gold must be the official JSON list of questions")
-    if not gold:
-        raise InputError(f"{path}: the gold file holds no questions")
-    for index, example in enumerate(gold):
-        if not isinstance(example, dict) or not isinstance(example.get("id"), str) \
-                or not isinstance(example.get("answer"), str):
-            raise InputError(f"{path}: question {index} needs text fields 'id' and 'answer'")
-    return gold
+    return read_json_list(path, "WikiHop gold", "id", {"answer": str})
 
 
 def _read_predictions(path) -> dict:
@@ -51,8 +43,6 @@ def _read_predictions(path) -> dict:
     return predictions
 
 
-def evaluate_files(gold_path, pred_path, **options) -> dict[str, float]:
+def evaluate_files(gold_path, pred_path) -> dict[str, float]:
     """Score a prediction file {id: answer} against the official gold file."""
-    if options:
-        raise InputError(f"wikihop evaluation takes no options (got {', '.join(sorted(options))})")
     return evaluate(_read_gold(gold_path), _read_predictions(pred_path))

@@ -14,18 +14,13 @@ import os
 import re
 from typing import Iterator
 
-from longdoc.errors import InputError
 from longdoc.data.examples import Candidate, Document, StructuredExample, TextSpan
-from longdoc.io import read_json
-from longdoc.data.records import RecordFields
+from longdoc.data.records import RecordFields, json_list_records
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:
-    records = read_json(path)
-    if not isinstance(records, list):
-        raise InputError(f"{path}: a WikiHop file is a JSON list of examples, got {type(records).__name__}")
-    for index, record in enumerate(records):
-        yield _example(RecordFields(record, str(path), "id", index))
+    for fields in json_list_records(path, "WikiHop", "id"):
+        yield _example(fields)
 
 
 def _example(fields: RecordFields) -> StructuredExample:

@@ -50,8 +50,12 @@ def test_evaluate_files_errors(tmp_path):
     bad.write_text('{"q1": "x",\n"q2" "y"}')
     with pytest.raises(InputError, match=r"bad\.json:2:"):
         evaluate_files(gold, bad)
-    with pytest.raises(InputError, match="question 0 needs text fields"):
+    with pytest.raises(InputError, match=r"gold2\.json: example 'q1': field 'answer' is missing"):
         evaluate_files(_write(tmp_path / "gold2.json", [{"id": "q1"}]), _write(tmp_path / "p.json", {}))
+    with pytest.raises(InputError, match=r"gold3\.json: a WikiHop gold file is a JSON list of examples, got dict"):
+        evaluate_files(_write(tmp_path / "gold3.json", {"id": "q1"}), _write(tmp_path / "p.json", {}))
+    with pytest.raises(InputError, match=r"gold4\.json: the WikiHop gold file holds no examples"):
+        evaluate_files(_write(tmp_path / "gold4.json", []), _write(tmp_path / "p.json", {}))
 
 
 def test_gold_scored_against_itself_is_perfect(shared_data, tmp_path):
