@@ -214,22 +214,51 @@ def _seed(seed: int) -> None:
     numpy.random.seed(seed % 2**32)
 
 
-def _schedule(warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+def build_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters; no decay on tensors of one dimension (biases, norm weights)."""
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in parameters if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
+
+
+def linear_schedule(optimizer, warmup_steps: int, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up over `warmup_steps`, then linear decay to zero at `total_steps` (BERT's schedule)."""
+
     def factor(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / warmup_steps
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
-    return factor
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def _optimizer(model: nn.Module, options: Mapping[str, Any]) -> torch.optim.AdamW:
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in parameters if p.dim() >= 2], "weight_decay": options["weight_decay"]},
-        {"params": [p for p in parameters if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=options["lr"], betas=(0.9, 0.999), eps=1e-8)
+def optimizer_step(
+    model: nn.Module, batch_for: Callable[[int], Mapping[str, Any]], accumulation: int, optimizer, scheduler,
+    max_grad_norm: float, autocast: Callable = contextlib.nullcontext, no_sync: Callable | None = None,
+) -> tuple[torch.Tensor, float]:
+    """One optimizer step: forward and backward of `accumulation` micro-batches (`batch_for(k)`, each
+    loss divided by `accumulation`), gradient clipping, AdamW, the schedule; the gradients freed.
+    `no_sync` (DDP's) skips the gradient all-reduce on all but the last micro-batch.
+    Returns the step's loss (detached) and the learning rate it used."""
+    step_loss = None
+    for micro in range(accumulation):
+        batch = batch_for(micro)
+        skip_sync = no_sync if no_sync is not None and micro < accumulation - 1 else contextlib.nullcontext
+        with skip_sync():
+            with autocast():
+                loss = model(**batch).loss / accumulation
+            loss.backward()
+        step_loss = loss.detach().float() if step_loss is None else step_loss + loss.detach().float()
+    if max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    learning_rate = scheduler.get_last_lr()[0]
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return step_loss, learning_rate
 
 
 def _wrap(model: nn.Module, info: ProcessInfo, fsdp: bool) -> nn.Module:
@@ -406,9 +435,8 @@ def _run(job: TrainingJob, info: ProcessInfo) -> TrainingResult:
 
     model.to(info.device)
     wrapped = _wrap(model, info, fsdp)
-    optimizer = _optimizer(wrapped, options)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _schedule(int(options["warmup_ratio"] * total_steps), total_steps))
+    optimizer = build_optimizer(wrapped, options["lr"], options["weight_decay"])
+    scheduler = linear_schedule(optimizer, int(options["warmup_ratio"] * total_steps), total_steps)
     if training_state is not None:
         _load_optimizer_state(wrapped, optimizer, training_state["optimizer"], fsdp, info)
         scheduler.load_state_dict(training_state["scheduler"])
@@ -474,24 +502,15 @@ def _run(job: TrainingJob, info: ProcessInfo) -> TrainingResult:
     interrupted = False
     with _StopRequest() as stop:
         while step < total_steps:
-            step_loss = torch.zeros((), device=info.device)
-            for micro in range(options["grad_accum"]):
+
+            def micro_batch(micro: int) -> dict[str, Any]:
                 indices = _micro_batch_indices(step, micro, options["seed"], steps_per_epoch, effective,
                                                len(job.rows), options["batch_size"], info, orders)
-                batch = _to_device(job.collate([job.rows[i] for i in indices]), info.device)
-                last_micro = micro == options["grad_accum"] - 1
-                no_sync = wrapped.no_sync if (info.distributed and not fsdp and not last_micro) else contextlib.nullcontext
-                with no_sync():
-                    with autocast():
-                        loss = wrapped(**batch).loss / options["grad_accum"]
-                    loss.backward()
-                step_loss += loss.detach().float()
-            if options["max_grad_norm"] > 0:
-                torch.nn.utils.clip_grad_norm_(wrapped.parameters(), options["max_grad_norm"])
-            step_lr = scheduler.get_last_lr()[0]
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+                return _to_device(job.collate([job.rows[i] for i in indices]), info.device)
+
+            step_loss, step_lr = optimizer_step(
+                wrapped, micro_batch, options["grad_accum"], optimizer, scheduler, options["max_grad_norm"],
+                autocast, wrapped.no_sync if info.distributed and not fsdp else None)
             step += 1
             # One collective per step: the mean loss over processes and whether any was asked to stop.
             shared = torch.stack([step_loss, torch.tensor(float(stop.requested), device=info.device)])

@@ -31,7 +31,7 @@ def build_task_job(task: Task, options: Mapping[str, Any]):
     """The TrainingJob of `longdoc train TASK` with resolved `options`."""
     import torch
 
-    from longdoc.model.task_model import load_tokenizer
+    from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.train.engine import TrainingJob
 
     for part in ("features", "model", "decode"):
@@ -44,7 +44,7 @@ def build_task_job(task: Task, options: Mapping[str, Any]):
         from longdoc.convert.pretrained import default_model_path
 
         init = default_model_path()
-    tokenizer = load_tokenizer(init)
+    tokenizer = read_tokenizer(init)
     model_class = task.load("model")
     features = task.load("features")
     encoder_config = {name: options[name] for name in ENCODER_SWITCHES if options.get(name) is not None}
