@@ -132,3 +132,28 @@ def top_spans(
         return []
     values, indices = flat.topk(count)
     return [(float(v), int(i) // width, int(i) // width + int(i) % width) for v, i in zip(values, indices)]
+
+
+class NgramScorer(nn.Module):
+    """A logit per (n, start word) for n = 1..max_n (ETC's OpenKP head: for each n a width-n
+    convolution over the word vectors, then a linear map to one score)."""
+
+    def __init__(self, hidden_size: int, max_n: int = 5):
+        super().__init__()
+        self.max_n = max_n
+        self.convolutions = nn.ModuleList(nn.Conv1d(hidden_size, hidden_size, n) for n in range(1, max_n + 1))
+        self.projections = nn.ModuleList(nn.Linear(hidden_size, 1) for _ in range(max_n))
+
+    def forward(self, words: Tensor, word_mask: Tensor) -> Tensor:
+        """words [B, W, H]; word_mask [B, W] (1 on real words, which come first). Returns [B, max_n, W]:
+        entry (n - 1, i) scores words i .. i + n - 1, MASKED_LOGIT where those run past the real words."""
+        width = words.shape[1]
+        # Zeros past the end, so every n has an output at every start (masked below where invalid).
+        padded = F.pad(words.transpose(1, 2), (0, self.max_n - 1))
+        mask = F.pad(word_mask.bool(), (0, self.max_n - 1))
+        scores = []
+        for n, (convolution, projection) in enumerate(zip(self.convolutions, self.projections), start=1):
+            hidden = F.gelu(convolution(padded)[:, :, :width]).transpose(1, 2)
+            # The n-gram starting at i is real when its last word, i + n - 1, is.
+            scores.append(mask_logits(projection(hidden).squeeze(-1), mask[:, n - 1:n - 1 + width]))
+        return torch.stack(scores, dim=1)

@@ -23,6 +23,8 @@ PROPERTIES = ("color", "founder", "capital", "length", "origin")
 def synthetic_record(index: int, rng: random.Random, original_format: bool, paragraphs: int = 8,
                      paragraph_words: int = 40, html_padding_bytes: int = 0) -> dict:
     """One synthetic NQ example (see the module docstring); `index` makes the example id."""
+    if paragraph_words < 9:
+        raise ValueError(f"paragraph_words must be >= 9 (the answer sentence has 8 words), got {paragraph_words}")
     tokens: list[tuple[str, bool]] = []  # (token, is_html)
     candidates = []
 

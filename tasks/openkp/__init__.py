@@ -1,6 +1,8 @@
 """OpenKP (MS MARCO keyphrase extraction)."""
 
-from longdoc.tasks import Task
+from pathlib import Path
+
+from longdoc.tasks import Option, Task
 
 # Published dev F1@3: the RealFormer paper (He et al., 2020,
 # arXiv:2012.11747) for its ETC-large baseline and ETC-large + RealFormer, the ETC paper (Ainslie
@@ -19,4 +21,12 @@ TASK = Task(
     metric="longdoc.tasks.openkp.metric",
     headline_metric="F1@3",
     reference_rows=REFERENCE_ROWS,
+    # Stored in the trained model's config.json (task_options), so prediction uses the same values.
+    train_options=(
+        Option("stride", int, 128, "overlap in wordpieces between windows of a page longer than long_max_len"),
+    ),
+    features="longdoc.tasks.openkp.features",
+    model="longdoc.tasks.openkp.model:OpenKPModel",
+    decode="longdoc.tasks.openkp.decode",
+    configs=Path(__file__).parent / "configs",
 )

@@ -1,0 +1,86 @@
+"""OpenKPModel: the global-local encoder with ETC's OpenKP keyphrase head (DESIGN section 4).
+
+The long tokens' outputs are averaged per word (the wordpieces of one page token); for
+n = 1..5 a width-n convolution over the word vectors gives a logit per (n, start word)
+(`longdoc.model.heads.NgramScorer`); one softmax runs over all (n, start) pairs of a window.
+The loss is the cross-entropy between that softmax and the gold n-grams of the window, spread
+evenly over them (a window with three keyphrase occurrences wants a third of the mass on each);
+windows without a gold n-gram add nothing. ETC: Ainslie et al., 2020, section 4.
+
+The encoder always carries the 20 visual features of the DOM-node global tokens
+(`global_feature_size` = 20): `from_encoder` sets it, so a lifted text encoder gets a fresh
+feature projection.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers.utils import ModelOutput
+
+from longdoc.model.heads import NgramScorer
+from longdoc.model.task_model import TaskModel
+from longdoc.tasks.openkp import TASK
+from longdoc.tasks.openkp.features import MAX_NGRAM
+from longdoc.tasks.openkp.reader import VISUAL_FEATURE_SIZE
+
+
+@dataclass
+class OpenKPOutput(ModelOutput):
+    """loss (scalar, with labels); ngram_logits [B, MAX_NGRAM, W]: entry (n - 1, i) scores words
+    i .. i + n - 1 of the window (masked past its last word)."""
+
+    loss: Tensor | None = None
+    ngram_logits: Tensor | None = None
+
+
+def pool_words(long_hidden: Tensor, word_ids: Tensor, num_words: int) -> Tensor:
+    """The mean of the long hidden states [B, L, H] of each word: [B, num_words, H]; word_ids [B, L]
+    (-1: no word; those positions are left out)."""
+    batch, _, hidden = long_hidden.shape
+    # One extra slot collects the positions of no word; it is dropped after the mean.
+    index = torch.where(word_ids >= 0, word_ids, num_words).unsqueeze(-1).expand(-1, -1, hidden)
+    pooled = long_hidden.new_zeros(batch, num_words + 1, hidden)
+    pooled = pooled.scatter_reduce(1, index, long_hidden, reduce="mean", include_self=False)
+    return pooled[:, :num_words]
+
+
+def ngram_loss(logits: Tensor, labels: Tensor) -> Tensor | None:
+    """Cross-entropy of one softmax over all (n, start) pairs per row against the row's gold pairs,
+    spread evenly; rows without a gold pair are left out (None when no row has one)."""
+    flat_logits, flat_labels = logits.flatten(1).float(), labels.flatten(1).float()
+    counts = flat_labels.sum(-1)
+    keep = counts > 0
+    if not bool(keep.any()):
+        return None
+    targets = flat_labels[keep] / counts[keep].unsqueeze(-1)
+    return -(targets * flat_logits[keep].log_softmax(-1)).sum(-1).mean()
+
+
+class OpenKPModel(TaskModel):
+    task_name = "openkp"
+    # stride: see the Task record's train_options.
+    default_task_options = {option.name: option.default for option in TASK.train_options}
+
+    def __init__(self, config):
+        if config.global_feature_size != VISUAL_FEATURE_SIZE:
+            raise ValueError(f"an OpenKP model needs global_feature_size = {VISUAL_FEATURE_SIZE} (the visual features "
+                             f"of DOM nodes), got {config.global_feature_size}")
+        super().__init__(config)
+        self.ngram_head = NgramScorer(config.hidden_size, MAX_NGRAM)
+        self.post_init()
+
+    @classmethod
+    def from_encoder(cls, directory, encoder_config=None, **task_options) -> "OpenKPModel":
+        encoder_config = {**(encoder_config or {}), "global_feature_size": VISUAL_FEATURE_SIZE}
+        return super().from_encoder(directory, encoder_config, **task_options)
+
+    def forward(self, word_ids: Tensor, word_mask: Tensor, ngram_labels: Tensor | None = None,
+                **inputs: Tensor) -> OpenKPOutput:
+        """`inputs`: the encoder's (GlobalLocalModel.forward); word_ids [B, L], word_mask [B, W] and
+        ngram_labels [B, MAX_NGRAM, W] as in longdoc.tasks.openkp.features."""
+        encoded = self.encode(inputs)
+        words = pool_words(encoded.long_hidden_state, word_ids, word_mask.shape[1])
+        logits = self.ngram_head(words, word_mask)
+        loss = None if ngram_labels is None else ngram_loss(logits, ngram_labels)
+        return OpenKPOutput(loss=loss, ngram_logits=logits)

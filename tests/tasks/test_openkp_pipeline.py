@@ -1,0 +1,160 @@
+"""OpenKP end to end: features (DOM-node globals with their visual features, words pooled from
+wordpieces, gold n-grams), the n-gram decoder, training, `longdoc predict openkp` scored by
+`longdoc evaluate openkp`, bad VDOM input. Real data: the one-page README sample in
+../shared/data; synthetic pages are written here (tmp_path) where more are needed."""
+
+import json
+import warnings
+
+import pytest
+import torch
+
+from longdoc import GlobalLocalConfig, GlobalLocalModel
+from longdoc.cli import main
+from longdoc.convert.pretrained import default_tokenizer
+from longdoc.data.features import GlobalKind, GlobalMarkers, build_features
+from longdoc.errors import InputError
+from longdoc.tasks import get_task
+from longdoc.tasks.openkp.decode import WindowScores, phrase_scores, top_phrases
+from longdoc.tasks.openkp.features import (
+    MAX_NGRAM, collate, feature_settings, keyphrase_starts, training_features, window_row, window_words, words_of,
+)
+from longdoc.tasks.openkp.model import OpenKPModel
+from longdoc.tasks.openkp.reader import read_examples
+
+SAMPLE = "openkp/openkp_readme_example.jsonl"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return default_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory, tokenizer):
+    """A tiny random text encoder (no visual features: OpenKPModel.from_encoder adds them)."""
+    folder = tmp_path_factory.mktemp("openkp_encoder")
+    torch.manual_seed(0)
+    config = GlobalLocalConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=64, local_radius=16, long_max_len=384,
+                               global_max_len=96, max_relative_distance=4, relative_vocab_size=16,
+                               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    GlobalLocalModel(config).save_pretrained(folder)
+    return folder
+
+
+def openkp_model(encoder_dir) -> OpenKPModel:
+    torch.manual_seed(0)
+    return OpenKPModel.from_encoder(encoder_dir, stride=64)
+
+
+def test_real_sample_features(shared_data, tokenizer, encoder_dir):
+    model = openkp_model(encoder_dir)
+    assert model.config.global_feature_size == 20
+    (example,) = read_examples(shared_data / SAMPLE)
+    vdom = json.loads(json.loads((shared_data / SAMPLE).read_text())["VDOM"])
+    words = words_of(example)
+    windows = build_features(example, tokenizer, feature_settings(model.config), GlobalMarkers.from_tokenizer(tokenizer))
+    assert len(windows) >= 2  # 787 words in 384-token windows
+    phrases = [p for p in example.labels["KeyPhrases"] if p]
+    seen_nodes, seen_targets = set(), 0
+    for features in windows:
+        # One global token per VDOM node in the window, carrying that node's 20 visual features.
+        for kind, item, vector in zip(features.global_kinds, features.global_item_ids, features.global_features):
+            if kind == GlobalKind.DOM_NODE:
+                assert vector == [float(v) for v in vdom[item]["feature"]]
+                seen_nodes.add(item)
+            else:
+                assert vector == [0.0] * 20
+        first, word_ids = window_words(example, features)
+        for (start, end), source, word in zip(features.long_offsets, features.long_source_ids, word_ids):
+            if source == 0:  # each wordpiece lies inside the word it is pooled into
+                assert word >= 0 and example.documents[0].text[start:end] in words[first + word]
+            else:
+                assert word == -1
+        row = window_row(example, features, phrases)
+        for n_index, line in enumerate(row["ngram_labels"]):
+            for local, value in enumerate(line):
+                if value:
+                    tokens = [w.lower() for w in words[first + local:first + local + n_index + 1]]
+                    assert tokens in [[t.lower() for t in p] for p in phrases]
+                    seen_targets += 1
+    assert seen_nodes == set(range(len(vdom)))
+    occurrences = sum(len(keyphrase_starts(words, p)) for p in phrases)
+    assert occurrences > 0 and seen_targets >= occurrences
+
+
+def test_ngram_decoder_takes_the_max_over_occurrences_and_matches_lowercased():
+    words = ["Web", "Application", "for", "web", "application", "users", "", "x"]
+    logits = torch.full((MAX_NGRAM, len(words)), -5.0)
+    logits[1, 0] = 1.0  # "Web Application" at 0
+    logits[1, 3] = 4.0  # "web application" at 3: the same phrase lowercased, better
+    logits[0, 5] = 3.0  # "users"
+    logits[0, 2] = 2.0  # "for"
+    logits[0, 6] = 9.0  # the empty token: never proposed
+    logits[1, 5] = 9.0  # "users" + "": never proposed
+    windows = [WindowScores(0, logits, len(words))]
+    scores = phrase_scores(words, windows)
+    assert scores["web application"] == (4.0, ["web", "application"])
+    assert "" not in scores and not any(key.endswith(" ") for key in scores)
+    assert top_phrases(words, windows, k=3) == [["web", "application"], ["users"], ["for"]]
+    # A second window that sees "Web Application" at 0 with a better score: max over windows.
+    later = torch.full((MAX_NGRAM, 4), -5.0)
+    later[1, 0] = 6.0
+    ranked = top_phrases(words, [windows[0], WindowScores(0, later, 4)], k=5)
+    assert ranked[0] == ["Web", "Application"] and len({" ".join(p).lower() for p in ranked}) == len(ranked) == 5
+
+
+def test_bad_vdom_is_refused_naming_example_and_field(tmp_path):
+    record = {"url": "https://example.invalid/synthetic-page", "text": "alpha beta gamma", "KeyPhrases": [["beta"]]}
+    path = tmp_path / "synthetic-openkp.jsonl"
+    cases = [
+        ("{not json", r"'VDOM'.*not a JSON-encoded list"),
+        (json.dumps([{"start_idx": 0, "end_idx": 2, "feature": [1.0] * 19}]), r"'VDOM\[0\]\.feature'.*20 numbers"),
+        (json.dumps([{"start_idx": 0, "end_idx": 2, "feature": [1.0] * 19 + ["x"]}]), r"'VDOM\[0\]\.feature'"),
+        (json.dumps([{"start_idx": 1, "end_idx": 9, "feature": [1.0] * 20}]), r"'VDOM\[0\]'.*end_idx"),
+    ]
+    for vdom, message in cases:
+        path.write_text(json.dumps({**record, "VDOM": vdom}) + "\n")
+        with pytest.raises(InputError, match=r"synthetic-openkp.jsonl:1: example 'https://example.invalid/synthetic-page'"
+                                             r": field " + message):
+            list(read_examples(path))
+
+
+@pytest.mark.slow
+def test_training_lowers_the_loss_and_predictions_score(shared_data, tokenizer, encoder_dir, tmp_path):
+    model = openkp_model(encoder_dir)
+    rows = training_features(shared_data / SAMPLE, tokenizer, model.config, None, progress=False)
+    assert rows
+    batch = collate(rows, model.config.pad_token_id)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    with torch.no_grad():
+        before = float(model(**batch).loss)
+    model.train()
+    for _ in range(15):
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    with torch.no_grad():
+        after = float(model(**batch).loss)
+    print(f"openkp loss on the real page's {len(rows)} window(s) with targets: {before:.4f} -> {after:.4f} (15 steps)")
+    assert after < 0.75 * before
+
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    pred = tmp_path / "pred.jsonl"
+    assert main(["predict", "openkp", "--model", str(tmp_path / "model"), "--data", str(shared_data / SAMPLE),
+                 "--out", str(pred)]) == 0
+    (prediction,) = [json.loads(line) for line in pred.read_text().splitlines()]
+    (example,) = read_examples(shared_data / SAMPLE)
+    assert prediction["url"] == example.labels["url"] and len(prediction["KeyPhrases"]) == 5
+    words = words_of(example)
+    for phrase in prediction["KeyPhrases"]:
+        assert 1 <= len(phrase) <= MAX_NGRAM and keyphrase_starts(words, phrase)  # occurs in the text
+    assert len({" ".join(p).lower() for p in prediction["KeyPhrases"]}) == 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no format complaints
+        metrics = get_task("openkp").load("metric").evaluate_files(shared_data / SAMPLE, pred)
+    assert 0 <= metrics["F1@3"] <= 1
+    assert main(["evaluate", "openkp", "--gold", str(shared_data / SAMPLE), "--pred", str(pred), "--json"]) == 0
