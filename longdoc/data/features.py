@@ -47,8 +47,7 @@ from longdoc.errors import InputError
 from longdoc.data.examples import StructuredExample
 from longdoc.data.spans import SOURCE_NONE, SOURCE_QUESTION
 from longdoc.data.windows import plan_windows
-# Re-exported while task code written against the old place moves to longdoc.model.inputs.
-from longdoc.model.inputs import MODEL_INPUT_NAMES  # noqa: F401
+from longdoc.model.inputs import MODEL_INPUT_NAMES
 
 class GlobalKind(IntEnum):
     CLS = 0
@@ -162,6 +161,10 @@ class Features:
         if record["global_features"] is None:
             del record["global_features"]
         return record
+
+    def model_inputs(self) -> dict:
+        """The model-input fields only (a training row's start; tasks add their labels to it)."""
+        return {name: getattr(self, name) for name in MODEL_INPUT_NAMES if getattr(self, name) is not None}
 
 
 @dataclass

@@ -126,3 +126,10 @@ def test_collate_pads_model_inputs_only():
     assert batch["sentence_ids"][1, 5:].tolist() == [-1] * 13
     assert batch["global_sees_all"].dtype == torch.bool and batch["global_sees_all"][1].tolist() == [True, True] + [False] * 9
     assert batch["long_input_ids"].dtype == torch.int64
+
+
+def test_model_inputs_are_the_schema_fields_present():
+    (f,) = build_features(two_paragraph_example(), TOKENIZER, FeatureSettings(64, 32, max_question_len=8))
+    inputs = f.model_inputs()
+    assert list(inputs) == [name for name in MODEL_INPUT_NAMES if name != "global_features"]  # no DOM features
+    assert inputs["sentence_ids"] == f.sentence_ids and "long_offsets" not in inputs
