@@ -9,18 +9,62 @@ Layout (b = local_radius + 1 tokens per block, or L when L is shorter, nb = ceil
   globals]: masks and ids of shape [B, 1, nb, b, W + G] (the 1 broadcasts over heads);
 - the global softmax: global query g, key in [G globals | Lp long tokens]: [B, 1, G, G + Lp].
 
-Relative ids, with k = max_relative_distance:
+Relative ids (`RelativeIdLayout`), with k = max_relative_distance:
   0..k        long key j at distance j - i = 0..k to the right of query i (clipped at k),
   k+1..2k     distance 1..k to the left (clipped),
   2k+1        long-global pair that is linked (the long token belongs to or mentions the global one),
   2k+2        long-global pair that is not linked,
   2k+3        two global tokens in different paragraphs (g2g uses clipped distances otherwise).
+Within the long softmax the first W key columns are the local window, whose ids depend only on the
+query's and key's places in the block (`local_relative_ids`), and the last G are linked/unlinked
+pairs (`long_linked`); within the global softmax the first G columns are g2g ids and the last Lp
+linked/unlinked pairs (`global_linked`). The attention's gradient of the relative terms uses this
+structure (longdoc.model.attention.PickRelative).
 """
 
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+
+@dataclass(frozen=True)
+class RelativeIdLayout:
+    """ETC's relative position ids for distances clipped at `max_distance` (k)."""
+
+    max_distance: int
+
+    @property
+    def right_clipped(self) -> int:
+        """Keys k or more places to the right."""
+        return self.max_distance
+
+    @property
+    def left_clipped(self) -> int:
+        """Keys k or more places to the left."""
+        return 2 * self.max_distance
+
+    @property
+    def linked(self) -> int:
+        return 2 * self.max_distance + 1
+
+    @property
+    def unlinked(self) -> int:
+        return 2 * self.max_distance + 2
+
+    @property
+    def other_paragraph(self) -> int:
+        return 2 * self.max_distance + 3
+
+    @property
+    def size(self) -> int:
+        """Ids used; a model's relative vocabulary may be larger."""
+        return 2 * self.max_distance + 4
+
+    def distance_ids(self, delta: Tensor) -> Tensor:
+        """Ids of signed distances `delta` = key - query: 0..k right, k+1..2k left (clipped)."""
+        k = self.max_distance
+        return torch.where(delta >= 0, delta.clamp(0, k), k + (-delta).clamp(1, k))
 
 
 @dataclass
@@ -53,17 +97,21 @@ class SideInputs:
     global_mask_bias: Tensor | None  # [B, 1, G, G + Lp]; None when G = 0
     long_relative_ids: Tensor | None  # [B, 1, nb, b, W + G] int64; None without relative positions
     global_relative_ids: Tensor | None  # [B, 1, G, G + Lp] int64
+    relative_layout: RelativeIdLayout | None = None
+    long_linked: Tensor | None = None  # [B, 1, nb, b, G] bool: the l2g ids, linked (True) or not
+    global_linked: Tensor | None = None  # [B, 1, G, Lp] bool: the g2l ids
 
     @property
     def padded_length(self) -> int:
         return self.block_size * self.num_blocks
 
 
-def relative_distance_ids(delta: Tensor, max_distance: int) -> Tensor:
-    """Relative ids of signed distances `delta` = key - query: 0..k right, k+1..2k left (clipped)."""
-    right = delta.clamp(0, max_distance)
-    left = max_distance + (-delta).clamp(1, max_distance)
-    return torch.where(delta >= 0, right, left)
+def local_relative_ids(block_size: int, layout: RelativeIdLayout) -> Tensor:
+    """[b, 3b]: the id of query p of a block and key c of its window [previous | own | next block],
+    the same for every block (distance c - b - p)."""
+    query = torch.arange(block_size).view(-1, 1)
+    key = torch.arange(3 * block_size)
+    return layout.distance_ids(key - block_size - query)
 
 
 def _windows(per_token: Tensor, block_size: int, num_blocks: int, fill) -> Tensor:
@@ -110,7 +158,7 @@ def build_side_inputs(
     padded_length = num_blocks * block_size
     window = 3 * block_size
     has_links = structure.sentence_ids is not None
-    k = max_relative_distance
+    layout = None if max_relative_distance is None else RelativeIdLayout(max_relative_distance)
 
     # --- the long softmax: [B, nb, b, W + G] ---
     query = torch.arange(padded_length, device=device).view(num_blocks, block_size, 1)
@@ -133,15 +181,15 @@ def build_side_inputs(
         [local_allowed, long_to_global_allowed.reshape(batch, num_blocks, block_size, num_globals)], dim=-1
     )
 
-    long_relative_ids = None
-    if k is not None:
-        local_ids = relative_distance_ids(delta, k).expand(batch, num_blocks, block_size, window)
-        global_ids = torch.full((batch, padded_length, num_globals), 2 * k + 2, device=device)
-        if has_links:
-            global_ids = global_ids.masked_fill(_pad_to(linked, padded_length, False), 2 * k + 1)
-        long_relative_ids = torch.cat(
-            [local_ids, global_ids.view(batch, num_blocks, block_size, num_globals)], dim=-1
-        ).unsqueeze(1)
+    long_relative_ids = long_linked = global_linked = None
+    if layout is not None:
+        local_ids = local_relative_ids(block_size, layout).to(device).expand(batch, num_blocks, block_size, window)
+        long_linked = (
+            _pad_to(linked, padded_length, False) if has_links
+            else torch.zeros(batch, padded_length, num_globals, dtype=torch.bool, device=device)
+        ).view(batch, 1, num_blocks, block_size, num_globals)
+        global_ids = torch.where(long_linked[:, 0], layout.linked, layout.unlinked)
+        long_relative_ids = torch.cat([local_ids, global_ids], dim=-1).unsqueeze(1)
 
     # --- the global softmax: [B, G, G + Lp] ---
     global_mask_bias = global_relative_ids = None
@@ -159,20 +207,17 @@ def build_side_inputs(
             [global_mask.unsqueeze(1).expand(batch, num_globals, num_globals), global_to_long_allowed], dim=-1
         )
         global_mask_bias = _mask_bias(global_allowed, dtype)
-        if k is not None:
+        if layout is not None:
             position = torch.arange(num_globals, device=device)
-            global_global_ids = relative_distance_ids(position - position.view(-1, 1), k).expand(
+            global_global_ids = layout.distance_ids(position - position.view(-1, 1)).expand(
                 batch, num_globals, num_globals
             )
             if structure.global_paragraph_ids is not None:
                 paragraphs = structure.global_paragraph_ids
                 other_paragraph = paragraphs.unsqueeze(-1) != paragraphs.unsqueeze(1)
-                global_global_ids = global_global_ids.masked_fill(other_paragraph, 2 * k + 3)
-            global_long_ids = torch.full((batch, num_globals, padded_length), 2 * k + 2, device=device)
-            if has_links:
-                global_long_ids = global_long_ids.masked_fill(
-                    _pad_to(linked, padded_length, False).transpose(1, 2), 2 * k + 1
-                )
+                global_global_ids = global_global_ids.masked_fill(other_paragraph, layout.other_paragraph)
+            global_linked = long_linked.view(batch, 1, padded_length, num_globals).transpose(2, 3)
+            global_long_ids = torch.where(global_linked[:, 0], layout.linked, layout.unlinked)
             global_relative_ids = torch.cat([global_global_ids, global_long_ids], dim=-1).unsqueeze(1)
 
     return SideInputs(
@@ -182,6 +227,9 @@ def build_side_inputs(
         global_mask_bias=global_mask_bias,
         long_relative_ids=long_relative_ids,
         global_relative_ids=global_relative_ids,
+        relative_layout=layout,
+        long_linked=long_linked,
+        global_linked=global_linked,
     )
 
 

@@ -96,12 +96,24 @@ def test_float32_close_to_float64_reference():
     torch.testing.assert_close(output.long_hidden_state[mask].double(), reference_long[mask], atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("residual,talking_heads", [(True, False), (True, True), (False, True)])
-def test_gradients_equal_dense_gradients(residual, talking_heads):
-    model = make_model(tiny_config(residual_attention=residual, talking_heads=talking_heads))
-    inputs = make_inputs(2, 13, 4, padding=True, structure=True)
+@pytest.mark.parametrize(
+    "length,overrides",
+    [
+        (13, dict(residual_attention=True)),
+        (13, dict(residual_attention=True, talking_heads=True)),
+        (13, dict(residual_attention=False, talking_heads=True)),
+        # clipping distance beyond the window (blocks of 2, k = 5): the clipped ids' prefix and
+        # suffix sums in PickRelative's backward start before and end after the window
+        (13, dict(local_radius=1, max_relative_distance=5, relative_vocab_size=14)),
+        (3, dict(local_radius=40)),  # one block of the input's own length
+    ],
+    ids=["residual", "residual,talking", "talking", "k>window", "one-short-block"],
+)
+def test_gradients_equal_dense_gradients(length, overrides):
+    model = make_model(tiny_config(**overrides))
+    inputs = make_inputs(2, length, 4, padding=True, structure=True)
     long_mask, global_mask = inputs["long_attention_mask"].bool(), inputs["global_attention_mask"].bool()
-    weights = torch.randn(2, 13, 16, dtype=torch.float64), torch.randn(2, 4, 16, dtype=torch.float64)
+    weights = torch.randn(2, length, 16, dtype=torch.float64), torch.randn(2, 4, 16, dtype=torch.float64)
 
     def gradients(forward):
         model.zero_grad()
