@@ -18,8 +18,10 @@ COMMANDS = {
     "bench": "longdoc.commands.bench",
     "lift": "longdoc.commands.lift",
     "make-data": "longdoc.commands.make_data",
+    "ask": "longdoc.commands.ask",
     "predict": "longdoc.commands.predict",
     "train": "longdoc.commands.train",
+    "pretrain": "longdoc.commands.pretrain",
 }
 
 

@@ -39,6 +39,7 @@ the summary at all.
 
 import math
 import os
+import sys
 import warnings
 from collections import Counter
 from dataclasses import dataclass
@@ -449,6 +450,9 @@ class GlobalLocalForPretraining(GlobalLocalPreTrainedModel):
         self.mlm_transform = MaskedLMTransform(config)
         self.mlm_bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.cpc_projection = nn.Linear(config.hidden_size, config.hidden_size)
+        # Sums of the loss parts over training batches since the last evaluation (not weights):
+        # the engine logs the total loss, the evaluation callback logs these parts.
+        self.training_sums: Counter = Counter()
         self.post_init()
 
     def head_state_dict(self) -> dict[str, Tensor]:
@@ -480,6 +484,8 @@ class GlobalLocalForPretraining(GlobalLocalPreTrainedModel):
             # One CPC sentence has no negatives to be told apart from: no CPC signal in this batch.
             cpc_loss = mlm_loss.new_zeros(())
             cpc_accuracy = mlm_loss.new_zeros(())
+        if self.training:
+            self.training_sums.update(batches=1, mlm_loss=mlm_loss.item(), cpc_loss=cpc_loss.item())
         return PretrainingOutput(
             loss=mlm_loss + cpc_loss, mlm_loss=mlm_loss.detach(), cpc_loss=cpc_loss.detach(),
             mlm_accuracy=mlm_accuracy, cpc_accuracy=cpc_accuracy,
@@ -537,22 +543,31 @@ class GlobalLocalForPretraining(GlobalLocalPreTrainedModel):
                                  f"{tuple(value.shape)}, the encoder needs {tuple(current[name].shape)}")
         self.load_state_dict(state, strict=False)
 
+    def write_encoder_folder(self, folder: str | Path, state_dict: dict[str, Tensor] | None = None,
+                             tokenizer=None) -> None:
+        """The bare encoder (GlobalLocalModel: config.json, model.safetensors), the tokenizer and the
+        heads file into `folder`; `state_dict` (this model's, e.g. gathered from shards) or the current weights."""
+        from safetensors.torch import save_file
+
+        state_dict = self.state_dict() if state_dict is None else state_dict
+        prefix = "encoder."
+        encoder_state = {name[len(prefix):]: value for name, value in state_dict.items() if name.startswith(prefix)}
+        self.encoder.save_pretrained(folder, state_dict=encoder_state, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+        heads = {name: value.contiguous() for name, value in state_dict.items() if not name.startswith(prefix)}
+        save_file(heads, str(Path(folder) / HEADS_FILE))
+
     def save_encoder(self, directory: str | Path, tokenizer=None) -> Path:
-        """Write the bare encoder (GlobalLocalModel: config.json, model.safetensors), the tokenizer
-        and the heads file into `directory`, atomically: built beside it, then renamed into place."""
+        """`write_encoder_folder` into `directory`, atomically: built beside it, then renamed into place."""
         import shutil
         import tempfile
-
-        from safetensors.torch import save_file
 
         directory = Path(directory)
         directory.parent.mkdir(parents=True, exist_ok=True)
         building = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".tmp"))
         try:
-            self.encoder.save_pretrained(building)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(building)
-            save_file({k: v.contiguous() for k, v in self.head_state_dict().items()}, str(building / HEADS_FILE))
+            self.write_encoder_folder(building, tokenizer=tokenizer)
             if directory.exists():
                 shutil.rmtree(directory)
             os.rename(building, directory)
@@ -560,3 +575,111 @@ class GlobalLocalForPretraining(GlobalLocalPreTrainedModel):
             shutil.rmtree(building, ignore_errors=True)
             raise
         return directory
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. The job on the training engine
+
+PRETRAINING_NAME = "pretrain"
+# The fixed seed of the held-out batches' masking (drawn in a forked RNG, so evaluating never moves
+# the training run's random streams, and every evaluation masks the same way).
+EVALUATION_SEED = 1234
+EVALUATION_FILE = "pretraining_eval.json"
+
+
+def settings_from_options(options, config: GlobalLocalConfig) -> PretrainingSettings:
+    return PretrainingSettings(
+        long_length=config.long_max_len, global_max_len=config.global_max_len,
+        max_sentence_tokens=options["max_sentence_tokens"], min_sentences=options["min_sentences"],
+        mask_rate=options["mask_rate"], cpc_sentence_rate=options["cpc_sentence_rate"],
+    )
+
+
+def _prepared(path, tokenizer, settings, options, what: str):
+    documents = read_corpus(path, one_per_line=options["one_per_line"], cache_dir=options.get("cache_dir"))
+    inputs, report = prepare_corpus(documents, tokenizer, settings, num_proc=options.get("num_proc"))
+    print(f"longdoc pretrain: {what} {path}: {report.inputs} input(s), {report.sentences} sentences, "
+          f"{report.tokens} tokens from {report.kept_documents} of {report.documents} document(s) in "
+          f"{report.files} file(s); skipped {report.skipped_text(settings.min_sentences)}", file=sys.stderr)
+    return inputs
+
+
+def evaluate_losses(model: GlobalLocalForPretraining, rows, collate, batch_size: int) -> dict[str, float]:
+    """Mean MLM and CPC losses and accuracies over `rows`, each batch masked with a fixed seed (the
+    same masks at every evaluation, so the numbers are comparable along a run and across runs)."""
+    totals: Counter = Counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(EVALUATION_SEED)
+        for start in range(0, len(rows), batch_size):
+            batch = collate([rows[i] for i in range(start, min(start + batch_size, len(rows)))])
+            device = next(model.parameters()).device
+            output = model(**{name: value.to(device) for name, value in batch.items()})
+            mlm, cpc = int(output.mlm_tokens), int(output.cpc_sentences)
+            totals.update(mlm_tokens=mlm, mlm_loss=float(output.mlm_loss) * mlm,
+                          mlm_correct=float(output.mlm_accuracy) * mlm)
+            if cpc >= 2:
+                # CPC is a batch-level task (its candidates are the batch's sentences): averaged per batch.
+                totals.update(cpc_batches=1, cpc_candidates=cpc, cpc_loss=float(output.cpc_loss),
+                              cpc_accuracy=float(output.cpc_accuracy))
+    result = {
+        "mlm_loss": totals["mlm_loss"] / max(1, totals["mlm_tokens"]),
+        "mlm_accuracy": totals["mlm_correct"] / max(1, totals["mlm_tokens"]),
+    }
+    if totals["cpc_batches"]:
+        result.update(cpc_loss=totals["cpc_loss"] / totals["cpc_batches"],
+                      cpc_accuracy=totals["cpc_accuracy"] / totals["cpc_batches"],
+                      cpc_candidates=totals["cpc_candidates"] / totals["cpc_batches"])
+    result["loss"] = result["mlm_loss"] + result.get("cpc_loss", 0.0)
+    return result
+
+
+def build_pretraining_job(options):
+    """The TrainingJob of `longdoc pretrain` with resolved options: the engine's and the corpus and
+    masking ones (`longdoc.commands.pretrain.PRETRAINING_OPTIONS`)."""
+    from longdoc.io import atomic_write_json
+    from longdoc.convert.checkpoint import read_tokenizer
+    from longdoc.train.engine import TrainingJob
+    from longdoc.train.options import ENCODER_SWITCHES
+
+    if options.get("init") is not None:
+        init = Path(options["init"])
+    else:
+        from longdoc.convert.pretrained import default_model_path
+
+        init = default_model_path()
+    tokenizer = read_tokenizer(init)
+    encoder_config = {name: options[name] for name in ENCODER_SWITCHES if options.get(name) is not None}
+    encoder_config.setdefault("residual_attention", True)
+    torch.manual_seed(options["seed"])  # fresh heads: the same on every process and every rerun
+    model = GlobalLocalForPretraining.from_encoder(init, encoder_config=encoder_config,
+                                                   mlm_head_from=options.get("mlm_head_from"))
+    settings = settings_from_options(options, model.config)
+    rows = _prepared(options["train"], tokenizer, settings, options, "corpus")
+    held_out = _prepared(options["dev"], tokenizer, settings, options, "held-out corpus") \
+        if options.get("dev") is not None else rows
+    held_out = held_out.select(range(min(options["eval_rows"], len(held_out))))
+    collate = PretrainingCollator(tokenizer, settings)
+
+    def evaluate(trained: GlobalLocalForPretraining, folder: Path) -> dict[str, float]:
+        sums = trained.training_sums
+        metrics = evaluate_losses(trained, held_out, collate, options.get("eval_batch_size") or options["batch_size"])
+        if sums["batches"]:
+            metrics.update(train_mlm_loss=sums["mlm_loss"] / sums["batches"],
+                           train_cpc_loss=sums["cpc_loss"] / sums["batches"])
+        sums.clear()
+        atomic_write_json(folder / EVALUATION_FILE, metrics)
+        return metrics
+
+    def save_model(trained: GlobalLocalForPretraining, folder: Path, state_dict: dict) -> None:
+        trained.write_encoder_folder(folder, state_dict, tokenizer)
+
+    return TrainingJob(name=PRETRAINING_NAME, model=model, rows=rows, collate=collate, out_dir=Path(options["out"]),
+                       options=options, evaluate=evaluate, save_model=save_model)
+
+
+def pretrain(options):
+    """Continued pretraining with resolved `options` (`longdoc.commands.pretrain.PRETRAINING_OPTIONS`);
+    returns the engine's TrainingResult."""
+    from longdoc.train.engine import run_training
+
+    return run_training(build_pretraining_job(options))

@@ -1,7 +1,10 @@
 """Continued pretraining: corpus reading and packing, whole-word and CPC masking, the model's
 losses and heads, the saved encoder as --init, bad corpora, and a short run that lowers both losses."""
 
+import json
+import math
 import random
+import shutil
 import warnings
 from pathlib import Path
 
@@ -258,3 +261,104 @@ def test_mlm_head_from_a_bert_checkpoint(tmp_path, tokenizer):
     assert torch.equal(model.mlm_bias, source.bias)
     with pytest.raises(InputError, match="has shape"):
         GlobalLocalForPretraining(tiny_config(tokenizer, hidden_size=64)).load_bert_mlm_head(tmp_path / "bert")
+
+
+def save_tiny_encoder(folder: Path, tokenizer) -> Path:
+    torch.manual_seed(0)
+    GlobalLocalModel(tiny_config(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def pretrain_command(corpus: Path, out: Path, init: Path, cache: Path, **extra) -> list[str]:
+    values = {"train": corpus, "out": out, "init": init, "cache-dir": cache, "max-steps": 80, "batch-size": 8,
+              "lr": 3e-3, "cpc-sentence-rate": 0.3, "eval-rows": 20, "eval-batch-size": 10, "save-steps": 20,
+              "eval-steps": 40, "log-steps": 20, "seed": 0, **extra}
+    return ["pretrain", *(part for key, value in values.items() for part in (f"--{key}", str(value)))]
+
+
+@pytest.mark.slow  # 80 + 20 steps of a tiny encoder (about 20 s on one contended core)
+def test_a_short_run_lowers_both_losses_resumes_exactly_and_gives_an_init(tmp_path, tokenizer, one_thread, capsys):
+    from safetensors.torch import load_file
+
+    from longdoc.cli import main
+    from longdoc.commands.pretrain import PRETRAINING_OPTIONS
+    from longdoc.tasks.hotpotqa.model import HotpotQAModel
+    from longdoc.train.options import resolve_options
+    from longdoc.train.pretraining import EVALUATION_FILE, build_pretraining_job
+
+    corpus = write_people(tmp_path / "corpus")
+    init = save_tiny_encoder(tmp_path / "init", tokenizer)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    command = pretrain_command(corpus, out, init, cache)
+
+    # Before: the held-out losses of the job's starting model (same rows, same fixed masks as the run's).
+    arguments = dict(zip(command[1::2], command[2::2]))
+    given = {option.name: option.type(arguments[option.flag]) if option.flag in arguments else None
+             for option in PRETRAINING_OPTIONS}
+    job = build_pretraining_job(resolve_options(given, PRETRAINING_OPTIONS))
+    with torch.no_grad():
+        before = job.evaluate(job.model.eval(), tmp_path)
+
+    assert main(command) == 0
+    after = json.loads((out / EVALUATION_FILE).read_text())
+    with capsys.disabled():
+        print(f"\nheld-out MLM loss {before['mlm_loss']:.3f} -> {after['mlm_loss']:.3f}, "
+              f"CPC loss {before['cpc_loss']:.3f} -> {after['cpc_loss']:.3f}, CPC accuracy {before['cpc_accuracy']:.3f} -> "
+              f"{after['cpc_accuracy']:.3f} (chance: {after['cpc_candidates']:.0f} candidates, loss "
+              f"{math.log(after['cpc_candidates']):.3f})")
+    assert after["mlm_loss"] < before["mlm_loss"] - 2.0
+    assert after["cpc_loss"] < before["cpc_loss"] - 0.6 and after["cpc_accuracy"] > before["cpc_accuracy"] + 0.1
+    assert after["cpc_loss"] < math.log(after["cpc_candidates"]) - 0.5  # well under chance
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in log if "loss" in line] == [20, 40, 60, 80]
+    assert [line["step"] for line in log if "eval" in line] == [40, 80]
+    assert all({"mlm_loss", "cpc_loss", "train_mlm_loss", "train_cpc_loss"} <= set(line["eval"])
+               for line in log if "eval" in line)
+    assert "20 input(s), 120 sentences" in capsys.readouterr().err
+
+    # Exact resume: from the step-60 checkpoint, the same final weights and heads (the masking draws
+    # come from the RNG state the checkpoint restores).
+    resumed = tmp_path / "resumed"
+    (resumed / "checkpoints").mkdir(parents=True)
+    shutil.copytree(out / "checkpoints" / "step-000000060", resumed / "checkpoints" / "step-000000060")
+    assert main(pretrain_command(corpus, resumed, init, cache)) == 0
+    for name in ("model.safetensors", HEADS_FILE):
+        first, second = load_file(out / name), load_file(resumed / name)
+        assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+    # The output is a bare encoder that --init takes: GlobalLocalModel and a task model's from_encoder.
+    encoder = GlobalLocalModel.from_pretrained(out)
+    assert encoder.config.residual_attention
+    trained = load_file(out / "model.safetensors")
+    task_model = HotpotQAModel.from_encoder(out)
+    assert all(torch.equal(task_model.encoder.state_dict()[name], value) for name, value in trained.items())
+    assert not torch.equal(trained["embeddings.word_embeddings.weight"],
+                           load_file(init / "model.safetensors")["embeddings.word_embeddings.weight"])
+
+
+def test_command_defaults_are_the_library_defaults():
+    import dataclasses
+
+    from longdoc.commands.pretrain import PRETRAINING_OPTIONS
+
+    # The packed lengths come from the encoder's config; the masking and corpus ones are options.
+    defaults = {option.name: option.default for option in PRETRAINING_OPTIONS}
+    library = {field.name: field.default for field in dataclasses.fields(PretrainingSettings)}
+    for name in ("mask_rate", "cpc_sentence_rate", "min_sentences", "max_sentence_tokens"):
+        assert defaults[name] == library[name], name
+
+
+def test_command_refuses_a_corpus_with_nothing_to_train_on(tmp_path, tokenizer, capsys):
+    from longdoc.cli import main
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.bin").write_bytes(b"\0" * 16)
+    (corpus / "b.txt").write_text("One sentence only.", encoding="utf-8")
+    init = save_tiny_encoder(tmp_path / "init", tokenizer)
+    assert main(pretrain_command(corpus, tmp_path / "out", init, tmp_path / "cache")) == 2
+    error = capsys.readouterr().err
+    assert "no document to train on" in error and "1 file(s) not text (binary)" in error
+    assert "1 document(s) with fewer than 2 sentence(s)" in error
+    assert not (tmp_path / "out" / "model.safetensors").exists()
