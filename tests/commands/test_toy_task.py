@@ -33,17 +33,17 @@ def evaluate_files(gold_path, pred_path, *, tolerance):
 
 TOY_OPTION = Option("tolerance", float, 0.0, "largest accepted distance from the gold number")
 
-# The whole of tasks/toy/__init__.py, as a user adding a dataset would write it.
+# The whole of tasks/numbers/__init__.py, as a user adding a dataset would write it.
 TOY_INIT = '''
 from longdoc.tasks import Option, Task
 
-TASK = Task(name="toy", description="numbers within a tolerance", reader="longdoc.tasks.toy.reader",
-            metric="longdoc.tasks.toy.metric", headline_metric="within_tolerance",
+TASK = Task(name="numbers", description="numbers within a tolerance", reader="longdoc.tasks.numbers.reader",
+            metric="longdoc.tasks.numbers.metric", headline_metric="within_tolerance",
             metric_options=(Option("tolerance", float, 0.0, "largest accepted distance from the gold number"),))
 '''
 
 
-def toy_task(package: str, name: str = "toy") -> Task:
+def toy_task(package: str, name: str = "numbers") -> Task:
     return Task(name=name, description="numbers within a tolerance", reader=f"{package}.reader",
                 metric=f"{package}.metric", headline_metric="within_tolerance", metric_options=(TOY_OPTION,))
 
@@ -63,7 +63,7 @@ def clean_registry(monkeypatch):
     modules_before = set(sys.modules)
     yield
     for name in set(sys.modules) - modules_before:
-        if "toy" in name:
+        if name.startswith(("toy_registered", "longdoc.tasks.numbers")):
             del sys.modules[name]
 
 
@@ -80,9 +80,9 @@ def test_a_registered_task_is_evaluated_with_its_own_flag(clean_registry, tmp_pa
     write_package(tmp_path, "toy_registered")
     monkeypatch.syspath_prepend(str(tmp_path))
     task_registry.register(toy_task("toy_registered"))
-    assert cli.main(["evaluate", "toy", *files]) == 0
+    assert cli.main(["evaluate", "numbers", *files]) == 0
     assert json.loads(capsys.readouterr().out) == {"within_tolerance": 1 / 4}  # default 0.0: only a
-    assert cli.main(["evaluate", "toy", *files, "--tolerance", "0.5"]) == 0
+    assert cli.main(["evaluate", "numbers", *files, "--tolerance", "0.5"]) == 0
     assert json.loads(capsys.readouterr().out) == {"within_tolerance": 2 / 4}  # a and b
     # The toy's flag belongs to the toy: another task refuses it.
     assert cli.main(["evaluate", "wikihop", *files, "--tolerance", "0.5"]) == 2
@@ -90,18 +90,18 @@ def test_a_registered_task_is_evaluated_with_its_own_flag(clean_registry, tmp_pa
 
 
 def test_a_package_under_tasks_is_found_by_name(clean_registry, tmp_path, monkeypatch, files, capsys):
-    write_package(tmp_path, "toy", init=TOY_INIT)
+    write_package(tmp_path, "numbers", init=TOY_INIT)
     monkeypatch.setattr(task_registry, "__path__", [*task_registry.__path__, str(tmp_path)])
-    assert "toy" in task_registry.task_names()
-    assert cli.main(["evaluate", "toy", *files, "--tolerance", "1"]) == 0
+    assert "numbers" in task_registry.task_names()
+    assert cli.main(["evaluate", "numbers", *files, "--tolerance", "1"]) == 0
     assert json.loads(capsys.readouterr().out) == {"within_tolerance": 3 / 4}
-    assert importlib.import_module("longdoc.tasks.toy").TASK is task_registry.get_task("toy")
+    assert importlib.import_module("longdoc.tasks.numbers").TASK is task_registry.get_task("numbers")
 
 
 def test_a_taken_name_is_refused(clean_registry):
     with pytest.raises(ValueError, match="a task named 'wikihop' is already registered"):
         task_registry.register(toy_task("anything", name="wikihop"))
     task_registry.register(toy_task("anything"))
-    with pytest.raises(ValueError, match="a task named 'toy' is already registered"):
+    with pytest.raises(ValueError, match="a task named 'numbers' is already registered"):
         task_registry.register(toy_task("anything"))
 
