@@ -70,7 +70,8 @@ TRAIN_LOG_FILE = "train_log.jsonl"
 EVAL_FOLDER = "eval"
 # Config fields that decide the weights' shapes and the computation they were trained for.
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                "relative_vocab_size", "position_embedding_type", "talking_heads", "global_feature_size")
+                "relative_vocab_size", "position_embedding_type", "talking_heads", "global_feature_size",
+                "residual_attention", "local_radius")
 # Options that, changed between a run and its resumption, would make the resumed run another run.
 _TRAJECTORY_OPTIONS = ("lr", "warmup_ratio", "weight_decay", "max_grad_norm", "seed", "gradient_checkpointing",
                        "bf16")
@@ -261,6 +262,15 @@ def optimizer_step(
     return step_loss, learning_rate
 
 
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Recompute each layer's activations in backward (transformers' switch; non-reentrant
+    checkpointing, which works under DDP/FSDP and with inputs that need no gradient)."""
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 names it so
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def _wrap(model: nn.Module, info: ProcessInfo, fsdp: bool) -> nn.Module:
     """DDP (replicated) or FSDP2 (sharded) across processes; the model itself in one process."""
     if not info.distributed:
@@ -335,9 +345,10 @@ def _save_final_model(job: TrainingJob, model: nn.Module, state_dict: dict) -> N
 
 class _TrainLog:
     """train_log.jsonl, one JSON object per line, written by rank 0; on resume the lines past the
-    checkpoint's step are dropped, so the log reads as one run."""
+    checkpoint's step are dropped (and the final evaluation's, which every run ending does again),
+    so the log reads as one run."""
 
-    def __init__(self, path: Path, resumed_step: int, enabled: bool):
+    def __init__(self, path: Path, resumed_step: int, total_steps: int, enabled: bool):
         self.path, self.enabled = path, enabled
         if not enabled:
             return
@@ -348,7 +359,8 @@ class _TrainLog:
                     record = json.loads(line)
                 except json.JSONDecodeError:  # a line cut by a kill
                     continue
-                if record.get("step", 0) <= resumed_step:
+                step = record.get("step", 0)
+                if step < resumed_step or (step == resumed_step and not (step == total_steps and "eval" in record)):
                     kept.append(line)
         atomic_write_text(path, "".join(line + "\n" for line in kept))
 
@@ -412,10 +424,9 @@ def _run(job: TrainingJob, info: ProcessInfo) -> TrainingResult:
 
     model = job.model
     if options.get("gradient_checkpointing"):
-        if not hasattr(model, "gradient_checkpointing_enable"):
+        if not getattr(model, "supports_gradient_checkpointing", False):
             raise InputError(f"--gradient-checkpointing: {type(model).__name__} does not support it")
-        # Non-reentrant checkpointing: works with DDP/FSDP and with inputs that need no grad.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_gradient_checkpointing(model)
 
     resumed = ckpt.load_latest_checkpoint(out_dir, ckpt.read_checkpoint_files)
     start_step, training_state = 0, None
@@ -447,7 +458,7 @@ def _run(job: TrainingJob, info: ProcessInfo) -> TrainingResult:
             print(f"longdoc train: the checkpoint was written by {len(rng_states)} processes, this run has "
                   f"{info.world_size}: dropout draws start afresh from --seed", file=sys.stderr)
 
-    log = _TrainLog(out_dir / TRAIN_LOG_FILE, start_step, info.is_main)
+    log = _TrainLog(out_dir / TRAIN_LOG_FILE, start_step, total_steps, info.is_main)
     orders: dict = {}
     step, last_checkpoint, metrics = start_step, None, {}
 
@@ -484,7 +495,8 @@ def _run(job: TrainingJob, info: ProcessInfo) -> TrainingResult:
             target = folder if info.is_main else Path(tempfile.mkdtemp(prefix="longdoc-eval-"))
             target.mkdir(parents=True, exist_ok=True)
             model.eval()
-            with torch.no_grad(), autocast():
+            # Evaluation in full precision: the metric of record should not depend on --bf16.
+            with torch.no_grad():
                 result = job.evaluate(wrapped if fsdp else model, target)
             model.train()
             if not info.is_main:

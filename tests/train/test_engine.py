@@ -163,3 +163,31 @@ def test_refuses_an_out_of_another_task_or_shape(reference, data, tmp_path, caps
 def test_too_few_rows_for_one_step(data, tmp_path, capsys):
     assert main(command(data, tmp_path / "out", **{"batch-size": 32, "grad-accum": 2})) == 2
     assert "40 training rows are fewer than one effective batch (32 x 2 x 1 processes = 64)" in capsys.readouterr().err
+
+
+def test_gradient_checkpointing_trains_the_same(reference, data, tmp_path):
+    out = tmp_path / "out"
+    assert main([*command(data, out, **{"eval-steps": 3}), "--gradient-checkpointing"]) == 0
+    first, second = weights(out), weights(reference)
+    for name in first:  # recomputation replays the same dropout draws; sums may round differently
+        torch.testing.assert_close(first[name], second[name], rtol=1e-5, atol=1e-6)
+
+
+def test_encoder_switches_and_bf16_apply_to_the_run(data, tmp_path):
+    out = tmp_path / "out"
+    argv = [*command(data, out, **{"max-steps": 2, "long-max-len": 24}), "--no-residual-attention",
+            "--talking-heads", "--bf16"]
+    assert main(argv) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["residual_attention"] is False and config["talking_heads"] is True and config["long_max_len"] == 24
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert all(0 < line["loss"] < 10 for line in log if "loss" in line)
+
+
+def test_rerun_after_the_end_only_evaluates_again(reference, data, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(reference, out)
+    before = (out / "train_log.jsonl").read_text()
+    assert main(command(data, out, **{"eval-steps": 3})) == 0
+    assert_same_weights(weights(out), weights(reference))
+    assert (out / "train_log.jsonl").read_text() == before  # the final evaluation's line replaced, not repeated
