@@ -21,7 +21,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from longdoc.model.task_model import load_tokenizer
+    from longdoc.convert.checkpoint import read_tokenizer
 
     task = get_task(args.task)
     if task.decode is None or task.model is None:
@@ -31,7 +31,7 @@ def run(args) -> int:
     if not args.data.is_file():
         raise InputError(f"{args.data}: no such file (--data takes a {args.task} file in its official format)")
     model = task.load("model").from_pretrained(args.model)
-    tokenizer = load_tokenizer(args.model)
+    tokenizer = read_tokenizer(args.model)
     path = task.load("decode").predict(model, args.data, args.out, tokenizer=tokenizer, options=None,
                                        batch_size=args.batch_size)
     print(f"wrote {path}", file=sys.stderr)

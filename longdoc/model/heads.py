@@ -71,6 +71,16 @@ class GlobalTokenScorer(nn.Module):
         return mask_logits(self.projection(global_hidden).squeeze(-1), selected)
 
 
+def pool_linked(long_hidden: Tensor, links: Tensor, num_globals: int) -> Tensor:
+    """[B, G, H]: for each global token, the mean hidden state of the long tokens linked to it
+    (links [B, L]: a global index per long token, -1 for none, e.g. `mention_ids`); zeros where
+    none is linked. Gives a global token the content of its own text (a WikiHop candidate's name
+    and mentions) beside its own state."""
+    one_hot = F.one_hot(links.clamp(min=-1) + 1, num_globals + 1)[..., 1:].to(long_hidden.dtype)  # [B, L, G]
+    total = one_hot.transpose(1, 2) @ long_hidden  # [B, G, H]
+    return total / one_hot.sum(1).clamp(min=1).unsqueeze(-1)
+
+
 def span_loss(start_logits: Tensor, end_logits: Tensor, start_positions: Tensor, end_positions: Tensor) -> Tensor | None:
     """Mean of the start and end cross-entropies over rows with a target (positions [B], IGNORE_INDEX
     for none); None when no row has one, so a batch of answerless windows adds no span term."""

@@ -19,8 +19,8 @@ Starting points:
   `residual_attention`, `talking_heads` starting at identity).
 - `Class.from_pretrained(DIR)`: a trained model of this task. A bare encoder or a model of another
   task is refused with a message saying what DIR holds and how to get the right model.
-- `load_task_model(DIR)`: whatever task model DIR holds, found through the task registry;
-  `load_tokenizer(DIR)`: the tokenizer saved beside it.
+- `load_task_model(DIR)`: whatever task model DIR holds, found through the task registry (its
+  tokenizer: `longdoc.convert.checkpoint.read_tokenizer(DIR)`).
 
 `model.forward_rows(rows, collate, batch_size)` runs a trained model over feature rows batched by
 length, with a progress bar: what every task's `decode.predict` needs.
@@ -174,18 +174,3 @@ def load_task_model(directory: str | Path) -> TaskModel:
         raise InputError(f"{directory}: is a bare encoder (GlobalLocalModel, no task head), not a trained task model")
     return get_task(found["task"]).load("model").from_pretrained(directory)
 
-
-def load_tokenizer(directory: str | Path):
-    """The tokenizer saved beside a model (training saves it there); InputError when there is none."""
-    import os
-
-    from transformers import AutoTokenizer
-
-    directory = Path(directory)
-    if not any((directory / name).is_file() for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json")):
-        raise InputError(
-            f"{directory}: no tokenizer files (tokenizer.json, vocab.txt); a model folder needs the tokenizer it was "
-            "trained with (`longdoc train` and `longdoc lift` save it there)"
-        )
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return AutoTokenizer.from_pretrained(directory)

@@ -1,6 +1,8 @@
 """HotpotQA (distractor setting)."""
 
-from longdoc.tasks import Task
+from pathlib import Path
+
+from longdoc.tasks import Option, Task
 
 # Published dev figures. The RealFormer paper (He et al., 2020,
 # arXiv:2012.11747) reports joint F1 of its ETC-large baseline and of ETC-large + RealFormer; the
@@ -22,4 +24,16 @@ TASK = Task(
     metric="longdoc.tasks.hotpotqa.metric",
     headline_metric="joint_f1",
     reference_rows=REFERENCE_ROWS,
+    # Stored in the trained model's config.json (task_options), so prediction uses the same values.
+    train_options=(
+        Option("stride", int, 128, "overlap in wordpieces between windows of a context longer than long_max_len"),
+        Option("max_question_len", int, 64, "question wordpieces kept"),
+        Option("max_answer_length", int, 30, "longest answer span decoded, in wordpieces"),
+        Option("sp_threshold", float, None,
+               "supporting-fact probability threshold (default: the best joint F1 on --dev, else 0.5)"),
+    ),
+    features="longdoc.tasks.hotpotqa.features",
+    model="longdoc.tasks.hotpotqa.model:HotpotQAModel",
+    decode="longdoc.tasks.hotpotqa.decode",
+    configs=Path(__file__).parent / "configs",
 )

@@ -1,6 +1,8 @@
 """WikiHop (QAngaroo v1.1)."""
 
-from longdoc.tasks import Task
+from pathlib import Path
+
+from longdoc.tasks import Option, Task
 
 # Published dev accuracy: the RealFormer paper (He et al., 2020,
 # arXiv:2012.11747) for its ETC-large baseline and ETC-large + RealFormer, the ETC paper (Ainslie
@@ -19,4 +21,10 @@ TASK = Task(
     metric="longdoc.tasks.wikihop.metric",
     headline_metric="accuracy",
     reference_rows=REFERENCE_ROWS,
+    # Stored in the trained model's config.json (task_options), so prediction uses the same values.
+    train_options=(Option("max_question_len", int, 64, "query wordpieces kept"),),
+    features="longdoc.tasks.wikihop.features",
+    model="longdoc.tasks.wikihop.model:WikiHopModel",
+    decode="longdoc.tasks.wikihop.decode",
+    configs=Path(__file__).parent / "configs",
 )

@@ -9,7 +9,7 @@ from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.heads import (
     MASKED_LOGIT, GlobalTokenClassifier, GlobalTokenScorer, SpanHead, binary_loss, classification_loss, mean_loss,
-    span_loss, top_spans,
+    pool_linked, span_loss, top_spans,
 )
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.task_model import TaskModel, check_task_checkpoint
@@ -123,3 +123,10 @@ def test_task_model_refusals(encoder_dir, tmp_path):
     (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
     with pytest.raises(InputError, match="not a longdoc model.*longdoc lift"):
         ToyModel.from_encoder(tmp_path / "bert")
+
+
+def test_pool_linked_means_the_linked_long_states():
+    long_hidden = torch.tensor([[[1.0, 0.0], [3.0, 2.0], [5.0, 4.0], [7.0, 6.0]]])
+    links = torch.tensor([[1, -1, 1, 0]])
+    pooled = pool_linked(long_hidden, links, num_globals=3)
+    assert torch.equal(pooled, torch.tensor([[[7.0, 6.0], [3.0, 2.0], [0.0, 0.0]]]))

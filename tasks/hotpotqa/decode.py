@@ -1,0 +1,160 @@
+"""HotpotQA model outputs -> the official prediction file {"answer": {id: text}, "sp": {id: [[title, i], ...]}}.
+
+Per example, over all of its windows:
+- answer type: the argmax of the type probabilities averaged over windows; "yes" and "no" are
+  answered as such, from the type head alone;
+- span answers: the best start + end logit over spans that lie inside one paragraph's sentences
+  (never across paragraphs, never in the question or a title) and are at most
+  `max_answer_length` wordpieces long, over all windows; mapped back through the long tokens'
+  character offsets to the exact text of the context;
+- supporting facts: every sentence whose probability (sigmoid of its logit, the highest over the
+  windows that hold it) is at least the threshold, in context order.
+
+The threshold: `options["sp_threshold"]` when given; else, in a training run (`options` given)
+on a file with gold supporting facts (the dev file), the value of `SP_THRESHOLD_GRID` with the
+best joint F1 (official metric) on that file, as ETC's HotpotQA runner searches it
+(google-research/google-research, etcmodel/models/hotpotqa/run_finetuning.py: 0, 0.1, ..., 1),
+stored in the model's `task_options` so that saving the model keeps it; else the model's stored
+threshold; else 0.5 (that runner's default).
+"""
+
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from longdoc.data.examples import StructuredExample
+from longdoc.data.features import Features, GlobalKind, GlobalMarkers, build_features
+from longdoc.data.spans import TokenSpan, token_span_to_char_span
+from longdoc.io import atomic_write_json
+from longdoc.model.heads import top_spans
+from longdoc.tasks.hotpotqa.features import (
+    ANSWER_TYPES, collate, feature_settings, sentence_facts, window_inputs,
+)
+from longdoc.tasks.hotpotqa.metric import evaluate
+from longdoc.tasks.hotpotqa.reader import read_examples
+
+DEFAULT_SP_THRESHOLD = 0.5
+SP_THRESHOLD_GRID = tuple(step / 10 for step in range(11))
+
+
+@dataclass
+class WindowScores:
+    """One window's features and the model's outputs on it (one row of HotpotQAOutput)."""
+
+    features: Features
+    type_logits: torch.Tensor  # [3]
+    start_logits: torch.Tensor  # [>= L]
+    end_logits: torch.Tensor  # [>= L]
+    sp_logits: torch.Tensor  # [>= G]
+
+
+def decode_answer(example: StructuredExample, windows: Sequence[WindowScores], max_answer_length: int) -> str:
+    """The answer text of one example (see the module docstring)."""
+    type_probabilities = torch.stack([w.type_logits.float().softmax(-1) for w in windows]).mean(0)
+    answer_type = ANSWER_TYPES[int(type_probabilities.argmax())]
+    if answer_type != "span":
+        return answer_type
+    best = None
+    for window in windows:
+        features = window.features
+        length = len(features.long_input_ids)
+        is_sentence = [kind == GlobalKind.SENTENCE for kind in features.global_kinds]
+        # A span's ends must share a paragraph id and lie on sentence tokens (not question, title, [SEP]).
+        groups = torch.tensor([paragraph if owner >= 0 and is_sentence[owner] else -1
+                               for owner, paragraph in zip(features.sentence_ids, features.long_paragraph_ids)])
+        for score, first, last in top_spans(window.start_logits[:length], window.end_logits[:length], groups,
+                                            max_answer_length):
+            if best is None or score > best[0]:
+                best = (score, features, first, last)
+    if best is None:
+        return ""
+    _, features, first, last = best
+    span = token_span_to_char_span(features.long_offsets, features.long_source_ids, TokenSpan(first, last))
+    return example.text_of(span)
+
+
+def sentence_probabilities(example: StructuredExample, windows: Sequence[WindowScores]) -> dict[tuple[str, int], float]:
+    """{(title, sentence index): supporting-fact probability} for every sentence some window holds."""
+    facts = sentence_facts(example)
+    probabilities: dict[tuple[str, int], float] = {}
+    for window in windows:
+        features = window.features
+        for g, (kind, item) in enumerate(zip(features.global_kinds, features.global_item_ids)):
+            if kind == GlobalKind.SENTENCE:
+                probability = float(torch.sigmoid(window.sp_logits[g].float()))
+                probabilities[facts[item]] = max(probability, probabilities.get(facts[item], 0.0))
+    # Context order, so the prediction file lists facts as the context does.
+    return {fact: probabilities[fact] for fact in facts if fact in probabilities}
+
+
+def select_facts(probabilities: Mapping[tuple[str, int], float], threshold: float) -> list[list]:
+    """[title, sentence index] of the facts at or above `threshold`, in context order."""
+    return [[title, index] for (title, index), p in probabilities.items() if p >= threshold]
+
+
+def choose_sp_threshold(examples: Sequence[StructuredExample], answers: Mapping[str, str],
+                        probabilities: Sequence[Mapping[tuple[str, int], float]]) -> tuple[float, float]:
+    """(threshold, joint F1) of the value in SP_THRESHOLD_GRID with the best joint F1 against the
+    examples' gold labels; the lowest of equals."""
+    gold = [{"_id": e.id, "answer": e.labels["answer"], "supporting_facts": e.labels["supporting_facts"]}
+            for e in examples]
+    best = None
+    for threshold in SP_THRESHOLD_GRID:
+        sp = {e.id: select_facts(p, threshold) for e, p in zip(examples, probabilities)}
+        joint_f1 = evaluate(gold, {"answer": answers, "sp": sp})["joint_f1"]
+        if best is None or joint_f1 > best[1]:
+            best = (threshold, joint_f1)
+    return best
+
+
+def _given(options: Any, name: str) -> Any:
+    if options is None:
+        return None
+    return options.get(name) if isinstance(options, Mapping) else getattr(options, name, None)
+
+
+def _sp_threshold(model, options, data_path, examples, answers, probabilities) -> float:
+    given = _given(options, "sp_threshold")
+    if given is not None:
+        return float(given)
+    if options is not None and all(example.labels.get("supporting_facts") for example in examples):
+        threshold, joint_f1 = choose_sp_threshold(examples, answers, probabilities)
+        model.config.task_options["sp_threshold"] = threshold
+        print(f"hotpotqa: supporting-fact threshold {threshold} chosen on {data_path} (joint F1 {joint_f1:.4f})",
+              file=sys.stderr)
+        return threshold
+    stored = model.config.task_options.get("sp_threshold")
+    if stored is not None:
+        return float(stored)
+    warnings.warn(f"hotpotqa: this model has no supporting-fact threshold chosen on dev; using {DEFAULT_SP_THRESHOLD}",
+                  stacklevel=3)
+    return DEFAULT_SP_THRESHOLD
+
+
+def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: int = 8,
+            progress: bool = True) -> Path:
+    """Predict every example of the HotpotQA file `data_path`; write the official prediction file
+    to `out_path` (atomically) and return its path."""
+    examples = list(read_examples(data_path))
+    settings = feature_settings(model.config)
+    markers = GlobalMarkers.from_tokenizer(tokenizer)
+    windows = [(e, features) for e, example in enumerate(examples)
+               for features in build_features(example, tokenizer, settings, markers)]
+    outputs = model.forward_rows([window_inputs(features) for _, features in windows], collate, batch_size,
+                                 progress=progress, desc="hotpotqa predict")
+    per_example: list[list[WindowScores]] = [[] for _ in examples]
+    for (e, features), output in zip(windows, outputs):
+        per_example[e].append(WindowScores(features, output["type_logits"], output["start_logits"],
+                                           output["end_logits"], output["sp_logits"]))
+    max_answer_length = model.config.task_options["max_answer_length"]
+    answers = {example.id: decode_answer(example, scores, max_answer_length)
+               for example, scores in zip(examples, per_example)}
+    probabilities = [sentence_probabilities(example, scores) for example, scores in zip(examples, per_example)]
+    threshold = _sp_threshold(model, options, data_path, examples, answers, probabilities)
+    sp = {example.id: select_facts(p, threshold) for example, p in zip(examples, probabilities)}
+    atomic_write_json(out_path, {"answer": answers, "sp": sp})
+    return Path(out_path)

@@ -1,0 +1,72 @@
+"""HotpotQAModel: the global-local encoder with ETC's three HotpotQA heads (DESIGN section 4).
+
+- supporting facts: one logit per sentence global token, sigmoid cross-entropy;
+- answer type (span / yes / no) from global token 0 (CLS), cross-entropy;
+- answer span: start and end softmaxes over the context sentences' long tokens, cross-entropy.
+The loss is the mean of the three (ETC, Ainslie et al., 2020, section 4; a term without labels
+in the batch, such as spans in a batch of yes/no windows, is left out of the mean).
+"""
+
+from dataclasses import dataclass
+
+from torch import Tensor
+from transformers.utils import ModelOutput
+
+from longdoc.model.heads import (
+    GlobalTokenClassifier, GlobalTokenScorer, SpanHead, binary_loss, classification_loss, mean_loss, span_loss,
+)
+from longdoc.model.task_model import TaskModel
+from longdoc.tasks.hotpotqa import TASK
+from longdoc.tasks.hotpotqa.features import ANSWER_TYPES
+
+
+@dataclass
+class HotpotQAOutput(ModelOutput):
+    """loss (scalar, with labels); type_logits [B, 3]; start_logits, end_logits [B, L] (masked to
+    context sentences); sp_logits [B, G] (masked to sentence globals)."""
+
+    loss: Tensor | None = None
+    type_logits: Tensor | None = None
+    start_logits: Tensor | None = None
+    end_logits: Tensor | None = None
+    sp_logits: Tensor | None = None
+
+
+class HotpotQAModel(TaskModel):
+    task_name = "hotpotqa"
+    # stride, max_question_len, max_answer_length, sp_threshold: see the Task record's train_options.
+    default_task_options = {option.name: option.default for option in TASK.train_options}
+
+    def __init__(self, config):
+        super().__init__(config)
+        hidden = config.hidden_size
+        self.span_head = SpanHead(hidden)
+        self.type_head = GlobalTokenClassifier(hidden, len(ANSWER_TYPES))
+        self.sp_head = GlobalTokenScorer(hidden)
+        self.post_init()
+
+    def forward(
+        self,
+        answer_mask: Tensor | None = None,
+        sentence_mask: Tensor | None = None,
+        sp_labels: Tensor | None = None,
+        answer_type: Tensor | None = None,
+        start_positions: Tensor | None = None,
+        end_positions: Tensor | None = None,
+        **inputs: Tensor,
+    ) -> HotpotQAOutput:
+        """`inputs`: the encoder's (GlobalLocalModel.forward); answer_mask [B, L], sentence_mask [B, G]
+        (from `features.collate`); labels as in longdoc.tasks.hotpotqa.features."""
+        encoded = self.encode(inputs)
+        start_logits, end_logits = self.span_head(encoded.long_hidden_state, answer_mask)
+        type_logits = self.type_head(encoded.global_hidden_state, 0)
+        sp_logits = self.sp_head(encoded.global_hidden_state, sentence_mask)
+        loss = None
+        if answer_type is not None:
+            loss = mean_loss(
+                binary_loss(sp_logits, sp_labels),
+                classification_loss(type_logits, answer_type),
+                span_loss(start_logits, end_logits, start_positions, end_positions),
+            )
+        return HotpotQAOutput(loss=loss, type_logits=type_logits, start_logits=start_logits, end_logits=end_logits,
+                              sp_logits=sp_logits)

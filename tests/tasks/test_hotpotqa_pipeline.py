@@ -1,0 +1,241 @@
+"""HotpotQA pipeline: labels, decoders on hand-made logits, and a short real run (train, predict, evaluate)."""
+
+import json
+import math
+import warnings
+
+import pytest
+import torch
+
+from longdoc.cli import main
+from longdoc.convert.pretrained import default_tokenizer
+from longdoc.data.examples import Document, Paragraph, Span, StructuredExample
+from longdoc.data.features import FeatureSettings, GlobalKind, build_features
+from longdoc.errors import InputError
+from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.modeling import GlobalLocalModel
+from longdoc.tasks.hotpotqa import TASK
+from longdoc.tasks.hotpotqa.decode import (
+    SP_THRESHOLD_GRID, WindowScores, choose_sp_threshold, decode_answer, predict, select_facts, sentence_probabilities,
+)
+from longdoc.tasks.hotpotqa.features import collate, sentence_facts, training_features, window_row
+from longdoc.tasks.hotpotqa.model import HotpotQAModel
+from longdoc.tasks.hotpotqa.reader import answer_spans
+
+SAMPLE = "hotpotqa/hotpot_dev_distractor_v1.first53.json"
+WIKIHOP_SAMPLE = "wikihop/wikihop_train.first22.json"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return default_tokenizer()
+
+
+def _paragraph_document(title: str, sentences: list[str]) -> Document:
+    text, spans = title + "\n", []
+    for sentence in sentences:
+        spans.append(Span(len(text), len(text) + len(sentence)))
+        text += sentence
+    return Document(text, [Paragraph(Span(0, len(text)), spans, title=Span(0, len(title)))])
+
+
+def _example(answer="Paris", facts=(("Alpha", 1), ("Gamma", 0))) -> StructuredExample:
+    example = StructuredExample(
+        id="q1", question="Where is the capital of Beta?",
+        documents=[_paragraph_document("Alpha", ["Alpha is a town.", " It lies in Beta."]),
+                   _paragraph_document("Gamma", ["Gamma is Paris river.", " Beta has a capital."])],
+        labels={"answer": answer, "supporting_facts": [list(f) for f in facts]},
+    )
+    if answer not in ("yes", "no"):
+        example.answers = answer_spans(example, answer, set(facts))
+    return example.validate()
+
+
+def _window(example, tokenizer):
+    settings = FeatureSettings(long_max_len=128, global_max_len=32, max_question_len=16)
+    [features] = build_features(example, tokenizer, settings)
+    return features
+
+
+def _token(features, text, example, occurrence=0):
+    """Index of the long token whose text is `text` (the occurrence-th one in the documents)."""
+    found = [i for i, ((start, end), source) in enumerate(zip(features.long_offsets, features.long_source_ids))
+             if source >= 0 and example.documents[source].text[start:end] == text]
+    return found[occurrence]
+
+
+def _scores(features, type_logits=(5.0, 0.0, 0.0), start=None, end=None, sp=None):
+    length, globals_ = len(features.long_input_ids), len(features.global_input_ids)
+    start_logits, end_logits, sp_logits = torch.zeros(length), torch.zeros(length), torch.zeros(globals_)
+    for position, value in (start or {}).items():
+        start_logits[position] = value
+    for position, value in (end or {}).items():
+        end_logits[position] = value
+    for position, value in (sp or {}).items():
+        sp_logits[position] = value
+    return WindowScores(features, torch.tensor(type_logits), start_logits, end_logits, sp_logits)
+
+
+def test_labels_of_one_window(tokenizer):
+    example = _example()
+    features = _window(example, tokenizer)
+    row = window_row(example, features, sentence_facts(example))
+    paris = _token(features, "Paris", example)
+    assert (row["start_positions"], row["end_positions"]) == (paris, paris)
+    assert row["answer_type"] == 0
+    sentence_globals = [g for g, kind in enumerate(features.global_kinds) if kind == GlobalKind.SENTENCE]
+    assert [row["sp_labels"][g] for g in sentence_globals] == [0, 1, 1, 0]
+    assert all(row["sp_labels"][g] == -1 for g in range(len(features.global_kinds)) if g not in sentence_globals)
+    # Spans may use sentence tokens only: never the question, titles, [CLS]/[SEP].
+    assert row["answer_mask"][0] == 0 and row["answer_mask"][1] == 0
+    assert row["answer_mask"][_token(features, "Alpha", example, 0)] == 0  # the title
+    assert row["answer_mask"][_token(features, "Alpha", example, 1)] == 1  # "Alpha is a town."
+    yes = window_row(_example("yes"), features, sentence_facts(example))
+    assert (yes["answer_type"], yes["start_positions"]) == (1, -1)
+
+
+def test_span_never_crosses_paragraphs_nor_enters_the_question(tokenizer):
+    example = _example()
+    features = _window(example, tokenizer)
+    question_beta = next(i for i, ((start, end), source) in enumerate(zip(features.long_offsets,
+                                                                           features.long_source_ids))
+                         if source == -1 and example.question[start:end] == "Beta")
+    beta_alpha = _token(features, "Beta", example, 0)  # end of paragraph Alpha
+    gamma = _token(features, "Gamma", example, 1)  # start of paragraph Gamma's first sentence
+    river = _token(features, "river", example)
+    scores = _scores(features,
+                     start={question_beta: 50.0, beta_alpha: 20.0, gamma: 4.0},
+                     end={question_beta: 50.0, river: 20.0})
+    # question..question (100) and Beta (paragraph Alpha)..river (paragraph Gamma) (40) are not allowed.
+    assert decode_answer(example, [scores], max_answer_length=30) == "Gamma is Paris river"
+    # Bounded length: with at most 2 wordpieces the best is a single token.
+    assert decode_answer(example, [scores], max_answer_length=2) in ("Gamma", "river", "Beta")
+
+
+def test_yes_no_come_from_the_type_head(tokenizer):
+    example = _example("yes")
+    features = _window(example, tokenizer)
+    paris = _token(features, "Paris", example)
+    strong_span = {"start": {paris: 30.0}, "end": {paris: 30.0}}
+    assert decode_answer(example, [_scores(features, (0.0, 3.0, 1.0), **strong_span)], 30) == "yes"
+    assert decode_answer(example, [_scores(features, (0.0, 1.0, 3.0), **strong_span)], 30) == "no"
+    assert decode_answer(example, [_scores(features, (3.0, 1.0, 1.0), **strong_span)], 30) == "Paris"
+    # Over windows the type probabilities are averaged.
+    two = [_scores(features, (0.0, 4.0, 0.0)), _scores(features, (2.0, 0.0, 0.0))]
+    assert decode_answer(example, two, 30) == "yes"
+
+
+def test_supporting_facts_by_threshold(tokenizer):
+    example = _example()
+    features = _window(example, tokenizer)
+    sentence_globals = [g for g, kind in enumerate(features.global_kinds) if kind == GlobalKind.SENTENCE]
+    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+    sp = dict(zip(sentence_globals, (logit(0.2), logit(0.7), logit(0.55), logit(0.4))))
+    probabilities = sentence_probabilities(example, [_scores(features, sp=sp)])
+    assert list(probabilities) == [("Alpha", 0), ("Alpha", 1), ("Gamma", 0), ("Gamma", 1)]
+    assert select_facts(probabilities, 0.5) == [["Alpha", 1], ["Gamma", 0]]
+    assert select_facts(probabilities, 0.6) == [["Alpha", 1]]
+    assert select_facts(probabilities, 0.3) == [["Alpha", 1], ["Gamma", 0], ["Gamma", 1]]
+    # Gold is Alpha 1 + Gamma 0: thresholds in (0.4, 0.55] give both and nothing else; 0.5 is the lowest on the grid.
+    threshold, joint_f1 = choose_sp_threshold([example], {"q1": "Paris"}, [probabilities])
+    assert threshold == 0.5 and joint_f1 == 1.0
+
+
+def test_a_wikihop_file_is_refused(shared_data, tokenizer):
+    config = GlobalLocalConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=8, long_max_len=256, global_max_len=128)
+    config.task_options = HotpotQAModel.default_task_options
+    with pytest.raises(InputError, match=r"wikihop_train.first22.json.*'_id'"):
+        training_features(shared_data / WIKIHOP_SAMPLE, tokenizer, config, progress=False)
+
+
+def _tiny_encoder(directory, tokenizer, long_max_len=512):
+    config = GlobalLocalConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=128, local_radius=16,
+                               long_max_len=long_max_len, global_max_len=128)
+    torch.manual_seed(0)
+    GlobalLocalModel(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def _mean_loss(model, rows, pad_token_id):
+    model.eval()
+    with torch.no_grad():
+        return sum(float(model(**collate(rows[i:i + 8], pad_token_id)).loss) for i in range(0, len(rows), 8)) / \
+            len(range(0, len(rows), 8))
+
+
+@pytest.fixture()
+def small_sample(shared_data, tmp_path):
+    """The first 12 examples of the real sample (keeps the run short on 2 cores)."""
+    path = tmp_path / "hotpot_first12.json"
+    path.write_text(json.dumps(json.loads((shared_data / SAMPLE).read_text())[:12]))
+    return path
+
+
+@pytest.mark.slow
+def test_short_training_run_predict_and_evaluate(small_sample, tokenizer, tmp_path, capsys):
+    data = small_sample
+    encoder = _tiny_encoder(tmp_path / "encoder", tokenizer, long_max_len=256)
+    torch.manual_seed(0)
+    model = HotpotQAModel.from_encoder(encoder, stride=32)
+    rows = training_features(data, tokenizer, model.config, progress=False)
+    assert sum(row["start_positions"] >= 0 for row in rows) > 0
+    probe = rows[::3]
+    before = _mean_loss(model, probe, tokenizer.pad_token_id)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(30):
+        batch = collate([rows[i] for i in torch.randint(len(rows), (4,), generator=generator).tolist()],
+                        tokenizer.pad_token_id)
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    after = _mean_loss(model, probe, tokenizer.pad_token_id)
+    print(f"hotpotqa training loss (fixed probe rows, eval mode): before {before:.4f} after {after:.4f}")
+    assert after < 0.8 * before
+
+    # As the training engine does: predict on dev (choosing the sp threshold there), then save.
+    predict(model, data, tmp_path / "dev_pred.json", tokenizer=tokenizer, options={}, progress=False)
+    assert model.config.task_options["sp_threshold"] in SP_THRESHOLD_GRID
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    prediction = tmp_path / "pred.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the stored threshold is used; a format problem would warn in evaluate
+        assert main(["predict", "hotpotqa", "--model", str(tmp_path / "model"), "--data", str(data),
+                     "--out", str(prediction)]) == 0
+        assert main(["evaluate", "hotpotqa", "--gold", str(data), "--pred", str(prediction), "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(metrics) >= {"em", "f1", "sp_f1", "joint_f1"}
+    assert prediction.read_text() == (tmp_path / "dev_pred.json").read_text()
+
+    predicted = json.loads(prediction.read_text())
+    gold = json.loads(data.read_text())
+    assert set(predicted["answer"]) == set(predicted["sp"]) == {e["_id"] for e in gold}
+    for example in gold:
+        context = {title: sentences for title, sentences in example["context"]}
+        answer = predicted["answer"][example["_id"]]
+        assert answer in ("yes", "no") or (answer and any(answer in "".join(s) for s in context.values())), answer
+        for title, index in predicted["sp"][example["_id"]]:
+            assert title in context and 0 <= index < len(context[title])
+
+
+def test_predict_refuses_a_bare_encoder_and_a_wrong_file(shared_data, tokenizer, tmp_path, capsys):
+    encoder = _tiny_encoder(tmp_path / "encoder", tokenizer)
+    assert main(["predict", "hotpotqa", "--model", str(encoder), "--data", str(shared_data / SAMPLE),
+                 "--out", str(tmp_path / "p.json")]) == 2
+    assert "bare encoder" in capsys.readouterr().err
+    torch.manual_seed(0)
+    HotpotQAModel.from_encoder(encoder).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    assert main(["predict", "hotpotqa", "--model", str(tmp_path / "model"), "--data",
+                 str(shared_data / WIKIHOP_SAMPLE), "--out", str(tmp_path / "p.json")]) == 2
+    error = capsys.readouterr().err
+    assert "wikihop_train.first22.json" in error and "'_id'" in error
+    assert main(["predict", "wikihop", "--model", str(tmp_path / "model"), "--data",
+                 str(shared_data / WIKIHOP_SAMPLE), "--out", str(tmp_path / "p.json")]) == 2
+    assert "trained hotpotqa model, not a wikihop model" in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()

@@ -1,0 +1,149 @@
+"""WikiHop pipeline: labels and links, the candidate decoder on hand-made logits, cuts counted, and
+a short real run (train on the train sample, predict the dev sample, evaluate)."""
+
+import json
+import warnings
+
+import pytest
+import torch
+
+from longdoc.cli import main
+from longdoc.convert.pretrained import default_tokenizer
+from longdoc.data.examples import Candidate, Document, StructuredExample
+from longdoc.data.features import FeatureSettings, GlobalKind, build_features
+from longdoc.errors import InputError
+from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.modeling import GlobalLocalModel
+from longdoc.tasks.wikihop.decode import best_candidate
+from longdoc.tasks.wikihop.features import collate, training_features, window_row
+from longdoc.tasks.wikihop.model import WikiHopModel
+from longdoc.tasks.wikihop.reader import find_mentions
+
+TRAIN = "wikihop/wikihop_train.first22.json"
+DEV = "wikihop/wikihop_dev.first28.json"
+HOTPOT = "hotpotqa/hotpot_dev_distractor_v1.first53.json"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return default_tokenizer()
+
+
+def _example() -> StructuredExample:
+    documents = [Document.from_text("Braunschweig is a city in Germany. It is not in Italy."),
+                 Document.from_text("SMS Braunschweig was a ship of Germany.")]
+    names = ["italy", "germany", "france"]
+    return StructuredExample(
+        id="WH_x", question="country sms braunschweig", documents=documents,
+        candidates=[Candidate(name, find_mentions(name, documents)) for name in names],
+        labels={"answer": "germany", "answer_index": 1},
+    ).validate()
+
+
+def _features(example, tokenizer, global_max_len=48):
+    settings = FeatureSettings(long_max_len=128, global_max_len=global_max_len, max_question_len=global_max_len - 1)
+    return build_features(example, tokenizer, settings)[0]
+
+
+def test_row_links_mentions_and_labels_the_answer_candidate(tokenizer):
+    example = _example()
+    features = _features(example, tokenizer)
+    row = window_row(example, features)
+    candidates = [g for g, kind in enumerate(features.global_kinds) if kind == GlobalKind.CANDIDATE]
+    assert len(candidates) == 3 and row["candidate_mask"] == [int(g in candidates) for g in range(len(row["candidate_mask"]))]
+    assert row["label"] == candidates[1]
+    assert all(features.global_sees_all[g] for g in candidates)
+    # Both "Germany" mentions link to the germany candidate token.
+    linked = [i for i, m in enumerate(features.mention_ids) if m == candidates[1]]
+    assert [example.documents[features.long_source_ids[i]].text[slice(*features.long_offsets[i])] for i in linked] \
+        == ["Germany", "Germany"]
+
+
+def test_argmax_over_candidates_ignores_padding_and_other_globals(tokenizer):
+    example = _example()
+    features = _features(example, tokenizer)
+    candidates = [g for g, kind in enumerate(features.global_kinds) if kind == GlobalKind.CANDIDATE]
+    logits = torch.zeros(len(features.global_input_ids) + 5)  # padded past the row, as in a batch
+    logits[len(features.global_input_ids):] = 100.0  # padding
+    logits[0] = 50.0  # CLS
+    logits[candidates] = torch.tensor([1.0, -2.0, 3.0])
+    assert best_candidate(example, features, logits) == "france"
+    logits[candidates[1]] = 4.0
+    assert best_candidate(example, features, logits) == "germany"
+
+
+def test_candidate_dropped_by_the_global_budget_gives_no_label(tokenizer):
+    example = _example()
+    # CLS + query wordpieces + 2 candidates only.
+    budget = 1 + len(tokenizer(example.question, add_special_tokens=False)["input_ids"]) + 2
+    with pytest.warns(UserWarning, match="dropped global tokens"):
+        features = _features(example, tokenizer, global_max_len=budget)
+    example.labels.update(answer="france", answer_index=2)
+    assert window_row(example, features)["label"] == -1
+    assert best_candidate(example, features, torch.zeros(budget)) in ("italy", "germany")
+
+
+def _config(tokenizer, long_max_len):
+    config = GlobalLocalConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=128, local_radius=16,
+                               long_max_len=long_max_len, global_max_len=128)
+    config.task_options = dict(WikiHopModel.default_task_options)
+    return config
+
+
+def test_cut_supports_are_counted(shared_data, tokenizer):
+    with pytest.warns(UserWarning, match=r"wikihop_train.first22.json: \d+ of 22 examples have supports longer than "
+                                         r"long_max_len 256 allows; cut after their first window: \d+ of \d+ "
+                                         r"wordpieces of candidate list and supports \(\d+\.\d%\) not read"):
+        rows = training_features(shared_data / TRAIN, tokenizer, _config(tokenizer, 256), progress=False)
+    assert len(rows) == 22 and all(len(row["long_input_ids"]) <= 256 for row in rows)
+
+
+def test_a_hotpotqa_file_is_refused(shared_data, tokenizer):
+    with pytest.raises(InputError, match=r"hotpot_dev_distractor_v1.first53.json.*'id'"):
+        training_features(shared_data / HOTPOT, tokenizer, _config(tokenizer, 256), progress=False)
+
+
+def _mean_loss(model, rows, pad_token_id):
+    model.eval()
+    with torch.no_grad():
+        return float(model(**collate(rows, pad_token_id)).loss)
+
+
+@pytest.mark.slow
+def test_short_training_run_predict_and_evaluate(shared_data, tokenizer, tmp_path, capsys):
+    config = _config(tokenizer, 256)
+    torch.manual_seed(0)
+    GlobalLocalModel(config).save_pretrained(tmp_path / "encoder")
+    model = WikiHopModel.from_encoder(tmp_path / "encoder")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the cut warning, tested above
+        rows = training_features(shared_data / TRAIN, tokenizer, model.config, progress=False)
+    before = _mean_loss(model, rows, tokenizer.pad_token_id)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(30):
+        batch = collate([rows[i] for i in torch.randint(len(rows), (4,), generator=generator).tolist()],
+                        tokenizer.pad_token_id)
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    after = _mean_loss(model, rows, tokenizer.pad_token_id)
+    print(f"wikihop training loss (all 22 train rows, eval mode): before {before:.4f} after {after:.4f}")
+    assert after < 0.8 * before
+
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    prediction = tmp_path / "pred.json"
+    assert main(["predict", "wikihop", "--model", str(tmp_path / "model"), "--data", str(shared_data / DEV),
+                 "--out", str(prediction)]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # missing or unknown ids would warn
+        assert main(["evaluate", "wikihop", "--gold", str(shared_data / DEV), "--pred", str(prediction),
+                     "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out.strip().splitlines()[-1])) == {"accuracy"}
+    predicted = json.loads(prediction.read_text())
+    gold = json.loads((shared_data / DEV).read_text())
+    assert set(predicted) == {e["id"] for e in gold}
+    assert all(predicted[e["id"]] in e["candidates"] for e in gold)
