@@ -91,42 +91,49 @@ class _MaskedSoftmax(torch.autograd.Function):
 
 class PickRelative(torch.autograd.Function):
     """picked[..., q, c] = relative[..., q, ids[..., q, c]]: each pair's relative term (a gather),
-    with a backward that sums by the ids' structure instead of scattering pair by pair.
+    with a backward that sums by the ids' structure instead of scattering pair by pair (a
+    scatter-add over every [.., b, 3b + G] pair was training's largest non-matmul op at 4k tokens).
 
-    relative [B, h, ..., Nq, R], ids [B, 1, ..., Nq, Nk]. The key columns are [head | linked]: the
-    last ones only carry the linked or unlinked id (`linked` [B, 1, ..., Nq, Nk - head] bool), so
-    their gradient is two sums per query. With `block_size`, the head is a local window of 3b keys
-    whose ids depend only on the distance c - b - p (side_inputs.local_relative_ids): each unclipped
-    id is one column per query, and the two clipped ids are a prefix and a suffix of the row, read
-    from its running sum. Otherwise (the global softmax's G x G head) the head's gradient is a
-    scatter-add. scatter_add over the whole [.., b, 3b + G] scores was training's largest
-    non-matmul op at 4k tokens.
+    relative [B, h, ..., Nq, R], ids [B, 1, ..., Nq, Nk]. The key columns are [head | long-global
+    pairs]; a pair's id there is "linked" when the long token links to the global one (`links`
+    [B, Lp, 2], side_inputs), else "unlinked", so their gradient is a sum per query over the row and
+    over at most two linked entries. The long softmax (`block_size` b given) has queries [.., nb, b]
+    and a head of 3b window keys whose ids depend only on the distance c - b - p
+    (side_inputs.local_relative_ids): each unclipped id is one column per query, and the two clipped
+    ids are a prefix and a suffix of the row, read from its running sum. The global softmax has G
+    queries and a G x G head, whose gradient is a (small) scatter-add.
     """
 
     @staticmethod
-    def forward(ctx, relative: Tensor, ids: Tensor, linked: Tensor, layout: RelativeIdLayout, block_size: int | None):
-        ctx.save_for_backward(ids, linked)
+    def forward(ctx, relative: Tensor, ids: Tensor, links: Tensor | None, layout: RelativeIdLayout, block_size: int | None):
+        ctx.save_for_backward(ids, links)
         ctx.layout, ctx.block_size, ctx.relative_shape = layout, block_size, relative.shape
         return torch.gather(relative, -1, ids.expand(*relative.shape[:-1], ids.shape[-1]))
 
     @staticmethod
     def backward(ctx, grad_picked: Tensor):
-        ids, linked = ctx.saved_tensors
+        ids, links = ctx.saved_tensors
         layout, block_size = ctx.layout, ctx.block_size
-        head_width = grad_picked.shape[-1] - linked.shape[-1]
-        head, tail = grad_picked[..., :head_width], grad_picked[..., head_width:]
         grad = grad_picked.new_zeros(ctx.relative_shape)
-        if block_size is None:
+        if block_size is None:  # global queries: [G globals | Lp long keys]
+            head_width = ctx.relative_shape[-2]
+            head, pairs = grad_picked[..., :head_width], grad_picked[..., head_width:]
             grad.scatter_add_(-1, ids[..., :head_width].expand(head.shape), head)
+            linked_sum = None if links is None else _linked_sums_of_global_queries(pairs, links)
+        else:  # long queries: [3b window keys | G globals]
+            head, pairs = grad_picked[..., : 3 * block_size], grad_picked[..., 3 * block_size :]
+            _add_window_gradient(head, block_size, layout, grad)
+            linked_sum = None if links is None or pairs.shape[-1] == 0 else _linked_sums_of_long_queries(pairs, links)
+        pair_sum = pairs.sum(-1)
+        if linked_sum is None:
+            grad[..., layout.unlinked] += pair_sum
         else:
-            _window_gradient(head, block_size, layout, grad)
-        linked_sum = torch.linalg.vecdot(tail, linked.to(tail.dtype))
-        grad[..., layout.linked] += linked_sum
-        grad[..., layout.unlinked] += tail.sum(-1) - linked_sum
+            grad[..., layout.linked] += linked_sum
+            grad[..., layout.unlinked] += pair_sum - linked_sum
         return grad, None, None, None, None
 
 
-def _window_gradient(grad_window: Tensor, b: int, layout: RelativeIdLayout, grad: Tensor) -> None:
+def _add_window_gradient(grad_window: Tensor, b: int, layout: RelativeIdLayout, grad: Tensor) -> None:
     """Add to grad [.., b, R] the gradient of the window's relative terms, grad_window [.., b, 3b]."""
     k, width = layout.max_distance, grad_window.shape[-1]
     device = grad_window.device
@@ -143,6 +150,24 @@ def _window_gradient(grad_window: Tensor, b: int, layout: RelativeIdLayout, grad
     at_ends = torch.gather(running, -1, ends.clamp(0, width - 1).expand(*grad_window.shape[:-1], -1))
     grad[..., layout.left_clipped] += at_ends[..., 0] * (ends[:, 0] >= 0)
     grad[..., layout.right_clipped] += running[..., -1] - torch.where(ends[:, 1] < width, at_ends[..., 1], running[..., -1])
+
+
+def _linked_sums_of_long_queries(pairs: Tensor, links: Tensor) -> Tensor:
+    """pairs [B, h, nb, b, G] (long query, global key), links [B, Lp, 2] -> [B, h, nb, b]: each
+    query's sum over the global keys it links to."""
+    batch, heads, nb, b, _ = pairs.shape
+    links = links.view(batch, 1, nb, b, 2)
+    picked = torch.gather(pairs, -1, links.clamp(min=0).expand(batch, heads, nb, b, 2))
+    return (picked * (links >= 0)).sum(-1)
+
+
+def _linked_sums_of_global_queries(pairs: Tensor, links: Tensor) -> Tensor:
+    """pairs [B, h, G, Lp] (global query, long key), links [B, Lp, 2] -> [B, h, G]: each global
+    query's sum over the long keys that link to it."""
+    batch, heads, num_globals, _ = pairs.shape
+    index = links.clamp(min=0).transpose(1, 2).unsqueeze(1).expand(batch, heads, 2, -1)  # [B, h, 2, Lp]
+    picked = torch.gather(pairs, 2, index) * (links >= 0).transpose(1, 2).unsqueeze(1)  # pairs[.., link, l]
+    return pairs.new_zeros(batch, heads, num_globals).scatter_add_(-1, index.flatten(2), picked.flatten(2))
 
 
 def masked_softmax(scores: Tensor, mask_bias: Tensor, scale: float = 1.0, out: Tensor | None = None) -> Tensor:
@@ -339,9 +364,8 @@ class GlobalLocalAttention(nn.Module):
             picked = torch.gather(relative, -1, relative_ids.expand(shape), out=buffer)
             workspace.give(f"{softmax}_relative", picked)
         else:
-            linked = side.long_linked if softmax == "long" else side.global_linked
             block_size = side.block_size if softmax == "long" else None
-            picked = PickRelative.apply(relative, relative_ids, linked, side.relative_layout, block_size)
+            picked = PickRelative.apply(relative, relative_ids, side.links, side.relative_layout, block_size)
         # A plain matmul then an add: measured 1.5x faster than baddbmm_ accumulating into the
         # picked terms (beta = 1 slows MKL's small batched gemms more than the extra pass costs).
         return scores.add_(picked)

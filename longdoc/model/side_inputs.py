@@ -17,9 +17,10 @@ Relative ids (`RelativeIdLayout`), with k = max_relative_distance:
   2k+3        two global tokens in different paragraphs (g2g uses clipped distances otherwise).
 Within the long softmax the first W key columns are the local window, whose ids depend only on the
 query's and key's places in the block (`local_relative_ids`), and the last G are linked/unlinked
-pairs (`long_linked`); within the global softmax the first G columns are g2g ids and the last Lp
-linked/unlinked pairs (`global_linked`). The attention's gradient of the relative terms uses this
-structure (longdoc.model.attention.PickRelative).
+pairs; within the global softmax the first G columns are g2g ids and the last Lp linked/unlinked
+pairs. A long token links to at most two global tokens (`links`: its sentence and the candidate it
+mentions). The attention's gradient of the relative terms uses this structure
+(longdoc.model.attention.PickRelative).
 """
 
 from dataclasses import dataclass
@@ -98,8 +99,7 @@ class SideInputs:
     long_relative_ids: Tensor | None  # [B, 1, nb, b, W + G] int64; None without relative positions
     global_relative_ids: Tensor | None  # [B, 1, G, G + Lp] int64
     relative_layout: RelativeIdLayout | None = None
-    long_linked: Tensor | None = None  # [B, 1, nb, b, G] bool: the l2g ids, linked (True) or not
-    global_linked: Tensor | None = None  # [B, 1, G, Lp] bool: the g2l ids
+    links: Tensor | None = None  # [B, Lp, 2] int64: the global tokens each long token links to, -1 for none
 
     @property
     def padded_length(self) -> int:
@@ -181,15 +181,24 @@ def build_side_inputs(
         [local_allowed, long_to_global_allowed.reshape(batch, num_blocks, block_size, num_globals)], dim=-1
     )
 
-    long_relative_ids = long_linked = global_linked = None
+    long_relative_ids = links = None
     if layout is not None:
         local_ids = local_relative_ids(block_size, layout).to(device).expand(batch, num_blocks, block_size, window)
         long_linked = (
             _pad_to(linked, padded_length, False) if has_links
             else torch.zeros(batch, padded_length, num_globals, dtype=torch.bool, device=device)
-        ).view(batch, 1, num_blocks, block_size, num_globals)
-        global_ids = torch.where(long_linked[:, 0], layout.linked, layout.unlinked)
-        long_relative_ids = torch.cat([local_ids, global_ids], dim=-1).unsqueeze(1)
+        )
+        global_ids = torch.where(long_linked, layout.linked, layout.unlinked)
+        long_relative_ids = torch.cat(
+            [local_ids, global_ids.view(batch, num_blocks, block_size, num_globals)], dim=-1
+        ).unsqueeze(1)
+        if has_links:
+            mentions = structure.mention_ids
+            # a mention of the token's own sentence token is one link, not two
+            second = torch.full_like(structure.sentence_ids, -1) if mentions is None else mentions.masked_fill(
+                mentions == structure.sentence_ids, -1
+            )
+            links = _pad_to(torch.stack([structure.sentence_ids, second], dim=-1), padded_length, -1)
 
     # --- the global softmax: [B, G, G + Lp] ---
     global_mask_bias = global_relative_ids = None
@@ -216,8 +225,7 @@ def build_side_inputs(
                 paragraphs = structure.global_paragraph_ids
                 other_paragraph = paragraphs.unsqueeze(-1) != paragraphs.unsqueeze(1)
                 global_global_ids = global_global_ids.masked_fill(other_paragraph, layout.other_paragraph)
-            global_linked = long_linked.view(batch, 1, padded_length, num_globals).transpose(2, 3)
-            global_long_ids = torch.where(global_linked[:, 0], layout.linked, layout.unlinked)
+            global_long_ids = torch.where(long_linked.transpose(1, 2), layout.linked, layout.unlinked)
             global_relative_ids = torch.cat([global_global_ids, global_long_ids], dim=-1).unsqueeze(1)
 
     return SideInputs(
@@ -228,8 +236,7 @@ def build_side_inputs(
         long_relative_ids=long_relative_ids,
         global_relative_ids=global_relative_ids,
         relative_layout=layout,
-        long_linked=long_linked,
-        global_linked=global_linked,
+        links=links,
     )
 
 
