@@ -99,13 +99,14 @@ class PretrainingSettings:
             if not condition:
                 raise InputError(f"pretraining settings: {message}")
 
-        require(self.long_length >= 2, f"long length must be >= 2, got {self.long_length}")
-        require(self.global_max_len >= 2, f"global max length must be >= 2, got {self.global_max_len}")
-        require(self.max_sentence_tokens >= 1, f"max sentence tokens must be >= 1, got {self.max_sentence_tokens}")
-        require(self.min_sentences >= 1, f"min sentences must be >= 1, got {self.min_sentences}")
-        require(0.0 < self.mask_rate < 1.0, f"mask rate must be in (0, 1), got {self.mask_rate}")
+        # Named by the `longdoc pretrain` flags that set them (the lengths come from the encoder's).
+        require(self.long_length >= 2, f"--long-max-len must be >= 2, got {self.long_length}")
+        require(self.global_max_len >= 2, f"--global-max-len must be >= 2, got {self.global_max_len}")
+        require(self.max_sentence_tokens >= 1, f"--max-sentence-tokens must be >= 1, got {self.max_sentence_tokens}")
+        require(self.min_sentences >= 1, f"--min-sentences must be >= 1, got {self.min_sentences}")
+        require(0.0 < self.mask_rate < 1.0, f"--mask-rate must be in (0, 1), got {self.mask_rate}")
         require(0.0 <= self.cpc_sentence_rate < 1.0,
-                f"CPC sentence rate must be in [0, 1), got {self.cpc_sentence_rate}")
+                f"--cpc-sentence-rate must be in [0, 1), got {self.cpc_sentence_rate}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def _cut_sentence(ids: list[int], starts: list[int], limit: int) -> list[tuple[l
 def _tokenize_documents(batch: dict, tokenizer, settings: PretrainingSettings) -> dict:
     sentence_ids, sentence_starts = [], []
     for text in batch["text"]:
-        sentences = [s for s in _sentences_of(text)]
+        sentences = _sentences_of(text)
         encoded = tokenizer(sentences, add_special_tokens=False, verbose=False) if sentences else None
         doc_ids, doc_starts = [], []
         for index in range(len(sentences)):
