@@ -42,7 +42,7 @@ from longdoc.data.batching import collate_features
 from longdoc.data.examples import StructuredExample, TextSpan
 from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, build_features
 from longdoc.data.spans import char_span_to_token_span
-from longdoc.model.inputs import MODEL_INPUT_NAMES, InputSpec
+from longdoc.model.inputs import InputSpec
 from longdoc.tasks.nq.reader import read_examples, token_char_spans
 
 ANSWER_TYPES = ("null", "yes", "no", "long", "short")
@@ -153,7 +153,7 @@ def feature_settings(config) -> FeatureSettings:
 
 def window_inputs(features: Features) -> dict[str, Any]:
     """The model inputs of one window plus the answer mask ([CLS] and document tokens)."""
-    row = {name: value for name, value in features.to_dict().items() if name in MODEL_INPUT_NAMES}
+    row = features.model_inputs()
     row["answer_mask"] = [index == 0 or source == 0 for index, source in enumerate(features.long_source_ids)]
     return row
 
@@ -250,7 +250,10 @@ def iter_training_rows(path, tokenizer, config, options=None, num_proc: int = 1,
                 yield example_rows(example, wrapped, settings, markers, rate)
                 bar.update(1)
             return
-        context = multiprocessing.get_context("spawn")
+        # fork starts workers in milliseconds (spawn re-imports torch in each: seconds); the
+        # workers only tokenize, so the parent's threads do not matter to them.
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
         with context.Pool(num_proc, initializer=_init_worker, initargs=(wrapped, settings, markers, rate)) as pool:
             pending = []
             while True:

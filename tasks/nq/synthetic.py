@@ -6,8 +6,8 @@ aggregation. `synthetic_record` writes one example in either official format: pa
 "what is the <property> of <subject>" and one annotation whose long answer is the paragraph that
 states it and whose short answer is the value's tokens. The original format carries
 `document_tokens` with byte offsets into a `document_html` built from the tokens (plus
-`html_padding_bytes` of filler in a comment, to make lines as large as real NQ lines), and every
-span carries bytes and tokens.
+`html_padding_bytes` of random filler in a comment, to make lines as large as real NQ lines),
+and every span carries bytes and tokens.
 """
 
 import gzip
@@ -77,8 +77,9 @@ def synthetic_record(index: int, rng: random.Random, original_format: bool, para
         record["document_text"] = " ".join(t for t, _ in tokens)
         return record
     # Original format: byte offsets into document_html, where tokens are separated by one space
-    # and the page starts with a comment of filler.
-    prefix = "<!-- " + "x" * html_padding_bytes + " -->"
+    # and the page starts with a comment of random hex filler (it compresses about 2:1, like real
+    # HTML, so a gzipped file's size follows the number of lines).
+    prefix = "<!-- " + rng.randbytes(html_padding_bytes // 2).hex() + " -->"
     position = len(prefix.encode()) + 1
     document_tokens = []
     for token, is_html in tokens:

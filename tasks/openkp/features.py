@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from longdoc.data.batching import collate_features
 from longdoc.data.examples import StructuredExample
 from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, build_features
-from longdoc.model.inputs import MODEL_INPUT_NAMES, InputSpec
+from longdoc.model.inputs import InputSpec
 from longdoc.tasks.openkp.reader import VISUAL_FEATURE_SIZE, read_examples
 
 MAX_NGRAM = 5
@@ -63,7 +63,7 @@ def window_words(example: StructuredExample, features: Features) -> tuple[int, l
 
 def window_inputs(example: StructuredExample, features: Features) -> dict[str, Any]:
     """The model inputs of one window plus `word_ids` and `word_mask` (no labels)."""
-    row = {name: value for name, value in features.to_dict().items() if name in MODEL_INPUT_NAMES}
+    row = features.model_inputs()
     _, row["word_ids"] = window_words(example, features)
     row["word_mask"] = [1] * (max(row["word_ids"]) + 1)
     return row
