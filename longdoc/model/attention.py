@@ -377,16 +377,22 @@ class GlobalLocalAttention(nn.Module):
         `out`: a free buffer for the weights (only without autograd)."""
         scale = 1.0 / layer_number if self.residual_attention_mean else 1.0
         if self.talking_heads:
-            logits = self._mix_heads(scores * scale, getattr(self, f"{softmax}_talking_heads_pre"))
-            probs = masked_softmax(logits, mask_bias, out=logits if out is not None else None)
+            # The running mean's scale commutes with the (linear) head mix, so the softmax applies it:
+            # no extra pass over the scores. Without autograd the free buffer takes the mixed logits.
+            if out is scores or (torch.is_grad_enabled() and scores.requires_grad):
+                out = None  # the mix cannot write over its input; autograd keeps its inputs
+            logits = self._mix_heads(scores, getattr(self, f"{softmax}_talking_heads_pre"), out=out)
+            probs = masked_softmax(logits, mask_bias, scale, out=logits if out is not None else None)
             probs = self._mix_heads(probs, getattr(self, f"{softmax}_talking_heads_post"))
         else:
             probs = masked_softmax(scores, mask_bias, scale, out=out)
         return self.dropout(probs)
 
     @staticmethod
-    def _mix_heads(values: Tensor, mixing: Tensor) -> Tensor:
+    def _mix_heads(values: Tensor, mixing: Tensor, out: Tensor | None = None) -> Tensor:
         """Mix [B, h, ...] across heads with mixing [h_out, h_in]: one matmul over the flattened pairs."""
         batch, heads = values.shape[:2]
-        mixed = torch.matmul(mixing, values.reshape(batch, heads, -1))
-        return mixed.view(values.shape)
+        if out is not None:
+            torch.matmul(mixing, values.reshape(batch, heads, -1), out=out.view(batch, heads, -1))
+            return out
+        return torch.matmul(mixing, values.reshape(batch, heads, -1)).view(values.shape)
