@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from longdoc import GlobalLocalModel
+from longdoc.model.side_inputs import RelativeIdLayout
 
 
 def dense_masks_and_ids(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, Tensor]:
@@ -25,7 +26,8 @@ def dense_masks_and_ids(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, 
     long_mask = inputs.get("long_attention_mask", torch.ones(batch, length)).bool()
     global_mask = inputs.get("global_attention_mask", torch.ones(batch, num_globals)).bool()
     sentence_ids, mention_ids = inputs.get("sentence_ids"), inputs.get("mention_ids")
-    k = config.max_relative_distance
+    layout = RelativeIdLayout(config.max_relative_distance)  # the id numbering only; the rules are below
+    k = layout.max_distance
 
     n = length + num_globals
     allowed = torch.zeros(batch, n, n, dtype=torch.bool)
@@ -67,13 +69,17 @@ def dense_masks_and_ids(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, 
                     relative = "linked" if linked else "unlinked"
                 allowed[example, query, key] = ok
                 if relative == "linked":
-                    ids[example, query, key] = 2 * k + 1
+                    ids[example, query, key] = layout.linked
                 elif relative == "unlinked":
-                    ids[example, query, key] = 2 * k + 2
+                    ids[example, query, key] = layout.unlinked
                 elif relative is None:
-                    ids[example, query, key] = 2 * k + 3
-                else:
-                    ids[example, query, key] = min(relative, k) if relative >= 0 else k + min(-relative, k)
+                    ids[example, query, key] = layout.other_paragraph
+                elif relative >= k:
+                    ids[example, query, key] = layout.right_clipped
+                elif relative <= -k:
+                    ids[example, query, key] = layout.left_clipped
+                else:  # 0..k-1 to the right, k+1..2k-1 to the left
+                    ids[example, query, key] = relative if relative >= 0 else k - relative
     return allowed, ids
 
 
