@@ -22,6 +22,7 @@ COMMANDS = {
     "predict": "longdoc.commands.predict",
     "train": "longdoc.commands.train",
     "pretrain": "longdoc.commands.pretrain",
+    "demo": "longdoc.commands.demo",
 }
 
 

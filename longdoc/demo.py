@@ -1,0 +1,218 @@
+"""The README's main job (`longdoc demo`): long-document multi-hop QA learned on the CPU, against
+the same model restricted to the first 512 tokens.
+
+Steps, each on the library's own code path:
+1. seeded training and held-out dev files from the built-in generator (`longdoc make-data
+   multihop`), documents of `length` wordpieces with the two facts of every question at least
+   `min_distance` wordpieces apart, so the later fact lies past the first 512 tokens;
+2. the same files cut to their first `restricted_length` wordpieces (`first_tokens`: whole
+   sentences, counted exactly as the feature builder lays them out; the gold answers and
+   supporting facts are kept, so both runs are scored against the same gold);
+3. two runs of `longdoc train multihop` (`longdoc.train.finetune.train_task`) with the same
+   options (`tasks/multihop/configs/demo.json`): the lifted MiniLM reading whole documents
+   (`long_max_len = length`), and the same model reading the cut files (`long_max_len =
+   restricted_length`); each ends with predictions on the dev file scored by the official
+   HotpotQA metric, written as the run's metrics.json;
+4. the leaderboard of the two runs (`longdoc leaderboard`).
+
+The first-512 row is the baseline a 512-token encoder (BERT, MiniLM as published) would give: it
+never sees both facts of a question.
+"""
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from longdoc.errors import InputError
+
+TASK_NAME = "multihop"
+CONFIG_NAME = "demo"  # tasks/multihop/configs/demo.json: the engine options of both runs
+FULL_RUN = "full"
+RESTRICTED_RUN = "first-{length}"
+
+
+@dataclass(frozen=True)
+class DemoData:
+    """The generated data of the demo (see `longdoc make-data multihop`)."""
+
+    train_examples: int = 160  # one pass at the demo config's 40 steps of 4
+    dev_examples: int = 40
+    length: int = 1024
+    min_distance: int = 512
+    comparison_fraction: float = 0.2
+    seed: int = 0  # the dev file is drawn with seed + 1: held-out worlds, never seen in training
+    restricted_length: int = 512
+
+    def __post_init__(self):
+        if self.restricted_length >= self.length:
+            raise InputError(f"--restricted-length {self.restricted_length} must be below --length {self.length}")
+        if self.min_distance < self.restricted_length:
+            # Otherwise the first `restricted_length` tokens could hold both facts.
+            raise InputError(f"--min-distance {self.min_distance} must be at least --restricted-length "
+                             f"{self.restricted_length}")
+
+
+@dataclass
+class DemoResult:
+    runs: dict[str, Path]  # run name -> run folder (metrics.json, the model, dev_predictions.json)
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    leaderboard: str = ""
+
+
+def first_tokens(records: list[dict], limit: int, tokenizer) -> list[dict]:
+    """HotpotQA records cut to the whole sentences (and titles) that fit, with `[CLS] question
+    [SEP]` and the closing `[SEP]`, in `limit` wordpieces; paragraphs left empty are dropped.
+    Counted by the generator's counter, which matches the feature builder's layout exactly."""
+    from longdoc.tasks.multihop.generator import wordpiece_counter
+
+    count = wordpiece_counter(tokenizer)
+    cut = []
+    for record in records:
+        budget = limit - 3 - count([record["question"]])[0]
+        context = []
+        for title, sentences in record["context"]:
+            title_count, *sentence_counts = count([title, *sentences])
+            if title_count + (sentence_counts[0] if sentences else 0) > budget:
+                break
+            budget -= title_count
+            kept = []
+            for sentence, sentence_count in zip(sentences, sentence_counts):
+                if sentence_count > budget:
+                    break
+                kept.append(sentence)
+                budget -= sentence_count
+            context.append([title, kept])
+            if len(kept) < len(sentences):
+                break
+        cut.append({**record, "context": context})
+    return cut
+
+
+def write_data(folder: Path, data: DemoData, tokenizer, progress: bool = True) -> dict[str, Path]:
+    """train.json, dev.json and their cuts to the first `restricted_length` wordpieces, in `folder`."""
+    from longdoc.io import atomic_write_json
+    from longdoc.tasks.multihop.generator import make_examples
+
+    paths = {}
+    for split, n, seed in (("train", data.train_examples, data.seed), ("dev", data.dev_examples, data.seed + 1)):
+        records = make_examples(n, seed=seed, length=data.length, min_distance=data.min_distance,
+                                comparison_fraction=data.comparison_fraction, tokenizer=tokenizer, progress=progress)
+        paths[split] = folder / f"{split}.json"
+        atomic_write_json(paths[split], records, indent=None)
+        paths[f"{split}-restricted"] = folder / f"{split}-first{data.restricted_length}.json"
+        atomic_write_json(paths[f"{split}-restricted"], first_tokens(records, data.restricted_length, tokenizer),
+                          indent=None)
+    return paths
+
+
+def run_options(task, given: Mapping[str, Any], config: str | Path | None = CONFIG_NAME) -> dict[str, Any]:
+    """The resolved options of `longdoc train multihop --config demo` with `given` on the command line."""
+    from longdoc.train.options import ENGINE_OPTIONS, TrainOption, resolve_options
+
+    own = [TrainOption(option.name, option.type, option.default, option.help) for option in task.train_options]
+    return resolve_options(given, (*ENGINE_OPTIONS, *own), config, task.configs)
+
+
+@dataclass
+class CurvePoint:
+    """One evaluation of a timed run: after `step` optimizer steps and `minutes` of training
+    (evaluation time excluded), the official metrics on the dev file."""
+
+    step: int
+    minutes: float
+    metrics: dict[str, float]
+
+
+def timed_training(task, options: Mapping[str, Any], minutes: float) -> list[CurvePoint]:
+    """`longdoc train` of `task` with resolved `options` (evaluating every `eval_steps`) stopped
+    after `minutes` of training time, or at `max_steps`, whichever comes first; the learning curve.
+
+    The engine's own job and loop (`build_task_job`, `run_training`): its evaluation is wrapped to
+    take the clock out while it runs, and the time limit asks the loop to stop the way Ctrl-C does
+    (SIGTERM: the step in flight finishes and a checkpoint is written), then the stopped model is
+    evaluated once more. The clock starts at the first training batch (model loading excluded)."""
+    import os
+    import signal
+    import time
+
+    import torch
+
+    from longdoc.train.engine import run_training
+    from longdoc.train.finetune import build_task_job
+
+    out = Path(options["out"])
+    if (out / "checkpoints").exists():
+        raise InputError(f"{out} holds checkpoints of an earlier run: a timed run starts afresh; give another --out")
+    job = build_task_job(task, options)
+    evaluate, collate = job.evaluate, job.collate
+    clock = {"start": None, "evaluating": 0.0, "batches": 0, "stopping": False}
+    points: list[CurvePoint] = []
+
+    def training_minutes() -> float:
+        return (time.perf_counter() - clock["start"] - clock["evaluating"]) / 60
+
+    def timed_evaluate(model, folder: Path) -> dict[str, float]:
+        began = time.perf_counter()
+        at = CurvePoint(clock["batches"] // options["grad_accum"], training_minutes(), {})
+        at.metrics = evaluate(model, folder)
+        clock["evaluating"] += time.perf_counter() - began
+        points.append(at)
+        print(f"longdoc: {task.name} after {at.step} steps, {at.minutes:.1f} training minutes: answer F1 "
+              f"{at.metrics.get('f1', float('nan')):.4f}", file=sys.stderr)
+        return at.metrics
+
+    def counted_collate(rows):
+        if clock["start"] is None:
+            clock["start"] = time.perf_counter()
+        clock["batches"] += 1
+        if not clock["stopping"] and training_minutes() >= minutes:
+            clock["stopping"] = True
+            print(f"longdoc: {minutes:g} training minutes reached: stopping", file=sys.stderr)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return collate(rows)
+
+    job.evaluate, job.collate = timed_evaluate, counted_collate
+    result = run_training(job)
+    if result.interrupted and clock["stopping"]:
+        job.model.eval()
+        with torch.no_grad():
+            timed_evaluate(job.model, out)
+    elif result.interrupted:
+        raise KeyboardInterrupt
+    return points
+
+
+def run_demo(out: Path, data: DemoData = DemoData(), overrides: Mapping[str, Any] | None = None,
+             config: str | Path | None = CONFIG_NAME, progress: bool = True) -> DemoResult:
+    """Steps 1-4 of the module docstring in `out` (data/, full/, first-N/); `overrides` are engine
+    options over the config's (as on `longdoc train`'s command line). Rerun on the same `out`, each
+    finished run is only evaluated again (the engine resumes from its folder)."""
+    from longdoc.convert.pretrained import default_model_path
+    from longdoc.convert.checkpoint import read_tokenizer
+    from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, leaderboards_markdown
+    from longdoc.tasks import get_task
+    from longdoc.train.finetune import train_task
+
+    out = Path(out)
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    task = get_task(TASK_NAME)
+    overrides = dict(overrides or {})
+    tokenizer = read_tokenizer(overrides.get("init") or default_model_path())
+    paths = write_data(out / "data", data, tokenizer, progress)
+    runs = {FULL_RUN: (out / FULL_RUN, "train", "dev", data.length),
+            RESTRICTED_RUN.format(length=data.restricted_length):
+                (out / RESTRICTED_RUN.format(length=data.restricted_length), "train-restricted", "dev-restricted",
+                 data.restricted_length)}
+    result = DemoResult(runs={name: folder for name, (folder, *_) in runs.items()})
+    for name, (folder, train, dev, long_max_len) in runs.items():
+        print(f"longdoc demo: training '{name}' (documents of up to {long_max_len} wordpieces) in {folder}",
+              file=sys.stderr)
+        options = run_options(task, {**overrides, "train": paths[train], "dev": paths[dev], "out": folder,
+                                     "long_max_len": long_max_len}, config)
+        trained = train_task(task, options)
+        if trained.interrupted:
+            raise KeyboardInterrupt
+        result.metrics[name] = trained.metrics
+    result.leaderboard = leaderboards_markdown(build_leaderboards(find_runs(result.runs.values())))
+    return result

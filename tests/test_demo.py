@@ -1,0 +1,71 @@
+"""The README's main job (`longdoc demo`, longdoc.demo): the cut to the first N wordpieces, and the
+whole orchestration end to end on a tiny budget."""
+
+import json
+
+import pytest
+
+from longdoc.cli import main
+from longdoc.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from longdoc.convert.pretrained import default_tokenizer
+
+    return default_tokenizer()
+
+
+def _layout_length(record, tokenizer) -> int:
+    """Wordpieces of the long input the feature builder lays out: [CLS] question [SEP] paragraphs [SEP]."""
+    texts = [record["question"]] + [piece for title, sentences in record["context"] for piece in (title, *sentences)]
+    return 3 + sum(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+
+def test_first_tokens_keeps_a_prefix_within_the_limit_and_never_both_facts(tokenizer):
+    from longdoc.demo import first_tokens
+    from longdoc.tasks.multihop.generator import make_examples
+
+    records = make_examples(6, seed=3, length=400, min_distance=200, comparison_fraction=0.5, tokenizer=tokenizer,
+                            progress=False)
+    cut = first_tokens(records, 200, tokenizer)
+    for record, short in zip(records, cut):
+        assert _layout_length(record, tokenizer) <= 400
+        length = _layout_length(short, tokenizer)
+        # Whole sentences only: the limit holds and at most one more sentence would not have fitted.
+        assert 150 < length <= 200
+        assert {k: v for k, v in short.items() if k != "context"} == {k: v for k, v in record.items() if k != "context"}
+        for (title, sentences), (short_title, short_sentences) in zip(record["context"], short["context"]):
+            assert short_title == title and sentences[:len(short_sentences)] == short_sentences
+        kept = {(title, i) for title, sentences in short["context"] for i in range(len(sentences))}
+        facts = {tuple(fact) for fact in record["supporting_facts"]}
+        assert len(facts & kept) <= 1, "the restricted model must never see both facts"
+
+
+def test_restricted_length_must_leave_the_facts_apart():
+    from longdoc.demo import DemoData
+
+    with pytest.raises(InputError, match="--min-distance 300 must be at least --restricted-length 512"):
+        DemoData(min_distance=300)
+    with pytest.raises(InputError, match="--restricted-length 512 must be below --length 512"):
+        DemoData(length=512)
+
+
+@pytest.mark.slow
+def test_demo_trains_both_runs_and_prints_both_rows(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--train-examples", "4", "--dev-examples", "3", "--length", "512",
+                 "--min-distance", "256", "--restricted-length", "256", "--max-steps", "1"]) == 0
+    printed = capsys.readouterr().out
+    for run, long_max_len, dev in (("full", 512, "dev.json"), ("first-256", 256, "dev-first256.json")):
+        record = json.loads((out / run / "metrics.json").read_text())
+        assert record["task"] == "multihop" and record["model"] == str(out / run)
+        assert record["config"]["long_max_len"] == long_max_len and record["config"]["max_steps"] == 1
+        assert record["config"]["dev"] == str(out / "data" / dev)
+        assert 0.0 <= record["metrics"]["f1"] <= 1.0
+        predictions = json.loads((out / run / "dev_predictions.json").read_text())
+        assert len(predictions["answer"]) == 3
+        # The leaderboard row and the F1 line of this run, with the figure of its metrics.json.
+        assert f"| {out / run} " in printed
+        assert f"held-out answer F1, {run}: {record['metrics']['f1']:.4f}" in printed
+    assert printed.index("### multihop") < printed.index("held-out answer F1")
