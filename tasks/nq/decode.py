@@ -37,7 +37,8 @@ from longdoc.data.features import Features, GlobalKind, GlobalMarkers, build_fea
 from longdoc.io import atomic_write_json
 from longdoc.model.heads import top_spans
 from longdoc.tasks.nq.features import (
-    ANSWER_TYPES, CHUNK_EXAMPLES, HtmlMarkerTokenizer, collate, document_token_index, feature_settings, window_inputs,
+    ANSWER_TYPES, CHUNK_EXAMPLES, HtmlMarkerTokenizer, collate, document_token_index, feature_settings, option,
+    window_inputs,
 )
 from longdoc.tasks.nq.reader import read_examples
 
@@ -160,13 +161,14 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: 
             progress: bool = True) -> Path:
     """Predict every example of the NQ file `data_path` (either format); write the official
     prediction file {"predictions": [...]} to `out_path` (atomically) and return its path.
+    Bad lines stop the run unless `options` (a training run's) say `skip_bad_lines`.
     Examples are read and run CHUNK_EXAMPLES at a time, so memory does not grow with the file
     beyond the predictions themselves."""
     settings = feature_settings(model.config)
     wrapped = HtmlMarkerTokenizer(tokenizer)
     markers = GlobalMarkers.from_tokenizer(tokenizer)
     max_length = model.config.task_options["max_short_answer_length"]
-    skip = bool(model.config.task_options.get("skip_bad_lines", False))
+    skip = bool(option(options, model.config, "skip_bad_lines"))
     predictions = []
     examples = read_examples(data_path, skip_bad_lines=skip)
     with tqdm(desc="nq predict", unit=" examples", disable=not progress) as bar:

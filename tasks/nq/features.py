@@ -55,6 +55,8 @@ ROW_SPECS = (
     InputSpec("short_start_positions", ("batch",), torch.long),
     InputSpec("short_end_positions", ("batch",), torch.long),
 )
+# Options of reading a training file, not of the model: not stored in its config.
+RUN_OPTIONS = ("null_window_keep_rate", "skip_bad_lines")
 # Examples handed to a worker process at once when building features with num_proc > 1; at most
 # num_proc chunks are in flight, so memory stays bounded however long the file is.
 CHUNK_EXAMPLES = 16
@@ -136,12 +138,17 @@ class HtmlMarkerTokenizer:
 
 
 def option(options: Any, config, name: str) -> Any:
-    """A task option: from the resolved training `options` when they hold it, else the model's task_options."""
+    """A task option: from the resolved training `options` when they hold it, else the model's
+    task_options, else the Task record's default."""
     if options is not None:
         value = options.get(name) if isinstance(options, Mapping) else getattr(options, name, None)
         if value is not None:
             return value
-    return config.task_options[name]
+    if name in config.task_options:
+        return config.task_options[name]
+    from longdoc.tasks.nq import TASK
+
+    return next(o.default for o in TASK.train_options if o.name == name)
 
 
 def feature_settings(config) -> FeatureSettings:

@@ -17,7 +17,7 @@ from transformers.utils import ModelOutput
 from longdoc.model.heads import GlobalTokenClassifier, SpanHead, classification_loss, mean_loss, span_loss
 from longdoc.model.task_model import TaskModel
 from longdoc.tasks.nq import TASK
-from longdoc.tasks.nq.features import ANSWER_TYPES
+from longdoc.tasks.nq.features import ANSWER_TYPES, RUN_OPTIONS
 
 
 @dataclass
@@ -35,9 +35,10 @@ class NQOutput(ModelOutput):
 
 class NQModel(TaskModel):
     task_name = "nq"
-    # stride, max_question_len, max_short_answer_length, null_window_keep_rate, skip_bad_lines:
-    # see the Task record's train_options.
-    default_task_options = {option.name: option.default for option in TASK.train_options}
+    # stride, max_question_len, max_short_answer_length (the Task record's train_options, less
+    # those that only concern reading the training file): prediction reads them from config.json.
+    default_task_options = {option.name: option.default for option in TASK.train_options
+                            if option.name not in RUN_OPTIONS}
 
     def __init__(self, config):
         super().__init__(config)

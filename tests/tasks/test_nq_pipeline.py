@@ -144,6 +144,20 @@ def test_bad_lines_name_file_and_line_and_are_skipped_only_when_asked(tmp_path):
     assert len(examples) == 3 and len(skipped) == 1 and ":2:" in skipped[0]
 
 
+@pytest.mark.slow
+def test_training_stops_at_a_bad_line_unless_told_to_skip(tmp_path, encoder_dir, capsys):
+    path = write_synthetic_nq(tmp_path / "synthetic.jsonl", 2, seed=1)
+    path.write_text(path.read_text() + "{oops\n")
+    command = ["train", "nq", "--init", str(encoder_dir), "--train", str(path), "--out", str(tmp_path / "run"),
+               "--max-steps", "1", "--batch-size", "1", "--save-steps", "1"]
+    assert main(command) == 2
+    assert "synthetic.jsonl:3:" in capsys.readouterr().err
+    with pytest.warns(UserWarning, match=r"skipped 1 bad line"):
+        assert main([*command, "--skip-bad-lines"]) == 0
+    # A reading option, not a model one: the trained model does not carry it into prediction.
+    assert "skip_bad_lines" not in json.loads((tmp_path / "run" / "config.json").read_text())["task_options"]
+
+
 def test_spans_outside_the_document_are_refused(tmp_path):
     path = write_synthetic_nq(tmp_path / "synthetic.jsonl", 1, seed=2)
     record = json.loads(path.read_text())
