@@ -29,15 +29,14 @@ sentence and nothing else", with an NCE loss. We take that literally: the target
 masked sentence is the output of a sentence global token in a second pass of the same encoder
 over that sentence alone (its unmasked tokens plus its one global token: under hard g2l it sees
 exactly the sentence). The prediction is the masked sentence's global output in the main pass
-through a learnt linear projection (CPC's W_k); the score of a (prediction, target) pair is their
-dot product over sqrt(hidden); the negatives are the other CPC sentences of the batch (in-batch,
-InfoNCE). Gradients flow into both passes: the second pass teaches the global token to summarise
+through a learnt linear projection (CPC's W_k, starting at the identity); the score of a
+(prediction, target) pair is their cosine similarity over a temperature of 0.1; the negatives are
+the other CPC sentences of the batch (in-batch, InfoNCE). Gradients flow into both passes: the second pass teaches the global token to summarise
 its sentence, which is what fine-tuning's sentence globals need. A mean of long outputs was not
 chosen because it trains no global token; a fixed projection of the embeddings would not train
 the summary at all.
 """
 
-import math
 import os
 import sys
 import warnings
@@ -49,6 +48,7 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
@@ -64,6 +64,9 @@ _SNIFF_BYTES = 8192
 # The pretraining heads live beside the encoder's own files, so a later run started from the
 # output (`--init`) continues with trained heads; GlobalLocalModel.from_pretrained ignores the file.
 HEADS_FILE = "pretraining_heads.safetensors"
+# CPC scores are cosine similarities divided by this temperature (SimCLR, Chen et al. 2020,
+# arXiv:2002.05709, uses 0.1-0.5): bounded logits whatever the scale of the hidden states.
+CPC_TEMPERATURE = 0.1
 # BERT's names for its MLM transform and output bias (BertForPreTraining / BertForMaskedLM).
 _BERT_MLM_NAMES = {
     "mlm_transform.dense.weight": "cls.predictions.transform.dense.weight",
@@ -456,6 +459,15 @@ class GlobalLocalForPretraining(GlobalLocalPreTrainedModel):
         self.training_sums: Counter = Counter()
         self.post_init()
 
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if module is getattr(self, "cpc_projection", None):
+            # Identity: the first CPC scores compare the encoder's own global outputs; a random
+            # 0.02-scale projection left them near zero, and a run of MiniLM at lr 1e-4 stayed at
+            # chance for 60 steps.
+            init.eye_(module.weight)
+            init.zeros_(module.bias)
+
     def head_state_dict(self) -> dict[str, Tensor]:
         return {name: value for name, value in self.state_dict().items() if not name.startswith("encoder.")}
 
@@ -476,7 +488,8 @@ class GlobalLocalForPretraining(GlobalLocalPreTrainedModel):
             predicted = self.cpc_projection(output.global_hidden_state[cpc_positions[:, 0], cpc_positions[:, 1]])
             sentences = self.encoder(**{name: batch[f"cpc_{name}"] for name in _ENCODER_INPUTS})
             target = sentences.global_hidden_state[:, 0]
-            scores = predicted @ target.T / math.sqrt(self.config.hidden_size)  # [N, N], diagonal = right pairs
+            # [N, N] cosine similarities over a temperature; the diagonal holds the right pairs.
+            scores = F.normalize(predicted, dim=-1) @ F.normalize(target, dim=-1).T / CPC_TEMPERATURE
             answer = torch.arange(count, device=scores.device)
             cpc_loss = F.cross_entropy(scores, answer)
             with torch.no_grad():
