@@ -32,13 +32,26 @@ def toy_train_argv(argv: list[str]) -> list[str]:
     return argv[2:]
 
 
-@pytest.fixture
-def data(tmp_path):
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("no-dropout")
     return {
-        "init": toy_task.make_init(tmp_path / "init", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
-        "train": toy_task.write_data(tmp_path / "train.jsonl", 24, seed=1),
-        "dev": toy_task.write_data(tmp_path / "dev.jsonl", 4, seed=2),
+        "init": toy_task.make_init(folder / "init", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+        "train": toy_task.write_data(folder / "train.jsonl", 24, seed=1),
+        "dev": toy_task.write_data(folder / "dev.jsonl", 4, seed=2),
     }
+
+
+SETTINGS = {"max-steps": 3, "save-steps": 3, "keep-last": 2}
+
+
+@pytest.fixture(scope="module")
+def single(data, tmp_path_factory):
+    """One process, 2 rows x 2 accumulated: the effective batch of 2 processes x 2 rows."""
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("single") / "out"
+    assert main(command(data, out, **SETTINGS, **{"batch-size": 2, "grad-accum": 2})) == 0
+    return out
 
 
 @pytest.fixture
@@ -81,14 +94,9 @@ def losses(out: Path) -> list[float]:
 
 
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
-def test_torchrun_two_processes_follow_one_process(data, tmp_path, sharding):
-    torch.set_num_threads(1)
-    settings = {"max-steps": 3, "save-steps": 3, "keep-last": 2}
-    single = tmp_path / "single"
-    assert main(command(data, single, **settings, **{"batch-size": 2, "grad-accum": 2})) == 0
-
+def test_torchrun_two_processes_follow_one_process(data, single, tmp_path, sharding):
     out = tmp_path / "torchrun"
-    argv = toy_train_argv(command(data, out, **settings, **{"batch-size": 2, "grad-accum": 1}))
+    argv = toy_train_argv(command(data, out, **SETTINGS, **{"batch-size": 2, "grad-accum": 1}))
     if sharding == "fsdp":
         argv.append("--fsdp")
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
