@@ -182,9 +182,11 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: 
                                          progress=False)
             per_example: list[list[WindowScores]] = [[] for _ in chunk]
             for (e, features), output in zip(windows, outputs):
+                # On the CPU: decoding builds its masks there, wherever the model ran.
+                logits = {name: value.float().cpu() for name, value in output.items()}
                 per_example[e].append(WindowScores(
-                    features, output["type_logits"], output["long_start_logits"], output["long_end_logits"],
-                    output["short_start_logits"], output["short_end_logits"]))
+                    features, logits["type_logits"], logits["long_start_logits"], logits["long_end_logits"],
+                    logits["short_start_logits"], logits["short_end_logits"]))
             predictions.extend(decode_example(example, scores, max_length) for example, scores in zip(chunk, per_example))
             bar.update(len(chunk))
     atomic_write_json(out_path, {"predictions": predictions})

@@ -16,9 +16,11 @@ Labels per window (BERT-joint's recipe, as ETC's): the gold answer is the first 
 long answer (training files have one annotation). When that long answer lies whole in the window:
 answer type YES / NO (long span as the long target, the short target at [CLS]), SHORT (long and
 short targets; the short target runs from the first short answer's start to the last one's end),
-or LONG (the short target at [CLS]). Otherwise the window is NULL and every target points at
-[CLS] (long token 0), so the heads learn a "no answer here" score at [CLS] that decoding
-subtracts to make scores comparable across windows (`longdoc.tasks.nq.decode`). In training, NULL
+or LONG (the short target at [CLS]); a gold long answer that is a nested candidate stays the
+target as annotated, though decoding proposes top-level candidates only (ETC's construction).
+Otherwise the window is NULL and every target points at [CLS] (long token 0), so the heads learn
+a "no answer here" score at [CLS] that decoding subtracts to make scores comparable across
+windows (`longdoc.tasks.nq.decode`). In training, NULL
 windows are kept with probability `null_window_keep_rate` (a deterministic draw from the example
 id and window index, so a rerun, or another process count, keeps the same windows).
 

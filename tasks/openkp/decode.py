@@ -73,7 +73,7 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: 
     per_example: list[list[WindowScores]] = [[] for _ in examples]
     for (e, features), row, output in zip(windows, rows, outputs):
         first, _ = window_words(examples[e], features)
-        per_example[e].append(WindowScores(first, output["ngram_logits"], len(row["word_mask"])))
+        per_example[e].append(WindowScores(first, output["ngram_logits"].float().cpu(), len(row["word_mask"])))
     lines = [json.dumps({"url": example.labels["url"], "KeyPhrases": top_phrases(words_of(example), scores)},
                         ensure_ascii=False)
              for example, scores in zip(examples, per_example)]
