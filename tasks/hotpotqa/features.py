@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from longdoc.data.batching import collate_features
 from longdoc.data.examples import StructuredExample
-from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, MODEL_INPUT_NAMES, build_features
+from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, build_features
 from longdoc.data.spans import char_span_to_token_span
 from longdoc.errors import InputError
 from longdoc.tasks.hotpotqa.reader import read_examples
@@ -70,7 +70,7 @@ def sentence_facts(example: StructuredExample) -> list[tuple[str, int]]:
 
 def window_inputs(features: Features) -> dict[str, Any]:
     """The model inputs of one window plus the masks the heads need (no labels)."""
-    row = {name: value for name, value in features.to_dict().items() if name in MODEL_INPUT_NAMES}
+    row = features.model_inputs()
     is_sentence = [kind == GlobalKind.SENTENCE for kind in features.global_kinds]
     row["answer_mask"] = [int(owner >= 0 and is_sentence[owner]) for owner in features.sentence_ids]
     row["sentence_mask"] = [int(flag) for flag in is_sentence]

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from longdoc.data.batching import collate_features
 from longdoc.data.examples import Candidate, Document, StructuredExample, TextSpan
-from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, MODEL_INPUT_NAMES, build_features
+from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, build_features
 from longdoc.errors import InputError
 from longdoc.tasks.wikihop.reader import read_examples
 
@@ -93,7 +93,7 @@ def example_window(example: StructuredExample, tokenizer, settings: FeatureSetti
 
 def window_inputs(features: Features) -> dict[str, Any]:
     """The model inputs of one window plus the candidate mask (no label)."""
-    row = {name: value for name, value in features.to_dict().items() if name in MODEL_INPUT_NAMES}
+    row = features.model_inputs()
     row["candidate_mask"] = [int(kind == GlobalKind.CANDIDATE) for kind in features.global_kinds]
     return row
 

@@ -16,7 +16,7 @@ from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.tasks.hotpotqa import TASK
 from longdoc.tasks.hotpotqa.decode import (
-    SP_THRESHOLD_GRID, WindowScores, choose_sp_threshold, decode_answer, predict, select_facts, sentence_probabilities,
+    SP_THRESHOLD_GRID, WindowScores, choose_sp_threshold, decode_answer, select_facts, sentence_probabilities,
 )
 from longdoc.tasks.hotpotqa.features import collate, sentence_facts, training_features, window_row
 from longdoc.tasks.hotpotqa.model import HotpotQAModel
@@ -159,13 +159,6 @@ def _tiny_encoder(directory, tokenizer, long_max_len=512):
     return directory
 
 
-def _mean_loss(model, rows, pad_token_id):
-    model.eval()
-    with torch.no_grad():
-        return sum(float(model(**collate(rows[i:i + 8], pad_token_id)).loss) for i in range(0, len(rows), 8)) / \
-            len(range(0, len(rows), 8))
-
-
 @pytest.fixture()
 def small_sample(shared_data, tmp_path):
     """The first 12 examples of the real sample (keeps the run short on 2 cores)."""
@@ -174,43 +167,36 @@ def small_sample(shared_data, tmp_path):
     return path
 
 
+def _train_log_losses(out):
+    return [record["loss"] for record in map(json.loads, (out / "train_log.jsonl").read_text().splitlines())
+            if "loss" in record]
+
+
 @pytest.mark.slow
 def test_short_training_run_predict_and_evaluate(small_sample, tokenizer, tmp_path, capsys):
-    data = small_sample
+    data, out = small_sample, tmp_path / "run"
     encoder = _tiny_encoder(tmp_path / "encoder", tokenizer, long_max_len=256)
-    torch.manual_seed(0)
-    model = HotpotQAModel.from_encoder(encoder, stride=32)
-    rows = training_features(data, tokenizer, model.config, progress=False)
-    assert sum(row["start_positions"] >= 0 for row in rows) > 0
-    probe = rows[::3]
-    before = _mean_loss(model, probe, tokenizer.pad_token_id)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    generator = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(30):
-        batch = collate([rows[i] for i in torch.randint(len(rows), (4,), generator=generator).tolist()],
-                        tokenizer.pad_token_id)
-        model(**batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    after = _mean_loss(model, probe, tokenizer.pad_token_id)
-    print(f"hotpotqa training loss (fixed probe rows, eval mode): before {before:.4f} after {after:.4f}")
-    assert after < 0.8 * before
+    assert main(["train", "hotpotqa", "--config", "cpu", "--train", str(data), "--dev", str(data), "--out", str(out),
+                 "--init", str(encoder), "--long-max-len", "256", "--global-max-len", "128", "--stride", "32",
+                 "--max-steps", "30", "--batch-size", "4", "--lr", "1e-3", "--log-steps", "5", "--seed", "0"]) == 0
+    losses = _train_log_losses(out)
+    with capsys.disabled():
+        print(f"\nhotpotqa training loss (engine log, mean of steps 1-5 vs 26-30): before {losses[0]:.4f} "
+              f"after {losses[-1]:.4f}")
+    assert len(losses) == 6 and losses[-1] < 0.9 * losses[0]
+    # The engine predicted on dev before saving: the threshold chosen there is in the saved model.
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["task"] == "hotpotqa" and saved["task_options"]["sp_threshold"] in SP_THRESHOLD_GRID
+    assert json.loads((out / "metrics.json").read_text())["metrics"]["joint_f1"] >= 0
 
-    # As the training engine does: predict on dev (choosing the sp threshold there), then save.
-    predict(model, data, tmp_path / "dev_pred.json", tokenizer=tokenizer, options={}, progress=False)
-    assert model.config.task_options["sp_threshold"] in SP_THRESHOLD_GRID
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
     prediction = tmp_path / "pred.json"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the stored threshold is used; a format problem would warn in evaluate
-        assert main(["predict", "hotpotqa", "--model", str(tmp_path / "model"), "--data", str(data),
-                     "--out", str(prediction)]) == 0
+        assert main(["predict", "hotpotqa", "--model", str(out), "--data", str(data), "--out", str(prediction)]) == 0
         assert main(["evaluate", "hotpotqa", "--gold", str(data), "--pred", str(prediction), "--json"]) == 0
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(metrics) >= {"em", "f1", "sp_f1", "joint_f1"}
-    assert prediction.read_text() == (tmp_path / "dev_pred.json").read_text()
+    assert json.loads(prediction.read_text()) == json.loads((out / "dev_predictions.json").read_text())
 
     predicted = json.loads(prediction.read_text())
     gold = json.loads(data.read_text())
@@ -221,6 +207,13 @@ def test_short_training_run_predict_and_evaluate(small_sample, tokenizer, tmp_pa
         assert answer in ("yes", "no") or (answer and any(answer in "".join(s) for s in context.values())), answer
         for title, index in predicted["sp"][example["_id"]]:
             assert title in context and 0 <= index < len(context[title])
+
+
+def test_train_refuses_a_missing_init(small_sample, tmp_path, capsys):
+    missing = tmp_path / "no-such-encoder"
+    assert main(["train", "hotpotqa", "--train", str(small_sample), "--out", str(tmp_path / "run"),
+                 "--init", str(missing)]) == 2
+    assert str(missing) in capsys.readouterr().err
 
 
 def test_predict_refuses_a_bare_encoder_and_a_wrong_file(shared_data, tokenizer, tmp_path, capsys):

@@ -15,7 +15,7 @@ from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.tasks.wikihop.decode import best_candidate
-from longdoc.tasks.wikihop.features import collate, training_features, window_row
+from longdoc.tasks.wikihop.features import training_features, window_row
 from longdoc.tasks.wikihop.model import WikiHopModel
 from longdoc.tasks.wikihop.reader import find_mentions
 
@@ -104,46 +104,37 @@ def test_a_hotpotqa_file_is_refused(shared_data, tokenizer):
         training_features(shared_data / HOTPOT, tokenizer, _config(tokenizer, 256), progress=False)
 
 
-def _mean_loss(model, rows, pad_token_id):
-    model.eval()
-    with torch.no_grad():
-        return float(model(**collate(rows, pad_token_id)).loss)
+def _train_log_losses(out):
+    return [record["loss"] for record in map(json.loads, (out / "train_log.jsonl").read_text().splitlines())
+            if "loss" in record]
 
 
 @pytest.mark.slow
 def test_short_training_run_predict_and_evaluate(shared_data, tokenizer, tmp_path, capsys):
-    config = _config(tokenizer, 256)
     torch.manual_seed(0)
-    GlobalLocalModel(config).save_pretrained(tmp_path / "encoder")
-    model = WikiHopModel.from_encoder(tmp_path / "encoder")
+    GlobalLocalModel(_config(tokenizer, 256)).save_pretrained(tmp_path / "encoder")
+    tokenizer.save_pretrained(tmp_path / "encoder")
+    out, dev = tmp_path / "run", shared_data / DEV
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the cut warning, tested above
-        rows = training_features(shared_data / TRAIN, tokenizer, model.config, progress=False)
-    before = _mean_loss(model, rows, tokenizer.pad_token_id)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    generator = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(30):
-        batch = collate([rows[i] for i in torch.randint(len(rows), (4,), generator=generator).tolist()],
-                        tokenizer.pad_token_id)
-        model(**batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    after = _mean_loss(model, rows, tokenizer.pad_token_id)
-    print(f"wikihop training loss (all 22 train rows, eval mode): before {before:.4f} after {after:.4f}")
-    assert after < 0.8 * before
+        assert main(["train", "wikihop", "--config", "cpu", "--train", str(shared_data / TRAIN), "--dev", str(dev),
+                     "--out", str(out), "--init", str(tmp_path / "encoder"), "--long-max-len", "256",
+                     "--global-max-len", "128", "--max-steps", "40", "--batch-size", "4", "--lr", "1e-3",
+                     "--log-steps", "10", "--seed", "0"]) == 0
+    losses = _train_log_losses(out)
+    with capsys.disabled():
+        print(f"\nwikihop training loss (engine log, mean of steps 1-10 vs 31-40): before {losses[0]:.4f} "
+              f"after {losses[-1]:.4f}")
+    assert len(losses) == 4 and losses[-1] < 0.8 * losses[0]
 
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
     prediction = tmp_path / "pred.json"
-    assert main(["predict", "wikihop", "--model", str(tmp_path / "model"), "--data", str(shared_data / DEV),
-                 "--out", str(prediction)]) == 0
+    assert main(["predict", "wikihop", "--model", str(out), "--data", str(dev), "--out", str(prediction)]) == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # missing or unknown ids would warn
-        assert main(["evaluate", "wikihop", "--gold", str(shared_data / DEV), "--pred", str(prediction),
-                     "--json"]) == 0
+        assert main(["evaluate", "wikihop", "--gold", str(dev), "--pred", str(prediction), "--json"]) == 0
     assert set(json.loads(capsys.readouterr().out.strip().splitlines()[-1])) == {"accuracy"}
+    assert json.loads(prediction.read_text()) == json.loads((out / "dev_predictions.json").read_text())
     predicted = json.loads(prediction.read_text())
-    gold = json.loads((shared_data / DEV).read_text())
+    gold = json.loads(dev.read_text())
     assert set(predicted) == {e["id"] for e in gold}
     assert all(predicted[e["id"]] in e["candidates"] for e in gold)
