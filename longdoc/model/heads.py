@@ -81,7 +81,9 @@ def pool_linked(long_hidden: Tensor, links: Tensor, num_globals: int) -> Tensor:
     return total / one_hot.sum(1).clamp(min=1).unsqueeze(-1)
 
 
-def span_loss(start_logits: Tensor, end_logits: Tensor, start_positions: Tensor, end_positions: Tensor) -> Tensor | None:
+def span_loss(
+    start_logits: Tensor, end_logits: Tensor, start_positions: Tensor, end_positions: Tensor
+) -> Tensor | None:
     """Mean of the start and end cross-entropies over rows with a target (positions [B], IGNORE_INDEX
     for none); None when no row has one, so a batch of answerless windows adds no span term."""
     has_target = start_positions != IGNORE_INDEX

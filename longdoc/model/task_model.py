@@ -45,10 +45,11 @@ def describe_checkpoint(directory: str | Path) -> dict[str, Any]:
     """The config.json of a longdoc checkpoint folder; InputError naming the folder when there is none."""
     directory = Path(directory)
     config_path = directory / "config.json"
+    expected = "expected a longdoc model folder (config.json + model.safetensors)"
     if not directory.is_dir():
-        raise InputError(f"{directory}: no such folder; expected a longdoc model folder (config.json + model.safetensors)")
+        raise InputError(f"{directory}: no such folder; {expected}")
     if not config_path.is_file():
-        raise InputError(f"{directory}: no config.json; expected a longdoc model folder (config.json + model.safetensors)")
+        raise InputError(f"{directory}: no config.json; {expected}")
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:

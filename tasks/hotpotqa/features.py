@@ -34,14 +34,20 @@ from longdoc.data.examples import StructuredExample
 from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, build_features
 from longdoc.data.spans import char_span_to_token_span
 from longdoc.errors import InputError
+from longdoc.model.inputs import InputSpec
 from longdoc.tasks.hotpotqa.reader import read_examples
 
 ANSWER_TYPES = ("span", "yes", "no")
 IGNORE = -1
-# Extra row keys and their padding: per long token, per global token, per row.
-LONG_KEYS = {"answer_mask": 0}
-GLOBAL_KEYS = {"sentence_mask": 0, "sp_labels": IGNORE}
-ROW_KEYS = ("answer_type", "start_positions", "end_positions")
+# The rows' keys beside the encoder inputs, as `collate` batches them (labels only in training rows).
+EXTRA_INPUTS = (
+    InputSpec("answer_mask", ("batch", "long"), torch.long, pad=0),
+    InputSpec("sentence_mask", ("batch", "global"), torch.long, pad=0),
+    InputSpec("sp_labels", ("batch", "global"), torch.long, pad=IGNORE),
+    InputSpec("answer_type", ("batch",), torch.long),
+    InputSpec("start_positions", ("batch",), torch.long),
+    InputSpec("end_positions", ("batch",), torch.long),
+)
 
 
 def feature_settings(config) -> FeatureSettings:
@@ -114,15 +120,4 @@ def training_features(path, tokenizer, config, options=None, progress: bool = Tr
 
 def collate(rows: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
     """A padded batch of rows (labelled or not) that goes straight into `HotpotQAModel(**batch)`."""
-    batch = collate_features(rows, pad_token_id)
-    for keys, length_of in ((LONG_KEYS, batch["long_input_ids"]), (GLOBAL_KEYS, batch["global_input_ids"])):
-        for name, pad in keys.items():
-            if name in rows[0]:
-                padded = torch.full((len(rows), length_of.shape[1]), pad, dtype=torch.long)
-                for i, row in enumerate(rows):
-                    padded[i, :len(row[name])] = torch.as_tensor(row[name], dtype=torch.long)
-                batch[name] = padded
-    for name in ROW_KEYS:
-        if name in rows[0]:
-            batch[name] = torch.tensor([row[name] for row in rows], dtype=torch.long)
-    return batch
+    return collate_features(rows, pad_token_id, EXTRA_INPUTS)

@@ -30,9 +30,15 @@ from longdoc.data.batching import collate_features
 from longdoc.data.examples import Candidate, Document, StructuredExample, TextSpan
 from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, build_features
 from longdoc.errors import InputError
+from longdoc.model.inputs import InputSpec
 from longdoc.tasks.wikihop.reader import read_examples
 
 IGNORE = -1
+# The rows' keys beside the encoder inputs, as `collate` batches them (the label only in training rows).
+EXTRA_INPUTS = (
+    InputSpec("candidate_mask", ("batch", "global"), torch.long, pad=0),
+    InputSpec("label", ("batch",), torch.long),
+)
 
 
 def feature_settings(config) -> FeatureSettings:
@@ -66,7 +72,8 @@ class CutCounter:
             warnings.warn(
                 f"{path}: {self.cut_examples} of {self.examples} examples have supports longer than long_max_len "
                 f"{long_max_len} allows; cut after their first window: {self.cut_wordpieces} of "
-                f"{self.total_wordpieces} wordpieces of candidate list and supports ({share:.1%}) not read", stacklevel=3,
+                f"{self.total_wordpieces} wordpieces of candidate list and supports ({share:.1%}) not read",
+                stacklevel=3,
             )
 
 
@@ -123,11 +130,4 @@ def training_features(path, tokenizer, config, options=None, progress: bool = Tr
 
 def collate(rows: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
     """A padded batch of rows (labelled or not) that goes straight into `WikiHopModel(**batch)`."""
-    batch = collate_features(rows, pad_token_id)
-    mask = torch.zeros(batch["global_input_ids"].shape, dtype=torch.long)
-    for i, row in enumerate(rows):
-        mask[i, :len(row["candidate_mask"])] = torch.as_tensor(row["candidate_mask"], dtype=torch.long)
-    batch["candidate_mask"] = mask
-    if "label" in rows[0]:
-        batch["label"] = torch.tensor([row["label"] for row in rows], dtype=torch.long)
-    return batch
+    return collate_features(rows, pad_token_id, EXTRA_INPUTS)

@@ -36,7 +36,9 @@ class WikiHopModel(TaskModel):
         self.candidate_head = GlobalTokenScorer(config.hidden_size)
         self.post_init()
 
-    def forward(self, candidate_mask: Tensor | None = None, label: Tensor | None = None, **inputs: Tensor) -> WikiHopOutput:
+    def forward(
+        self, candidate_mask: Tensor | None = None, label: Tensor | None = None, **inputs: Tensor
+    ) -> WikiHopOutput:
         """`inputs`: the encoder's (GlobalLocalModel.forward); candidate_mask [B, G]; label [B]: the
         global index of the answer's candidate token (-1: none), from `features.collate`."""
         encoded = self.encode(inputs)

@@ -14,11 +14,10 @@ from longdoc.data.features import FeatureSettings, GlobalKind, build_features
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
-from longdoc.tasks.hotpotqa import TASK
 from longdoc.tasks.hotpotqa.decode import (
     SP_THRESHOLD_GRID, WindowScores, choose_sp_threshold, decode_answer, select_facts, sentence_probabilities,
 )
-from longdoc.tasks.hotpotqa.features import collate, sentence_facts, training_features, window_row
+from longdoc.tasks.hotpotqa.features import sentence_facts, training_features, window_row
 from longdoc.tasks.hotpotqa.model import HotpotQAModel
 from longdoc.tasks.hotpotqa.reader import answer_spans
 

@@ -50,7 +50,8 @@ def test_row_links_mentions_and_labels_the_answer_candidate(tokenizer):
     features = _features(example, tokenizer)
     row = window_row(example, features)
     candidates = [g for g, kind in enumerate(features.global_kinds) if kind == GlobalKind.CANDIDATE]
-    assert len(candidates) == 3 and row["candidate_mask"] == [int(g in candidates) for g in range(len(row["candidate_mask"]))]
+    assert len(candidates) == 3
+    assert row["candidate_mask"] == [int(g in candidates) for g in range(len(row["candidate_mask"]))]
     assert row["label"] == candidates[1]
     assert all(features.global_sees_all[g] for g in candidates)
     # Both "Germany" mentions link to the germany candidate token.
@@ -117,9 +118,9 @@ def test_short_training_run_predict_and_evaluate(shared_data, tokenizer, tmp_pat
     out, dev = tmp_path / "run", shared_data / DEV
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the cut warning, tested above
-        assert main(["train", "wikihop", "--config", "cpu", "--train", str(shared_data / TRAIN), "--dev", str(dev),
-                     "--out", str(out), "--init", str(tmp_path / "encoder"), "--long-max-len", "256",
-                     "--global-max-len", "128", "--max-steps", "40", "--batch-size", "4", "--lr", "1e-3",
+        assert main(["train", "wikihop", "--config", "cpu", "--train", str(shared_data / TRAIN), "--out", str(out),
+                     "--init", str(tmp_path / "encoder"), "--long-max-len", "256", "--global-max-len", "128",
+                     "--max-steps", "40", "--batch-size", "4", "--lr", "1e-3",
                      "--log-steps", "10", "--seed", "0"]) == 0
     losses = _train_log_losses(out)
     with capsys.disabled():
@@ -133,7 +134,6 @@ def test_short_training_run_predict_and_evaluate(shared_data, tokenizer, tmp_pat
         warnings.simplefilter("error")  # missing or unknown ids would warn
         assert main(["evaluate", "wikihop", "--gold", str(dev), "--pred", str(prediction), "--json"]) == 0
     assert set(json.loads(capsys.readouterr().out.strip().splitlines()[-1])) == {"accuracy"}
-    assert json.loads(prediction.read_text()) == json.loads((out / "dev_predictions.json").read_text())
     predicted = json.loads(prediction.read_text())
     gold = json.loads(dev.read_text())
     assert set(predicted) == {e["id"] for e in gold}
