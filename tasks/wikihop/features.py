@@ -14,7 +14,7 @@ Supports longer than the encoder are cut, as ETC cuts them at its long input len
 reads its first window only (`long_max_len` wordpieces with the query), and one warning per
 file counts the examples cut and the support wordpieces they lose. Candidates past the global
 budget are dropped by the feature builder (warned there); a training example whose answer
-candidate was dropped gets no label (-1) and adds nothing to the loss.
+candidate was dropped gets no label (-1) and is left out of training (counted in a warning).
 
 Per row, beside the model inputs: `candidate_mask` [G] (1 on candidate globals) and `label`
 (the global index of the answer's candidate token, -1 for none).
@@ -121,11 +121,11 @@ def training_features(path, tokenizer, config, options=None, progress: bool = Tr
     for example in tqdm(read_examples(path), desc=f"wikihop features {path}", unit=" examples", disable=not progress):
         rows.append(window_row(example, example_window(example, tokenizer, settings, markers, cuts)))
     cuts.warn(path, settings.long_max_len)
-    unlabelled = sum(row["label"] == IGNORE for row in rows)
-    if unlabelled:
-        warnings.warn(f"{path}: {unlabelled} of {len(rows)} examples lost their answer candidate to global_max_len "
-                      f"{settings.global_max_len}; not trained on", stacklevel=2)
-    return rows
+    labelled = [row for row in rows if row["label"] != IGNORE]
+    if len(labelled) < len(rows):
+        warnings.warn(f"{path}: {len(rows) - len(labelled)} of {len(rows)} examples lost their answer candidate to "
+                      f"global_max_len {settings.global_max_len}; left out of training", stacklevel=2)
+    return labelled
 
 
 def collate(rows: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
