@@ -1,0 +1,158 @@
+"""User documents for `longdoc ask`: paths and folders -> decoded texts, with one-line errors.
+
+Supported: .txt and .md (the file's text), .html and .htm (the text a browser would show, taken
+with the standard library's `html.parser`; answer offsets then refer to that extracted text, which
+`SourceText.extracted` records and the JSON output states). A folder stands for every supported
+file under it, in sorted order. Bytes that are not UTF-8 are replaced (U+FFFD) with a warning
+(`longdoc.data.text.decode_text`); offsets are character offsets into the decoded text.
+
+A file that is missing, unreadable, binary (a NUL byte in its first 8 KiB), of an unsupported
+type, or empty (nothing but whitespace), and a folder with no supported file, give a `SourceError`
+naming the path; the other files are still read (`load_sources` returns both lists).
+"""
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Iterable
+
+from longdoc.data.text import decode_text
+
+TEXT_SUFFIXES = (".txt", ".md")
+HTML_SUFFIXES = (".html", ".htm")
+SUPPORTED_SUFFIXES = TEXT_SUFFIXES + HTML_SUFFIXES
+BINARY_PROBE_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class SourceText:
+    """One readable document: its path as given, its text, and the hash of its bytes."""
+
+    path: str
+    text: str
+    sha256: str
+    extracted: bool  # True: `text` is the text extracted from HTML, not the file's own characters
+
+
+@dataclass(frozen=True)
+class SourceError:
+    path: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+# Elements whose content is never shown, and those that start a new block (a paragraph break).
+_HIDDEN = frozenset({"script", "style", "head", "template", "noscript", "svg"})
+_BLOCKS = frozenset(
+    "address article aside blockquote body dd details div dl dt fieldset figcaption figure footer form h1 h2 "
+    "h3 h4 h5 h6 header hr li main nav ol p pre section table tbody td tfoot th thead tr ul".split()
+)
+_SPACE_RUN = re.compile(r"\s+")
+
+
+class _TextExtractor(HTMLParser):
+    """Visible text; blocks separated by blank lines (so `split_paragraphs` sees them), <br> as a
+    line break, runs of whitespace inside text as one space (as a browser renders them)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.hidden_depth = 0
+
+    def _ending(self) -> str:
+        return "".join(self.parts[-2:])[-2:]
+
+    def _break(self, separator: str) -> None:
+        if not self.parts:
+            return
+        if self.parts[-1].endswith(" "):
+            self.parts[-1] = self.parts[-1].rstrip(" ")
+        ending = self._ending()
+        if separator == "\n\n":
+            self.parts.append("\n" * (2 - (len(ending) - len(ending.rstrip("\n")))))
+        elif not ending.endswith("\n"):
+            self.parts.append("\n")
+
+    def handle_starttag(self, tag, attrs):
+        if tag in _HIDDEN:
+            self.hidden_depth += 1
+        elif tag == "br":
+            self._break("\n")
+        elif tag in _BLOCKS:
+            self._break("\n\n")
+
+    def handle_endtag(self, tag):
+        if tag in _HIDDEN:
+            self.hidden_depth = max(0, self.hidden_depth - 1)
+        elif tag in _BLOCKS:
+            self._break("\n\n")
+
+    def handle_data(self, data):
+        if self.hidden_depth:
+            return
+        text = _SPACE_RUN.sub(" ", data)
+        if not self.parts or self._ending()[-1:] in ("\n", " "):
+            text = text.lstrip(" ")
+        if text:
+            self.parts.append(text)
+
+
+def html_to_text(markup: str) -> str:
+    """The visible text of an HTML document (see `_TextExtractor`); entities decoded."""
+    parser = _TextExtractor()
+    parser.feed(markup)
+    parser.close()
+    return "".join(parser.parts).strip()
+
+
+def _expand(path: Path) -> tuple[list[Path], list[SourceError]]:
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES)
+        if not files:
+            return [], [SourceError(str(path), f"folder has no supported file ({', '.join(SUPPORTED_SUFFIXES)})")]
+        return files, []
+    if not path.exists():
+        return [], [SourceError(str(path), "no such file or folder")]
+    if path.suffix.lower() not in SUPPORTED_SUFFIXES:
+        return [], [SourceError(str(path), f"unsupported file type {path.suffix or '(none)'!r}; "
+                                           f"supported: {', '.join(SUPPORTED_SUFFIXES)}")]
+    return [path], []
+
+
+def read_source(path: Path) -> SourceText | SourceError:
+    """One file as a SourceText, or the SourceError that says why it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        return SourceError(str(path), f"cannot read: {error.strerror or error}")
+    if b"\x00" in data[:BINARY_PROBE_BYTES]:
+        return SourceError(str(path), "binary file (contains NUL bytes), not text")
+    text = decode_text(data, str(path))
+    extracted = path.suffix.lower() in HTML_SUFFIXES
+    if extracted:
+        text = html_to_text(text)
+    if not text.strip():
+        return SourceError(str(path), "empty file (no text)" if not extracted else "no visible text in this HTML")
+    return SourceText(str(path), text, hashlib.sha256(data).hexdigest(), extracted)
+
+
+def load_sources(paths: Iterable[str | os.PathLike]) -> tuple[list[SourceText], list[SourceError]]:
+    """Every readable document under `paths` (files and folders), and an error for each that is not."""
+    sources, errors, seen = [], [], set()
+    for given in paths:
+        files, problems = _expand(Path(given))
+        errors.extend(problems)
+        for file in files:
+            key = file.resolve()
+            if key in seen:
+                continue
+            seen.add(key)
+            result = read_source(file)
+            (errors if isinstance(result, SourceError) else sources).append(result)
+    return sources, errors
+

@@ -1,0 +1,72 @@
+"""An `ask` session: documents indexed once, then any number of questions answered over them.
+
+`AskSession(sources, model_dir)` takes the documents `load_sources` read, indexes them (cached, `longdoc.ask.index`), loads the embedder and the reader
+once; `ask(question)` retrieves (`longdoc.ask.retrieve`), reads (`longdoc.ask.reader`) and returns
+the result object of DESIGN section 6: {"question", "answers": [{"text", "score", "file", "start",
+"end", "support": [...]}], "passages": [{"file", "start", "end", "score"}], "documents": [...]}.
+"documents" says, per file, what its offsets count: the file's decoded text, or the text extracted
+from its HTML.
+"""
+
+from pathlib import Path
+from typing import Sequence
+
+from longdoc.ask.documents import SourceText
+from longdoc.ask.index import CorpusIndex, index_documents
+from longdoc.ask.retrieve import retrieve
+from longdoc.convert.pretrained import cache_dir
+from longdoc.errors import InputError
+
+PASSAGES_READ = 8
+
+
+def default_model_dir() -> Path:
+    """Where the README's main job saves its trained multi-hop model, and `ask` looks by default."""
+    return cache_dir() / "models" / "multihop"
+
+
+def check_model_dir(model_dir=None) -> Path:
+    """`model_dir` (default: `default_model_dir()`) when it exists; else InputError saying how to get one."""
+    model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+    if not model_dir.exists():
+        raise InputError(
+            f"{model_dir}: no trained model here; `longdoc ask` reads with a trained HotpotQA-style model: "
+            "run the README's main job (it trains one into this folder), or train one with "
+            "`longdoc train multihop --out DIR` and pass --model DIR")
+    return model_dir
+
+
+class AskSession:
+    def __init__(self, sources: Sequence[SourceText], model_dir=None, *, passages: int = PASSAGES_READ, second_hop: bool = True,
+                 progress: bool = True, cache_root: Path | None = None):
+        from longdoc.ask.embedding import SentenceEmbedder
+        from longdoc.ask.reader import load_reader
+
+        self.model_dir = check_model_dir(model_dir)
+        self.model, self.tokenizer = load_reader(self.model_dir)
+        self.sources = list(sources)
+        self.embedder = SentenceEmbedder()
+        self.corpus = CorpusIndex(index_documents(self.sources, self.embedder, cache_root=cache_root,
+                                                  progress=progress))
+        self.passages = passages
+        self.second_hop = second_hop
+
+    def ask(self, question: str, top_k: int = 1, min_score: float | None = None) -> dict:
+        """The result object for `question` (see the module docstring); `min_score`: the reader's
+        (longdoc.ask.reader.MIN_SCORE when None)."""
+        from longdoc.ask.reader import MIN_SCORE, read_answers
+
+        question = question.strip()
+        hits = retrieve(question, self.corpus, self.embedder, self.passages, self.second_hop) if question else []
+        answers = read_answers(question, self.corpus, hits, self.model, self.tokenizer, top_k=top_k,
+                               min_score=MIN_SCORE if min_score is None else min_score) if hits else []
+        return {
+            "question": question,
+            "answers": [answer.to_json() for answer in answers],
+            "passages": [{"file": self.corpus.documents[hit.document].source.path,
+                          "start": self.corpus.passage(hit).start, "end": self.corpus.passage(hit).end,
+                          "score": hit.score} for hit in hits],
+            "documents": [{"file": source.path, "sha256": source.sha256,
+                           "offsets_into": "text extracted from HTML" if source.extracted else "decoded file text"}
+                          for source in self.sources],
+        }

@@ -1,0 +1,101 @@
+"""`longdoc ask --model DIR --question TEXT PATH... [--top-k K] [--json]`: answers from long documents.
+
+Without --question: questions from standard input, interactively on a terminal (a prompt, line
+editing and history through readline, Ctrl-D to leave), else one per line with no prompt (with
+--json, one JSON object per line). A path that cannot be read gets a one-line error and exit
+status 2, after the other files have been answered.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from longdoc.errors import InputError
+
+HELP = "answer questions from long documents (.txt, .md, .html, folders) with the answer's exact location"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from longdoc.ask.session import PASSAGES_READ, default_model_dir
+
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files (.txt, .md, .html, .htm) and folders")
+    parser.add_argument("--model", type=Path, metavar="DIR",
+                        help=f"a trained HotpotQA-style model (default: {default_model_dir()}, where the README's "
+                             "main job saves its model)")
+    parser.add_argument("--question", help="the question; without it, questions are read from standard input")
+    parser.add_argument("--top-k", type=int, default=1, metavar="K", help="answers to show per question (default 1)")
+    parser.add_argument("--passages", type=int, default=PASSAGES_READ, metavar="N",
+                        help=f"passages retrieved and read per question (default {PASSAGES_READ})")
+    parser.add_argument("--min-score", type=float, metavar="P",
+                        help="drop span answers the model gives a lower probability (default 0.05); none left: "
+                             "'no answer found'")
+    parser.add_argument("--no-second-hop", dest="second_hop", action="store_false",
+                        help="retrieve with the question only (no second hop from the first passages)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object per question (answers, support, passages, with offsets)")
+
+
+def _line_column(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _where(session, file: str, start: int) -> str:
+    source = next(s for s in session.sources if s.path == file)
+    line, column = _line_column(source.text, start)
+    return f"{file}:{line}:{column}" + (" (extracted text)" if source.extracted else "")
+
+
+def _print_result(session, result: dict) -> None:
+    if not result["answers"]:
+        print("no answer found")
+    for answer in result["answers"]:
+        place = "" if answer["file"] is None else f"  at {_where(session, answer['file'], answer['start'])}"
+        print(f"{answer['text']}  (score {answer['score']:.2f}){place}")
+        for sentence in answer["support"]:
+            print(f"    because {_where(session, sentence['file'], sentence['start'])}: {sentence['text']}")
+    sys.stdout.flush()
+
+
+def _questions(interactive: bool):
+    if interactive:
+        try:
+            import readline  # noqa: F401  (line editing and history for input())
+        except ImportError:
+            pass
+        while True:
+            try:
+                line = input("question> ")
+            except EOFError:
+                print(file=sys.stderr)
+                return
+            if line.strip():
+                yield line
+    else:
+        for line in sys.stdin:
+            if line.strip():
+                yield line.rstrip("\r\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    from longdoc.ask.documents import load_sources
+    from longdoc.ask.session import AskSession, check_model_dir
+
+    if args.top_k < 1 or args.passages < 1:
+        raise InputError(f"--top-k and --passages must be >= 1, got {args.top_k} and {args.passages}")
+    check_model_dir(args.model)
+    sources, errors = load_sources(args.paths)
+    for error in errors:
+        print(f"longdoc ask: error: {error}", file=sys.stderr)
+    if not sources:
+        return 2
+    session = AskSession(sources, args.model, passages=args.passages, second_hop=args.second_hop)
+    questions = [args.question] if args.question is not None else _questions(sys.stdin.isatty())
+    for question in questions:
+        result = session.ask(question, top_k=args.top_k, min_score=args.min_score)
+        if args.json:
+            print(json.dumps(result, ensure_ascii=False), flush=True)
+        else:
+            _print_result(session, result)
+    return 2 if errors else 0

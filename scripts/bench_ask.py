@@ -1,0 +1,68 @@
+"""Benchmarks of `longdoc ask` (README: "longdoc ask").
+
+  python scripts/bench_ask.py retrieval [--data HOTPOT_JSON] [--passages 2 4 6 8 10]
+      how often one / all gold supporting sentences of each question lie inside the retrieved
+      passages, with and without the second hop, against MiniLM sentence retrieval given the same
+      number of words (longdoc.ask.benchmark.retrieval_quality), on all the paragraphs of a
+      HotpotQA file as one document (default: the sample in ../shared/data).
+  python scripts/bench_ask.py speed [--model DIR] [--words 100000]
+      seconds to index a generated document of that many words (nothing cached), and per answer
+      once indexed (retrieval + reading), with the model DIR or, without one, an untrained
+      HotpotQA model on the lifted MiniLM (same size, same time).
+Both print a markdown table and, with --json FILE, write the rows.
+"""
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT.parent / "shared" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.first53.json"
+
+
+def retrieval(args) -> list[dict]:
+    from longdoc.ask.benchmark import hotpotqa_document, retrieval_quality
+    from longdoc.ask.embedding import SentenceEmbedder
+
+    document = hotpotqa_document(args.data)
+    print(f"{args.data}: {len(document.text.split())} words, {len(document.questions)} questions", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as cache:
+        rows = retrieval_quality(document, SentenceEmbedder(), tuple(args.passages), cache_root=Path(cache))
+    return [{**row, "one": round(row["one"], 3), "all": round(row["all"], 3), "words": round(row["words"])}
+            for row in rows]
+
+
+def speed(args) -> list[dict]:
+    from longdoc.ask.benchmark import speed_rows
+
+    return speed_rows(words=args.words, model_dir=args.model, questions=args.questions)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    modes = parser.add_subparsers(dest="mode", required=True)
+    quality = modes.add_parser("retrieval", help="retrieval quality on a HotpotQA file's paragraphs")
+    quality.add_argument("--data", type=Path, default=SAMPLE)
+    quality.add_argument("--passages", type=int, nargs="+", default=[2, 4, 6, 8, 10])
+    timing = modes.add_parser("speed", help="indexing and answering time on a long generated document")
+    timing.add_argument("--model", type=Path, help="a trained model (default: untrained, same size)")
+    timing.add_argument("--words", type=int, default=100_000)
+    timing.add_argument("--questions", type=int, default=5)
+    for sub in (quality, timing):
+        sub.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
+    args = parser.parse_args(argv)
+    rows = retrieval(args) if args.mode == "retrieval" else speed(args)
+    from longdoc.evaluate.tables import markdown_table
+
+    print(markdown_table(list(rows[0]), [list(row.values()) for row in rows]))
+    if args.json:
+        from longdoc.io import atomic_write_json
+
+        atomic_write_json(args.json, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

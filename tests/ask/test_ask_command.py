@@ -1,0 +1,112 @@
+"""`longdoc ask` end to end with a tiny (untrained) HotpotQA reader: every answer, support sentence
+and passage location is exact in the file's decoded or extracted text (non-ASCII, CRLF, HTML),
+questions from a pipe give one JSON line each, and bad input gives one-line errors and exit 2
+while the other files are still answered."""
+
+import io
+import json
+
+import pytest
+import torch
+
+from longdoc.ask.documents import html_to_text
+from longdoc.cli import main
+from longdoc.convert.pretrained import default_tokenizer
+from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.modeling import GlobalLocalModel
+from longdoc.tasks.hotpotqa.model import HotpotQAModel
+
+TEXT = ("Zoë Quellmann works for Brünnhilde Labs.\r\n\r\nThe weather was mild. Café owners were pleased.\r\n\r\n"
+        "Brünnhilde Labs is based in Søndervik. It makes kettles.\r\n")
+HTML = ("<html><head><title>x</title><script>var a = 1;</script></head><body><h1>Notes &amp; facts</h1>"
+        "<p>Åsa Lind works for Orbix Group.</p><p>Orbix Group is based in  Tallinnford.<br>It sells lamps.</p>"
+        "</body></html>")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    tokenizer = default_tokenizer()
+    root = tmp_path_factory.mktemp("reader")
+    config = GlobalLocalConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=64, local_radius=16, long_max_len=256,
+                               global_max_len=64)
+    torch.manual_seed(0)
+    GlobalLocalModel(config).save_pretrained(root / "encoder")
+    tokenizer.save_pretrained(root / "encoder")
+    model = HotpotQAModel.from_encoder(root / "encoder", stride=32, max_question_len=32)
+    with torch.no_grad():  # untrained, but told to answer with spans: offsets get exercised
+        model.type_head.projection.bias.copy_(torch.tensor([10.0, 0.0, 0.0]))
+    model.save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    return root
+
+
+@pytest.fixture()
+def documents(tmp_path, monkeypatch):
+    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "notes.txt").write_bytes(TEXT.encode("utf-8"))
+    (tmp_path / "page.html").write_bytes(HTML.encode("utf-8"))
+    return tmp_path
+
+
+def _contents(documents, file):
+    text = (documents / file.split("/")[-1]).read_bytes().decode("utf-8")
+    return html_to_text(text) if file.endswith(".html") else text
+
+
+def _check_offsets(documents, result):
+    assert result["passages"]
+    for passage in result["passages"]:
+        assert 0 <= passage["start"] < passage["end"] <= len(_contents(documents, passage["file"]))
+    for answer in result["answers"]:
+        assert answer["text"] == _contents(documents, answer["file"])[answer["start"]:answer["end"]]
+        assert answer["support"]
+        for sentence in answer["support"]:
+            assert sentence["text"] == _contents(documents, sentence["file"])[sentence["start"]:sentence["end"]]
+    kinds = {d["file"].split("/")[-1]: d["offsets_into"] for d in result["documents"]}
+    assert kinds == {"notes.txt": "decoded file text", "page.html": "text extracted from HTML"}
+
+
+def test_json_answers_and_support_are_exact(model_dir, documents, capsys):
+    assert main(["ask", "--model", str(model_dir / "model"), "--question", "Where is the employer of Zoë based?",
+                 "--top-k", "5", "--min-score", "0", "--json", str(documents / "notes.txt"),
+                 str(documents / "page.html")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["question"] == "Where is the employer of Zoë based?"
+    assert 1 <= len(result["answers"]) <= 5
+    _check_offsets(documents, result)
+    assert [a["score"] for a in result["answers"]] == sorted((a["score"] for a in result["answers"]), reverse=True)
+
+
+def test_questions_from_a_pipe_and_a_bad_file_among_good_ones(model_dir, documents, capsys, monkeypatch):
+    (documents / "empty.txt").write_text("", encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", io.StringIO("Where is Orbix Group based?\n\nWho works for Orbix Group?\r\n"))
+    assert main(["ask", "--model", str(model_dir / "model"), "--min-score", "0", "--json", str(documents),
+                 str(documents / "missing.md")]) == 2
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert [json.loads(line)["question"] for line in lines] == ["Where is Orbix Group based?",
+                                                                "Who works for Orbix Group?"]
+    for line in lines:
+        _check_offsets(documents, json.loads(line))
+    errors = [line for line in captured.err.splitlines() if line.startswith("longdoc ask: error:")]
+    assert errors == [f"longdoc ask: error: {documents / 'empty.txt'}: empty file (no text)",
+                      f"longdoc ask: error: {documents / 'missing.md'}: no such file or folder"]
+
+
+def test_plain_output_says_no_answer_rather_than_inventing_one(model_dir, documents, capsys):
+    # An untrained model's spans are far below the default probability floor.
+    assert main(["ask", "--model", str(model_dir / "model"), "--question", "Where is Orbix Group based?",
+                 str(documents / "page.html")]) == 0
+    assert capsys.readouterr().out.strip() == "no answer found"
+
+
+def test_missing_or_wrong_model_and_nothing_readable(model_dir, documents, capsys):
+    assert main(["ask", "--model", str(documents / "nowhere"), "--question", "q", str(documents / "notes.txt")]) == 2
+    assert "no trained model here" in capsys.readouterr().err
+    assert main(["ask", "--model", str(model_dir / "encoder"), "--question", "q", str(documents / "notes.txt")]) == 2
+    assert "bare encoder" in capsys.readouterr().err
+    (documents / "blob.txt").write_bytes(b"\x00\x01\x02")
+    assert main(["ask", "--model", str(model_dir / "model"), "--question", "q", str(documents / "blob.txt")]) == 2
+    assert capsys.readouterr().err == (f"longdoc ask: error: {documents / 'blob.txt'}: binary file (contains NUL "
+                                       "bytes), not text\n")

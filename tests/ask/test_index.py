@@ -1,0 +1,88 @@
+"""Embeddings (as sentence-transformers computes them), the on-disk index cache (reused, refreshed
+on change, rebuilt when damaged) and retrieval with the second hop over a long document."""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from longdoc.ask.documents import SourceText
+from longdoc.ask.embedding import SentenceEmbedder
+from longdoc.ask.index import CorpusIndex, index_documents
+from longdoc.ask.retrieve import retrieve
+from longdoc.tasks.multihop.generator import make_examples
+
+
+class CountingEmbedder:
+    """The real embedder, counting the texts it embeds."""
+
+    def __init__(self, embedder):
+        self.inner, self.embedded = embedder, 0
+        self.key, self.count_tokens = embedder.key, embedder.count_tokens
+
+    def embed(self, texts, progress=None):
+        self.embedded += len(texts)
+        return self.inner.embed(texts, progress)
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return SentenceEmbedder()
+
+
+def source(text: str, path: str = "doc.txt") -> SourceText:
+    return SourceText(path, text, hashlib.sha256(text.encode()).hexdigest(), False)
+
+
+@pytest.mark.slow  # importing sentence-transformers takes seconds
+def test_embeddings_equal_sentence_transformers(embedder):
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    texts = ["Where is the employer of Alya Ivesson based?", "Zoë works for Corex Labs.", "word " * 300]
+    reference = sentence_transformers.SentenceTransformer(str(embedder.path), device="cpu").encode(texts)
+    ours = embedder.embed(texts)
+    np.testing.assert_allclose(ours, reference, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
+
+
+def test_cache_is_reused_refreshed_on_change_and_rebuilt_when_damaged(embedder, tmp_path):
+    counting = CountingEmbedder(embedder)
+    text = "First paragraph about rivers.\n\nSecond paragraph about mountains. It has two sentences."
+    [first] = index_documents([source(text)], counting, cache_root=tmp_path, progress=False)
+    # (the short first paragraph joins the second: one passage)
+    assert counting.embedded == len(first.passages) == 1
+    [folder] = list(tmp_path.iterdir())
+    [again] = index_documents([source(text)], counting, cache_root=tmp_path, progress=False)
+    assert counting.embedded == 1 and again.passages == first.passages
+    np.testing.assert_array_equal(again.vectors, first.vectors)
+
+    index_documents([source(text + " Changed.")], counting, cache_root=tmp_path, progress=False)
+    assert counting.embedded == 2
+
+    (folder / "index.faiss").write_bytes(b"garbage")
+    with pytest.warns(UserWarning, match="cached index .* is unusable .*hash.*rebuilding"):
+        [rebuilt] = index_documents([source(text)], counting, cache_root=tmp_path, progress=False)
+    assert counting.embedded == 3
+    np.testing.assert_allclose(rebuilt.vectors, first.vectors, atol=1e-6)
+    (folder / "meta.json").write_text("{not json", encoding="utf-8")
+    with pytest.warns(UserWarning, match="unusable"):
+        index_documents([source(text)], counting, cache_root=tmp_path, progress=False)
+    assert counting.embedded == 4
+    index_documents([source(text)], counting, cache_root=tmp_path, progress=False)
+    assert counting.embedded == 4
+
+
+def test_the_passage_at_the_far_end_of_a_long_document_is_retrieved(embedder, tmp_path):
+    # About 20 times a 512-token encoder window of generated filler (full of "X is based in Y"
+    # distractors), the fact asked for in its last paragraph.
+    records = make_examples(5, seed=3, length=2200, min_distance=0, tokenizer=embedder.tokenizer, progress=False)
+    filler = [title + "\n" + "".join(sentences) for r in records for title, sentences in r["context"]]
+    text = "\n\n".join(["Quinoa Brightwell works for Pyraxis Foundry."] + filler
+                       + ["Pyraxis Foundry is based in Ostmouth Harbour."])
+    assert len(embedder.tokenizer(text)["input_ids"]) > 20 * 512
+    corpus = CorpusIndex(index_documents([source(text)], embedder, cache_root=tmp_path, progress=False))
+    for second_hop in (False, True):
+        hits = retrieve("Which city is Pyraxis Foundry based in?", corpus, embedder, 4, second_hop=second_hop)
+        assert len(hits) == 4
+        [last] = [hit for hit in hits if corpus.passage(hit).end == len(text)]
+        assert corpus.text(last).endswith("\n\nPyraxis Foundry is based in Ostmouth Harbour.")
+        assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)
