@@ -231,3 +231,17 @@ def test_predict_refuses_a_bare_encoder_and_a_wrong_file(shared_data, tokenizer,
                  str(shared_data / WIKIHOP_SAMPLE), "--out", str(tmp_path / "p.json")]) == 2
     assert "trained hotpotqa model, not a wikihop model" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_answers_missing_from_the_context_are_counted_and_not_span_targets(tokenizer, tmp_path):
+    record = {"_id": "x1", "question": "Which river?", "answer": "Danube", "type": "bridge", "level": "hard",
+              "supporting_facts": [["Alpha", 0]],
+              "context": [["Alpha", ["Alpha is a town.", " It lies on a river."]], ["Gamma", ["Gamma is big."]]]}
+    path = tmp_path / "hotpot.json"
+    path.write_text(json.dumps([record, {**record, "_id": "x2", "answer": "yes"}]))
+    config = GlobalLocalConfig(vocab_size=tokenizer.vocab_size, hidden_size=8, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=8, long_max_len=256, global_max_len=96)
+    config.task_options = dict(HotpotQAModel.default_task_options)
+    with pytest.warns(UserWarning, match=r"hotpot.json: 1 of 1 span answers do not occur in their context"):
+        rows = training_features(path, tokenizer, config, progress=False)
+    assert [(row["answer_type"], row["start_positions"]) for row in rows] == [(0, -1), (1, -1)]
