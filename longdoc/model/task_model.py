@@ -18,9 +18,8 @@ Starting points:
   overrides encoder settings that need no new weights or that start fresh (lengths,
   `residual_attention`, `talking_heads` starting at identity).
 - `Class.from_pretrained(DIR)`: a trained model of this task. A bare encoder or a model of another
-  task is refused with a message saying what DIR holds and how to get the right model.
-- `load_task_model(DIR)`: whatever task model DIR holds, found through the task registry (its
-  tokenizer: `longdoc.convert.checkpoint.read_tokenizer(DIR)`).
+  task is refused with a message saying what DIR holds and how to get the right model. The
+  tokenizer saved beside it: `longdoc.convert.checkpoint.read_tokenizer(DIR)`.
 
 `model.forward_rows(rows, collate, batch_size)` runs a trained model over feature rows batched by
 length, with a progress bar: what every task's `decode.predict` needs.
@@ -35,9 +34,9 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from longdoc.data.batching import length_batches
-from longdoc.data.features import MODEL_INPUT_NAMES
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.inputs import MODEL_INPUT_NAMES
 from longdoc.model.modeling import GlobalLocalModel, GlobalLocalModelOutput, GlobalLocalPreTrainedModel
 
 
@@ -164,14 +163,4 @@ def check_task_checkpoint(directory: str | Path, task_name: str) -> dict[str, An
             f"`longdoc predict {found['task']}`, or {train_hint}"
         )
     return found
-
-
-def load_task_model(directory: str | Path) -> TaskModel:
-    """The trained model in `directory`, whichever task it is for (its class from the task registry)."""
-    from longdoc.tasks import get_task
-
-    found = describe_checkpoint(directory)
-    if not found.get("task"):
-        raise InputError(f"{directory}: is a bare encoder (GlobalLocalModel, no task head), not a trained task model")
-    return get_task(found["task"]).load("model").from_pretrained(directory)
 
