@@ -6,4 +6,6 @@ task_packages = ["longdoc.tasks"] + [f"longdoc.tasks.{name}" for name in find_pa
 setup(
     packages=find_packages(include=["longdoc", "longdoc.*"]) + task_packages,
     package_dir={"longdoc": "longdoc", "longdoc.tasks": "tasks"},
+    # Each task's shipped hyperparameters (configs/NAME.json, with a README of their sources).
+    package_data={f"longdoc.tasks.{name}": ["configs/*.json", "configs/*.md"] for name in find_packages("tasks")},
 )
