@@ -36,7 +36,7 @@ RESTRICTED_RUN = "first-{length}"
 class DemoData:
     """The generated data of the demo (see `longdoc make-data multihop`)."""
 
-    train_examples: int = 160  # one pass at the demo config's 40 steps of 4
+    train_examples: int = 128  # one pass at the demo config's 32 steps of 2 x 2
     dev_examples: int = 40
     length: int = 1024
     min_distance: int = 512
@@ -131,7 +131,8 @@ def timed_training(task, options: Mapping[str, Any], minutes: float) -> list[Cur
     The engine's own job and loop (`build_task_job`, `run_training`): its evaluation is wrapped to
     take the clock out while it runs, and the time limit asks the loop to stop the way Ctrl-C does
     (SIGTERM: the step in flight finishes and a checkpoint is written), then the stopped model is
-    evaluated once more. The clock starts at the first training batch (model loading excluded)."""
+    evaluated once more (that last point's minutes include writing the stop checkpoint). The clock
+    starts at the first training batch (model loading excluded)."""
     import os
     import signal
     import time

@@ -1,0 +1,121 @@
+"""Learning on the built-in multi-hop task: held-out answer F1 against training minutes.
+
+Documents of --length wordpieces (default 2048) with the two facts of every question more than
+--min-distance wordpieces apart (default 1025, i.e. more than 1024); three runs of `longdoc train
+multihop` on the same data and options (tasks/multihop/configs/bench.json), each stopped after
+--minutes of training (evaluation excluded) and evaluated on the held-out file every --eval-steps:
+the lifted MiniLM with RealFormer residual attention on, the same with it off, and the same model
+(residual on) reading only the first 512 wordpieces of every document. Writes to --out:
+curves.json (every evaluation, every metric), curves.md (the table) and curves.png (the plot;
+needs matplotlib: pip install -e ".[plot]").
+
+    python scripts/bench_multihop.py --out bench-multihop --minutes 30
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from longdoc.io import atomic_write_json, atomic_write_text
+
+RUNS = (  # name, residual attention, reads the first 512 wordpieces only
+    ("residual on", True, False),
+    ("residual off", False, False),
+    ("first 512, residual on", True, True),
+)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("bench-multihop"), help="data, runs and the curves")
+    parser.add_argument("--minutes", type=float, default=30.0, help="training minutes per run (default 30)")
+    parser.add_argument("--config", default="bench", help="training options of every run (default: multihop 'bench')")
+    parser.add_argument("--eval-steps", type=int, help="evaluate every N steps (default: the config's)")
+    parser.add_argument("--max-steps", type=int,
+                        help="steps of the learning-rate schedule (default: the config's); a run stops at the "
+                             "earlier of --minutes and this")
+    parser.add_argument("--train-examples", type=int, default=2000)
+    parser.add_argument("--dev-examples", type=int, default=100)
+    parser.add_argument("--length", type=int, default=2048)
+    parser.add_argument("--min-distance", type=int, default=1025)
+    parser.add_argument("--restricted-length", type=int, default=512)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def table(curves: dict[str, list[dict]]) -> str:
+    from longdoc.evaluate.tables import markdown_table
+
+    rows = [[name, str(point["step"]), f"{point['minutes']:.1f}", f"{point['metrics']['f1']:.4f}",
+             f"{point['metrics']['em']:.4f}"]
+            for name, points in curves.items() for point in points]
+    return markdown_table(["run", "step", "training minutes", "answer F1", "answer EM"], rows)
+
+
+def plot(curves: dict[str, list[dict]], path: Path, title: str) -> bool:
+    try:
+        import matplotlib
+    except ImportError:
+        print('bench_multihop: matplotlib is not installed (pip install -e ".[plot]"): no plot', file=sys.stderr)
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6.4, 4.2))
+    for name, points in curves.items():
+        axes.plot([p["minutes"] for p in points], [p["metrics"]["f1"] for p in points], marker="o", label=name)
+    axes.set_xlabel("training minutes")
+    axes.set_ylabel("held-out answer F1")
+    axes.set_ylim(0, 1)
+    axes.set_title(title, fontsize=9)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    staging = path.with_name(f".{path.name}.tmp.png")
+    figure.savefig(staging, dpi=120)
+    staging.replace(path)
+    return True
+
+
+def main(argv=None) -> int:
+    from dataclasses import asdict
+
+    from longdoc.convert.checkpoint import read_tokenizer
+    from longdoc.convert.pretrained import default_model_path
+    from longdoc.demo import DemoData, run_options, timed_training, write_data
+    from longdoc.tasks import get_task
+    from longdoc.train.options import options_json
+
+    args = parse_args(argv)
+    data = DemoData(train_examples=args.train_examples, dev_examples=args.dev_examples, length=args.length,
+                    min_distance=args.min_distance, restricted_length=args.restricted_length, seed=args.seed)
+    (args.out / "data").mkdir(parents=True, exist_ok=True)
+    paths = write_data(args.out / "data", data, read_tokenizer(default_model_path()))
+    task = get_task("multihop")
+    curves, run_options_used = {}, {}
+    for name, residual, restricted in RUNS:
+        given = {"train": paths["train-restricted" if restricted else "train"],
+                 "dev": paths["dev-restricted" if restricted else "dev"],
+                 "out": args.out / name.replace(",", "").replace(" ", "-"),
+                 "residual_attention": residual,
+                 "long_max_len": data.restricted_length if restricted else data.length,
+                 "eval_steps": args.eval_steps, "max_steps": args.max_steps}
+        options = run_options(task, given, args.config)
+        print(f"bench_multihop: {name}: {args.minutes:g} training minutes in {given['out']}", file=sys.stderr)
+        run_options_used[name] = options_json(options)
+        curves[name] = [asdict(point) for point in timed_training(task, options, args.minutes)]
+        atomic_write_json(args.out / "curves.json", {"data": asdict(data), "minutes": args.minutes,
+                                                     "options": run_options_used, "curves": curves})
+    text = table(curves)
+    atomic_write_text(args.out / "curves.md", text + "\n")
+    print(text)
+    title = (f"multihop: {data.length}-wordpiece documents, facts > {data.min_distance - 1} apart, "
+             f"{data.dev_examples} held-out")
+    if plot(curves, args.out / "curves.png", title):
+        print(f"bench_multihop: plot in {args.out / 'curves.png'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
