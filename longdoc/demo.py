@@ -13,7 +13,10 @@ Steps, each on the library's own code path:
    (`long_max_len = length`), and the same model reading the cut files (`long_max_len =
    restricted_length`); each ends with predictions on the dev file scored by the official
    HotpotQA metric, written as the run's metrics.json;
-4. the leaderboard of the two runs (`longdoc leaderboard`).
+4. the leaderboard of the two runs (`longdoc leaderboard`);
+5. the whole-document model copied to the folder `longdoc ask` reads by default, and the first
+   held-out example written as a plain text file for one question to it (`longdoc demo` then runs
+   `longdoc ask` on it).
 
 The first-512 row is the baseline a 512-token encoder (BERT, MiniLM as published) would give: it
 never sees both facts of a question.
@@ -58,6 +61,8 @@ class DemoResult:
     runs: dict[str, Path]  # run name -> run folder (metrics.json, the model, dev_predictions.json)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     leaderboard: str = ""
+    question: str = ""  # the first held-out question, and its document as a plain text file
+    document: Path | None = None
 
 
 def first_tokens(records: list[dict], limit: int, tokenizer) -> list[dict]:
@@ -104,6 +109,38 @@ def write_data(folder: Path, data: DemoData, tokenizer, progress: bool = True) -
         atomic_write_json(paths[f"{split}-restricted"], first_tokens(records, data.restricted_length, tokenizer),
                           indent=None)
     return paths
+
+
+def write_document(record: dict, path: Path) -> Path:
+    """A HotpotQA record's context as a plain text file: each paragraph its title line, then its
+    sentences, paragraphs apart by a blank line."""
+    from longdoc.io import atomic_write_text
+
+    atomic_write_text(path, "\n\n".join(f"{title}\n{''.join(sentences)}" for title, sentences in record["context"])
+                      + "\n")
+    return path
+
+
+def publish_model(run_dir: Path, target: Path) -> Path:
+    """The final model of a run (its weights, config and tokenizer: no checkpoints, predictions or
+    logs) copied to `target`, replacing what was there only once the copy is whole."""
+    import shutil
+
+    target = Path(target)
+    staging = target.with_name(f".{target.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for path in Path(run_dir).iterdir():
+        if path.is_file() and (path.suffix == ".safetensors" or path.name == "config.json"
+                               or path.name.startswith(("tokenizer", "special_tokens", "vocab"))):
+            shutil.copy2(path, staging / path.name)
+    previous = target.with_name(f".{target.name}.previous")
+    shutil.rmtree(previous, ignore_errors=True)
+    if target.exists():
+        target.rename(previous)
+    staging.rename(target)
+    shutil.rmtree(previous, ignore_errors=True)
+    return target
 
 
 def run_options(task, given: Mapping[str, Any], config: str | Path | None = CONFIG_NAME) -> dict[str, Any]:
@@ -185,13 +222,16 @@ def timed_training(task, options: Mapping[str, Any], minutes: float) -> list[Cur
 
 
 def run_demo(out: Path, data: DemoData = DemoData(), overrides: Mapping[str, Any] | None = None,
-             config: str | Path | None = CONFIG_NAME, progress: bool = True) -> DemoResult:
-    """Steps 1-4 of the module docstring in `out` (data/, full/, first-N/); `overrides` are engine
+             config: str | Path | None = CONFIG_NAME, model_dir: Path | None = None,
+             progress: bool = True) -> DemoResult:
+    """Steps 1-5 of the module docstring in `out` (data/, full/, first-N/; the whole-document model
+    copied to `model_dir` when given); `overrides` are engine
     options over the config's (as on `longdoc train`'s command line). Rerun on the same `out`, each
     finished run is only evaluated again (the engine resumes from its folder)."""
     from longdoc.convert.pretrained import default_model_path
     from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, leaderboards_markdown
+    from longdoc.io import read_json
     from longdoc.tasks import get_task
     from longdoc.train.finetune import train_task
 
@@ -216,4 +256,8 @@ def run_demo(out: Path, data: DemoData = DemoData(), overrides: Mapping[str, Any
             raise KeyboardInterrupt
         result.metrics[name] = trained.metrics
     result.leaderboard = leaderboards_markdown(build_leaderboards(find_runs(result.runs.values())))
+    if model_dir is not None:
+        publish_model(result.runs[FULL_RUN], model_dir)
+    first = read_json(paths["dev"])[0]
+    result.question, result.document = first["question"], write_document(first, out / "data" / "document.txt")
     return result

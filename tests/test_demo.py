@@ -55,7 +55,8 @@ def test_restricted_length_must_leave_the_facts_apart():
 def test_demo_trains_both_runs_and_prints_both_rows(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--train-examples", "4", "--dev-examples", "3", "--length", "512",
-                 "--min-distance", "256", "--restricted-length", "256", "--max-steps", "1"]) == 0
+                 "--min-distance", "256", "--restricted-length", "256", "--max-steps", "1",
+                 "--model-dir", str(tmp_path / "model")]) == 0
     printed = capsys.readouterr().out
     for run, long_max_len, dev in (("full", 512, "dev.json"), ("first-256", 256, "dev-first256.json")):
         record = json.loads((out / run / "metrics.json").read_text())
@@ -69,3 +70,13 @@ def test_demo_trains_both_runs_and_prints_both_rows(tmp_path, capsys):
         assert f"| {out / run} " in printed
         assert f"held-out answer F1, {run}: {record['metrics']['f1']:.4f}" in printed
     assert printed.index("### multihop") < printed.index("held-out answer F1")
+    # The whole-document model, without checkpoints, where `longdoc ask` was pointed; one question
+    # of the first held-out example asked of its document, answered with a location or refused.
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [
+        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    question = json.loads((out / "data" / "dev.json").read_text())[0]["question"]
+    document = out / "data" / "document.txt"
+    ask_output = printed[printed.index("$ longdoc ask"):]
+    assert question in ask_output.splitlines()[0] and str(document) in ask_output.splitlines()[0]
+    answer_line = ask_output.splitlines()[1]
+    assert answer_line == "no answer found" or f" at {document}:" in answer_line

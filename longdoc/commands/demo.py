@@ -3,6 +3,7 @@ data, train the lifted MiniLM on whole documents and on their first 512 tokens, 
 leaderboard of the two held-out runs."""
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -29,9 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name), metavar="N",
                             help=f"{help_text} (default {getattr(defaults, name)})")
     parser.add_argument("--seed", type=int, default=defaults.seed, help=f"data seed (default {defaults.seed})")
+    parser.add_argument("--model-dir", type=Path, metavar="DIR",
+                        help="where the whole-document model is copied for `longdoc ask` (default: the folder "
+                             "`longdoc ask` reads by default)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from longdoc.ask.session import default_model_dir
+    from longdoc.cli import main as longdoc_main
     from longdoc.demo import DemoData, run_demo
 
     if args.max_steps is not None and args.max_steps < 1:
@@ -40,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
                     min_distance=args.min_distance, restricted_length=args.restricted_length, seed=args.seed)
     started = time.perf_counter()
     overrides = {"max_steps": args.max_steps} if args.max_steps is not None else {}
+    model_dir = args.model_dir or default_model_dir()
     try:
-        result = run_demo(args.out, data, overrides, args.config)
+        result = run_demo(args.out, data, overrides, args.config, model_dir)
     except KeyboardInterrupt:
         print("longdoc demo: stopped; rerun the same command to resume", file=sys.stderr)
         return 130
@@ -49,5 +56,9 @@ def run(args: argparse.Namespace) -> int:
     print()
     for name, metrics in result.metrics.items():
         print(f"held-out answer F1, {name}: {metrics.get('f1', float('nan')):.4f}")
+    # One question to a long generated document, answered with its location by the model just trained.
+    ask = ["ask", "--model", str(model_dir), "--question", result.question, str(result.document)]
+    print(f"\n$ longdoc {' '.join(shlex.quote(word) for word in ask)}", flush=True)
+    status = longdoc_main(ask)
     print(f"longdoc demo: {time.perf_counter() - started:.0f} s in all; runs in {args.out}", file=sys.stderr)
-    return 0
+    return status
