@@ -2,6 +2,8 @@
 
 import argparse
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,7 +13,6 @@ from longdoc import GlobalLocalConfig, GlobalLocalModel
 from longdoc.bench import BenchSettings, Shape, render_table, run_benchmark, to_json
 from longdoc.bench.checks import FAIL, PASS, SKIP, target_checks
 from longdoc.bench.flops import encoder_forward_flops
-from longdoc.bench.memory import PeakMemory
 from longdoc.bench.report import table_rows
 from longdoc.bench.results import BenchResult, MatmulMeasurement, Measurement
 from longdoc.bench.settings import (
@@ -78,11 +79,22 @@ def test_flops_match_what_the_encoder_computes(talking_heads, position_embedding
 # ---------------------------------------------------------------- memory and settings
 
 
+PEAK_OF_A_64_MIB_TENSOR = """
+import torch
+from longdoc.bench.memory import PeakMemory
+with PeakMemory("cpu") as memory:
+    tensor = torch.ones(16 * 2**20)  # 64 MiB of float32, every page written
+    del tensor
+print(memory.peak_mib)
+"""
+
+
 def test_peak_memory_sees_a_64_mib_tensor():
-    with PeakMemory("cpu") as memory:
-        tensor = torch.ones(16 * 2**20)  # 64 MiB of float32, every page written
-        del tensor
-    assert 63 <= memory.peak_mib < 72
+    # A fresh process, as the benchmark measures: importing longdoc keeps freed memory in the heap
+    # (longdoc/cpu_memory.py), so in this test process a 64 MiB block freed by an earlier test would
+    # be reused without touching a new page, and rightly count as no new memory.
+    result = subprocess.run([sys.executable, "-c", PEAK_OF_A_64_MIB_TENSOR], capture_output=True, text=True, check=True)
+    assert 63 <= float(result.stdout.split()[-1]) < 72
 
 
 def test_jobs_run_peers_only_up_to_their_maximum_length():
