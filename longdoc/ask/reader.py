@@ -1,7 +1,7 @@
 """Reading retrieved passages with a trained HotpotQA-style model, and merging its answers.
 
 The passages become one `StructuredExample` in the HotpotQA construction (each passage a document
-with one untitled paragraph and its sentences, in retrieval order), so the task's own feature
+with its untitled paragraphs and their sentences, in retrieval order), so the task's own feature
 builder and model read them (`longdoc.tasks.hotpotqa.features` / `.model`, named through the task
 registry); an example longer than the encoder is read in several windows. From the outputs:
 
@@ -26,6 +26,7 @@ from longdoc.ask.index import CorpusIndex, Hit
 from longdoc.data.examples import Document, Paragraph, Span, StructuredExample
 from longdoc.data.features import GlobalKind, GlobalMarkers, build_features
 from longdoc.data.spans import TokenSpan, token_span_to_char_span
+from longdoc.data.text import split_paragraphs
 from longdoc.model.heads import top_spans
 from longdoc.tasks import get_task
 
@@ -67,12 +68,16 @@ def load_reader(model_dir):
 
 
 def passages_example(question: str, corpus: CorpusIndex, hits: Sequence[Hit]) -> StructuredExample:
+    """One document per passage; a passage that joins several of its file's paragraphs (a heading
+    and what follows) keeps them as separate paragraphs, so no answer span crosses a blank line."""
     documents = []
     for hit in hits:
         passage = corpus.passage(hit)
         text = corpus.text(hit)
         sentences = [Span(start - passage.start, end - passage.start) for start, end in passage.sentences]
-        documents.append(Document(text, [Paragraph(Span(0, len(text)), sentences)]))
+        paragraphs = [Paragraph(Span(start, end), [s for s in sentences if start <= s.start and s.end <= end])
+                      for start, end in split_paragraphs(text)]
+        documents.append(Document(text, [paragraph for paragraph in paragraphs if paragraph.sentences]))
     return StructuredExample(id="question", question=question, documents=documents).validate()
 
 

@@ -21,7 +21,7 @@ PASSAGES_READ = 8
 
 
 def default_model_dir() -> Path:
-    """Where the README's main job saves its trained multi-hop model, and `ask` looks by default."""
+    """Where `longdoc demo` saves its trained multi-hop model, and `ask` looks by default."""
     return cache_dir() / "models" / "multihop"
 
 
@@ -31,8 +31,9 @@ def check_model_dir(model_dir=None) -> Path:
     if not model_dir.exists():
         raise InputError(
             f"{model_dir}: no trained model here; `longdoc ask` reads with a trained HotpotQA-style model: "
-            "run the README's main job (it trains one into this folder), or train one with "
-            "`longdoc train multihop --out DIR` and pass --model DIR")
+            "run `longdoc demo` (it trains one into this folder), or train one with `longdoc make-data "
+            "multihop --n 128 --length 1024 --seed 0 --out train.json && longdoc train multihop --config demo "
+            "--train train.json --out DIR` and pass --model DIR")
     return model_dir
 
 

@@ -21,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files (.txt, .md, .html, .htm) and folders")
     parser.add_argument("--model", type=Path, metavar="DIR",
-                        help=f"a trained HotpotQA-style model (default: {default_model_dir()}, where the README's "
-                             "main job saves its model)")
+                        help=f"a trained HotpotQA-style model (default: {default_model_dir()}, where `longdoc demo` "
+                             "saves its model)")
     parser.add_argument("--question", help="the question; without it, questions are read from standard input")
     parser.add_argument("--top-k", type=int, default=1, metavar="K", help="answers to show per question (default 1)")
     parser.add_argument("--passages", type=int, default=PASSAGES_READ, metavar="N",

@@ -60,6 +60,7 @@ def _check_offsets(documents, result):
         assert 0 <= passage["start"] < passage["end"] <= len(_contents(documents, passage["file"]))
     for answer in result["answers"]:
         assert answer["text"] == _contents(documents, answer["file"])[answer["start"]:answer["end"]]
+        assert "\n\n" not in answer["text"].replace("\r\n", "\n")  # never across a paragraph break
         assert answer["support"]
         for sentence in answer["support"]:
             assert sentence["text"] == _contents(documents, sentence["file"])[sentence["start"]:sentence["end"]]
@@ -103,7 +104,10 @@ def test_plain_output_says_no_answer_rather_than_inventing_one(model_dir, docume
 
 def test_missing_or_wrong_model_and_nothing_readable(model_dir, documents, capsys):
     assert main(["ask", "--model", str(documents / "nowhere"), "--question", "q", str(documents / "notes.txt")]) == 2
-    assert "no trained model here" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert error.startswith(f"longdoc ask: error: {documents / 'nowhere'}: no trained model here")
+    assert error.count("\n") == 1
+    assert "run `longdoc demo`" in error and "longdoc make-data multihop" in error and "--train train.json" in error
     assert main(["ask", "--model", str(model_dir / "encoder"), "--question", "q", str(documents / "notes.txt")]) == 2
     assert "bare encoder" in capsys.readouterr().err
     (documents / "blob.txt").write_bytes(b"\x00\x01\x02")
