@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from longdoc.data.batching import length_batches
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.inputs import MODEL_INPUT_NAMES
+from longdoc.model.inputs import encoder_inputs
 from longdoc.model.modeling import GlobalLocalModel, GlobalLocalModelOutput, GlobalLocalPreTrainedModel
 
 
@@ -88,7 +88,7 @@ class TaskModel(GlobalLocalPreTrainedModel):
 
     def encode(self, batch: dict[str, Tensor]) -> GlobalLocalModelOutput:
         """The encoder on the model inputs of `batch` (other keys, such as labels, are left out)."""
-        return self.encoder(**{name: batch[name] for name in MODEL_INPUT_NAMES if batch.get(name) is not None})
+        return self.encoder(**encoder_inputs(batch))
 
     @torch.no_grad()
     def forward_rows(
@@ -97,17 +97,19 @@ class TaskModel(GlobalLocalPreTrainedModel):
     ) -> list[dict[str, Tensor]]:
         """The model's outputs for each feature row (in eval mode, no labels needed), in the rows' order.
 
-        Rows are batched by length (`length_batches`, longest first) and padded by `collate(rows,
-        pad_token_id)`; each result holds every batched tensor output at that row's index (still
-        padded to its batch's length: positions past the row's own length are padding).
+        Rows are batched by length (`length_batches`, longest first), padded by `collate(rows,
+        pad_token_id)` and moved to the model's device; each result holds every batched tensor output
+        at that row's index, on the CPU (results of a whole file add up: they stay out of GPU memory),
+        still padded to its batch's length (positions past the row's own length are padding).
         """
         self.eval()
         results: list[dict[str, Tensor] | None] = [None] * len(rows)
         batches = length_batches([len(row["long_input_ids"]) for row in rows], batch_size)
         with tqdm(total=len(rows), desc=desc, unit=" windows", disable=not progress) as bar:
             for indices in batches:
-                output = self(**collate([rows[i] for i in indices], self.config.pad_token_id))
-                tensors = {name: value for name, value in output.items()
+                batch = collate([rows[i] for i in indices], self.config.pad_token_id)
+                output = self(**{name: value.to(self.device) for name, value in batch.items()})
+                tensors = {name: value.cpu() for name, value in output.items()
                            if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == len(indices)}
                 for position, index in enumerate(indices):
                     results[index] = {name: value[position] for name, value in tensors.items()}

@@ -125,6 +125,25 @@ def test_task_model_refusals(encoder_dir, tmp_path):
         ToyModel.from_encoder(tmp_path / "bert")
 
 
+def test_forward_rows_moves_batches_to_the_models_device_and_results_to_the_cpu(encoder_dir, monkeypatch):
+    # The model reports another device than the CPU (the only one here): forward_rows must move each
+    # batch there (meta tensors: devices and shapes, no data), and bring the outputs back to the CPU.
+    model = ToyModel.from_encoder(encoder_dir)
+    monkeypatch.setattr(ToyModel, "device", property(lambda self: torch.device("meta")))
+    seen = []
+
+    def spy(**batch):
+        seen.extend(value.device for value in batch.values())
+        return {"scores": torch.zeros(len(batch["long_input_ids"]), 2)}  # as if computed on that device
+
+    monkeypatch.setattr(model, "forward", spy)
+    rows = [{"long_input_ids": [1, 2, 3], "global_input_ids": [4, 5]} for _ in range(3)]
+    results = model.forward_rows(rows, lambda rows, pad: {name: torch.tensor([row[name] for row in rows])
+                                                          for name in rows[0]}, batch_size=2, progress=False)
+    assert len(seen) == 4 and set(seen) == {torch.device("meta")}  # 2 batches x 2 inputs
+    assert [result["scores"].device for result in results] == [torch.device("cpu")] * 3
+
+
 def test_pool_linked_means_the_linked_long_states():
     long_hidden = torch.tensor([[[1.0, 0.0], [3.0, 2.0], [5.0, 4.0], [7.0, 6.0]]])
     links = torch.tensor([[1, -1, 1, 0]])
