@@ -1,7 +1,9 @@
 """Reading retrieved passages with a trained HotpotQA-style model, and merging its answers.
 
 The passages become one `StructuredExample` in the HotpotQA construction (each passage a document
-with its untitled paragraphs and their sentences, in retrieval order), so the task's own feature
+with its untitled paragraphs and their sentences, in the order they stand in their files: the model
+was trained on documents read in order, and a chain "A works for B." ... "B is based in C." read
+backwards is not what it learned), so the task's own feature
 builder and model read them (`longdoc.tasks.hotpotqa.features` / `.model`, named through the task
 registry); an example longer than the encoder is read in several windows. From the outputs:
 
@@ -99,6 +101,7 @@ def read_answers(question: str, corpus: CorpusIndex, hits: Sequence[Hit], model,
     features_module = get_task(READER_TASK).load("features")
     if not hits:
         return []
+    hits = sorted(hits, key=lambda hit: (hit.document, hit.passage))
     example = passages_example(question, corpus, hits)
     windows = build_features(example, tokenizer, features_module.feature_settings(model.config),
                              GlobalMarkers.from_tokenizer(tokenizer))

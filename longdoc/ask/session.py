@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from longdoc.ask.documents import SourceText
-from longdoc.ask.index import CorpusIndex, index_documents
+from longdoc.ask.index import CorpusIndex, Hit, index_documents
 from longdoc.ask.retrieve import retrieve
 from longdoc.convert.pretrained import cache_dir
 from longdoc.errors import InputError
@@ -51,6 +51,15 @@ class AskSession:
                                                   progress=progress))
         self.passages = passages
         self.second_hop = second_hop
+        # Retrieval is for what the encoder cannot read at once: documents that fit its long input
+        # (beside the question) are read whole, every passage in file order, as the model was trained.
+        corpus_texts = [self.corpus.text(Hit(*location, 0.0)) for location in self.corpus.locations]
+        self.corpus_wordpieces = sum(len(ids) for ids in self.tokenizer(corpus_texts, add_special_tokens=False)["input_ids"])
+
+    def reads_whole_corpus(self, question: str) -> bool:
+        """Whether `[CLS] question [SEP] corpus [SEP]` fits the reader's long input."""
+        question_wordpieces = len(self.tokenizer(question, add_special_tokens=False)["input_ids"])
+        return self.corpus_wordpieces + question_wordpieces + 3 <= self.model.config.long_max_len
 
     def ask(self, question: str, top_k: int = 1, min_score: float | None = None) -> dict:
         """The result object for `question` (see the module docstring); `min_score`: the reader's
@@ -58,7 +67,8 @@ class AskSession:
         from longdoc.ask.reader import MIN_SCORE, read_answers
 
         question = question.strip()
-        hits = retrieve(question, self.corpus, self.embedder, self.passages, self.second_hop) if question else []
+        passages = len(self.corpus.locations) if self.reads_whole_corpus(question) else self.passages
+        hits = retrieve(question, self.corpus, self.embedder, passages, self.second_hop) if question else []
         answers = read_answers(question, self.corpus, hits, self.model, self.tokenizer, top_k=top_k,
                                min_score=MIN_SCORE if min_score is None else min_score) if hits else []
         return {

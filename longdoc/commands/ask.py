@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--question", help="the question; without it, questions are read from standard input")
     parser.add_argument("--top-k", type=int, default=1, metavar="K", help="answers to show per question (default 1)")
     parser.add_argument("--passages", type=int, default=PASSAGES_READ, metavar="N",
-                        help=f"passages retrieved and read per question (default {PASSAGES_READ})")
+                        help=f"passages retrieved and read per question when the documents are longer than the "
+                             f"model reads at once (default {PASSAGES_READ}); shorter ones are read whole")
     parser.add_argument("--min-score", type=float, metavar="P",
                         help="drop span answers the model gives a lower probability (default 0.05); none left: "
                              "'no answer found'")

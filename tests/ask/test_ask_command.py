@@ -79,6 +79,22 @@ def test_json_answers_and_support_are_exact(model_dir, documents, capsys):
     assert [a["score"] for a in result["answers"]] == sorted((a["score"] for a in result["answers"]), reverse=True)
 
 
+def test_documents_that_fit_are_read_whole_in_file_order_and_longer_ones_retrieved(model_dir, documents, capsys):
+    # Both files fit the reader's 256-wordpiece input: every passage is read (not --passages 1's one),
+    # in file order, whatever their retrieval scores.
+    question = "Where is the employer of Zoë based?"
+    files = [str(documents / "notes.txt"), str(documents / "page.html")]
+    assert main(["ask", "--model", str(model_dir / "model"), "--question", question, "--passages", "1",
+                 "--min-score", "0", "--json", *files]) == 0
+    read = json.loads(capsys.readouterr().out)["passages"]
+    assert len(read) > 1 and {passage["file"] for passage in read} == set(files)
+    # Twenty copies of the notes do not fit: --passages 1 reads one passage.
+    (documents / "long.txt").write_text(TEXT * 20, encoding="utf-8")
+    assert main(["ask", "--model", str(model_dir / "model"), "--question", question, "--passages", "1",
+                 "--min-score", "0", "--json", str(documents / "long.txt")]) == 0
+    assert len(json.loads(capsys.readouterr().out)["passages"]) == 1
+
+
 def test_questions_from_a_pipe_and_a_bad_file_among_good_ones(model_dir, documents, capsys, monkeypatch):
     (documents / "empty.txt").write_text("", encoding="utf-8")
     monkeypatch.setattr("sys.stdin", io.StringIO("Where is Orbix Group based?\n\nWho works for Orbix Group?\r\n"))
@@ -114,3 +130,59 @@ def test_missing_or_wrong_model_and_nothing_readable(model_dir, documents, capsy
     assert main(["ask", "--model", str(model_dir / "model"), "--question", "q", str(documents / "blob.txt")]) == 2
     assert capsys.readouterr().err == (f"longdoc ask: error: {documents / 'blob.txt'}: binary file (contains NUL "
                                        "bytes), not text\n")
+
+
+def _read_until(leader: int, marker: str, deadline: float) -> str:
+    """What the terminal shows until `marker` appears (or the program ends)."""
+    import os
+    import select
+    import time
+
+    seen = ""
+    while marker not in seen:
+        ready, _, _ = select.select([leader], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            raise AssertionError(f"no {marker!r} on the terminal in time; it showed {seen!r}")
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO: the program closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk.decode("utf-8", "replace")
+    return seen
+
+
+@pytest.mark.slow
+def test_interactive_session_on_a_terminal_has_a_prompt_and_history(model_dir, documents):
+    import os
+    import pty
+    import subprocess
+    import sys
+    import time
+
+    leader, follower = pty.openpty()
+    with open(documents / "stderr.txt", "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "longdoc.cli", "ask", "--model", str(model_dir / "model"), "--min-score", "0",
+             "--json", str(documents / "notes.txt")],
+            stdin=follower, stdout=follower, stderr=stderr, env={**os.environ, "TERM": "xterm"})
+    os.close(follower)
+    deadline = time.monotonic() + 600  # a cold start on a loaded 2-core machine
+    try:
+        _read_until(leader, "question> ", deadline)
+        os.write(leader, "Where is Brünnhilde Labs based?\r".encode())
+        first = _read_until(leader, "question> ", deadline)
+        os.write(leader, b"\x1b[A\r")  # up arrow: readline's history brings the question back
+        second = _read_until(leader, "question> ", deadline)
+        os.write(leader, b"\x04")  # Ctrl-D leaves
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        os.close(leader)
+    for shown in (first, second):
+        results = [json.loads(line) for line in shown.split("\r\n") if line.startswith("{")]
+        assert [result["question"] for result in results] == ["Where is Brünnhilde Labs based?"]
+        assert results[0]["answers"] and results[0]["passages"]
+        for answer in results[0]["answers"]:
+            assert answer["text"] == TEXT[answer["start"]:answer["end"]]
