@@ -310,6 +310,14 @@ def prepare_corpus(documents, tokenizer, settings: PretrainingSettings, num_proc
 # 3. Masking a batch
 
 
+def cpc_sentence_count(num_sentences: int, rate: float) -> int:
+    """How many of an input's sentences are masked for CPC: `rate` of them, at least one, never all
+    (none when the input has fewer than 2 sentences or the rate is 0)."""
+    if num_sentences < 2 or rate == 0:
+        return 0
+    return min(num_sentences - 1, max(1, round(rate * num_sentences)))
+
+
 class PretrainingCollator:
     """Rows of `prepare_corpus` -> a batch for `GlobalLocalForPretraining.forward`.
 
@@ -374,10 +382,8 @@ class PretrainingCollator:
         return batch
 
     def _cpc_sentences(self, count: int) -> list[int]:
-        if count < 2 or self.settings.cpc_sentence_rate == 0:
-            return []
-        chosen = min(count - 1, max(1, round(self.settings.cpc_sentence_rate * count)))
-        return sorted(torch.randperm(count)[:chosen].tolist())
+        chosen = cpc_sentence_count(count, self.settings.cpc_sentence_rate)
+        return sorted(torch.randperm(count)[:chosen].tolist()) if chosen else []
 
     def _mask_words(self, ids: Tensor, masked_ids: Tensor, labels: Tensor, starts: Tensor, excluded: Tensor) -> None:
         """Whole-word masking of about mask_rate of the tokens outside `excluded`, in place."""
@@ -499,7 +505,9 @@ class GlobalLocalForPretraining(GlobalLocalPreTrainedModel):
             cpc_loss = mlm_loss.new_zeros(())
             cpc_accuracy = mlm_loss.new_zeros(())
         if self.training:
-            self.training_sums.update(batches=1, mlm_loss=mlm_loss.item(), cpc_loss=cpc_loss.item())
+            self.training_sums.update(batches=1, mlm_loss=mlm_loss.item())
+            if count >= 2:
+                self.training_sums.update(cpc_batches=1, cpc_loss=cpc_loss.item())
         return PretrainingOutput(
             loss=mlm_loss + cpc_loss, mlm_loss=mlm_loss.detach(), cpc_loss=cpc_loss.detach(),
             mlm_accuracy=mlm_accuracy, cpc_accuracy=cpc_accuracy,
@@ -647,6 +655,19 @@ def evaluate_losses(model: GlobalLocalForPretraining, rows, collate, batch_size:
     return result
 
 
+def _warn_when_cpc_cannot_train(rows, settings: PretrainingSettings, batch_size: int) -> None:
+    """CPC tells a masked sentence from the other CPC sentences of its forward pass: with fewer than
+    2 in every pass (one row per pass, one CPC sentence per row) it never trains; say so up front."""
+    if settings.cpc_sentence_rate == 0:
+        return  # CPC switched off on purpose
+    most = max(cpc_sentence_count(n, settings.cpc_sentence_rate) for n in rows["num_sentences"])
+    if batch_size * most < 2:
+        warnings.warn(f"CPC is not trained: a forward pass of --batch-size {batch_size} holds at most "
+                      f"{batch_size * most} CPC sentence(s) (inputs of up to {max(rows['num_sentences'])} sentences "
+                      f"at --cpc-sentence-rate {settings.cpc_sentence_rate}) and needs 2, one to find and one to "
+                      "tell it from; raise --batch-size or --cpc-sentence-rate", stacklevel=2)
+
+
 def build_pretraining_job(options):
     """The TrainingJob of `longdoc pretrain` with resolved options: the engine's and the corpus and
     masking ones (`longdoc.commands.pretrain.PRETRAINING_OPTIONS`)."""
@@ -672,14 +693,17 @@ def build_pretraining_job(options):
     held_out = _prepared(options["dev"], tokenizer, settings, options, "held-out corpus") \
         if options.get("dev") is not None else rows
     held_out = held_out.select(range(min(options["eval_rows"], len(held_out))))
+    _warn_when_cpc_cannot_train(rows, settings, options["batch_size"])
     collate = PretrainingCollator(tokenizer, settings)
 
     def evaluate(trained: GlobalLocalForPretraining, folder: Path) -> dict[str, float]:
         sums = trained.training_sums
         metrics = evaluate_losses(trained, held_out, collate, options.get("eval_batch_size") or options["batch_size"])
         if sums["batches"]:
-            metrics.update(train_mlm_loss=sums["mlm_loss"] / sums["batches"],
-                           train_cpc_loss=sums["cpc_loss"] / sums["batches"])
+            metrics["train_mlm_loss"] = sums["mlm_loss"] / sums["batches"]
+        if sums["cpc_batches"]:
+            # Over the batches that had a CPC task: one without (fewer than 2 sentences) adds no zero.
+            metrics["train_cpc_loss"] = sums["cpc_loss"] / sums["cpc_batches"]
         sums.clear()
         atomic_write_json(folder / EVALUATION_FILE, metrics)
         return metrics

@@ -362,3 +362,21 @@ def test_command_refuses_a_corpus_with_nothing_to_train_on(tmp_path, tokenizer, 
     assert "no document to train on" in error and "1 file(s) not text (binary)" in error
     assert "1 document(s) with fewer than 2 sentence(s)" in error
     assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_a_batch_too_small_for_cpc_is_said_and_not_logged_as_a_zero_loss(tmp_path, tokenizer, one_thread):
+    from longdoc.cli import main
+    from longdoc.train.pretraining import EVALUATION_FILE
+
+    # Six-sentence inputs at rate 0.1: one CPC sentence each, so one row per pass has no negatives.
+    corpus = write_people(tmp_path / "corpus", count=4)
+    init = save_tiny_encoder(tmp_path / "init", tokenizer)
+    command = pretrain_command(corpus, tmp_path / "out", init, tmp_path / "cache", **{
+        "batch-size": 1, "cpc-sentence-rate": 0.1, "max-steps": 2, "eval-steps": 0, "log-steps": 1,
+        "eval-rows": 4, "eval-batch-size": 4})
+    with pytest.warns(UserWarning, match=r"CPC is not trained: a forward pass of --batch-size 1 holds at most 1 "
+                      r"CPC sentence\(s\) \(inputs of up to 6 sentences at --cpc-sentence-rate 0.1\)"):
+        assert main(command) == 0
+    metrics = json.loads((tmp_path / "out" / EVALUATION_FILE).read_text())
+    assert "train_mlm_loss" in metrics and "train_cpc_loss" not in metrics  # not a CPC loss of 0.0
+    assert metrics["cpc_candidates"] == 4  # the held-out batches of 4 rows still measure it
