@@ -84,12 +84,15 @@ def main(argv=None) -> int:
     from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.convert.pretrained import default_model_path
     from longdoc.demo import DemoData, run_options, timed_training, write_data
+    from longdoc.tasks.multihop.generator import RELATION_SHARE
     from longdoc.tasks import get_task
     from longdoc.train.options import options_json
 
     args = parse_args(argv)
+    # The full multi-hop setting (the generator's defaults), not the demo's easier one.
     data = DemoData(train_examples=args.train_examples, dev_examples=args.dev_examples, length=args.length,
-                    min_distance=args.min_distance, restricted_length=args.restricted_length, seed=args.seed)
+                    min_distance=args.min_distance, restricted_length=args.restricted_length, seed=args.seed,
+                    comparison_fraction=0.2, relation_share=RELATION_SHARE, chain_order=False)
     (args.out / "data").mkdir(parents=True, exist_ok=True)
     paths = write_data(args.out / "data", data, read_tokenizer(default_model_path()))
     task = get_task("multihop")

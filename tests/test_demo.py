@@ -52,22 +52,27 @@ def test_restricted_length_must_leave_the_facts_apart():
 
 
 @pytest.mark.slow
-def test_demo_trains_both_runs_and_prints_both_rows(tmp_path, capsys):
+def test_demo_trains_once_and_prints_both_rows(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--train-examples", "4", "--dev-examples", "3", "--length", "512",
                  "--min-distance", "256", "--restricted-length", "256", "--max-steps", "1",
                  "--model-dir", str(tmp_path / "model")]) == 0
     printed = capsys.readouterr().out
-    for run, long_max_len, dev in (("full", 512, "dev.json"), ("first-256", 256, "dev-first256.json")):
-        record = json.loads((out / run / "metrics.json").read_text())
-        assert record["task"] == "multihop" and record["model"] == str(out / run)
-        assert record["config"]["long_max_len"] == long_max_len and record["config"]["max_steps"] == 1
-        assert record["config"]["dev"] == str(out / "data" / dev)
+    full = json.loads((out / "full" / "metrics.json").read_text())
+    assert full["task"] == "multihop" and full["model"] == str(out / "full")
+    assert full["config"]["long_max_len"] == 512 and full["config"]["max_steps"] == 1
+    assert full["config"]["dev"] == str(out / "data" / "dev.json")
+    # The restricted row: the same trained model, reading the dev file cut to 256 wordpieces.
+    restricted = json.loads((out / "first-256" / "metrics.json").read_text())
+    assert restricted["model"] == f"{out / 'full'} (first 256 wordpieces)"
+    assert restricted["config"] == {"model": str(out / "full"), "dev": str(out / "data" / "dev-first256.json"),
+                                    "restricted_length": 256}
+    for run, record in (("full", full), ("first-256", restricted)):
         assert 0.0 <= record["metrics"]["f1"] <= 1.0
         predictions = json.loads((out / run / "dev_predictions.json").read_text())
         assert len(predictions["answer"]) == 3
         # The leaderboard row and the F1 line of this run, with the figure of its metrics.json.
-        assert f"| {out / run} " in printed
+        assert f"| {record['model']} " in printed
         assert f"held-out answer F1, {run}: {record['metrics']['f1']:.4f}" in printed
     assert printed.index("### multihop") < printed.index("held-out answer F1")
     # The whole-document model, without checkpoints, where `longdoc ask` was pointed; one question

@@ -25,11 +25,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fewest wordpieces between the two facts of a question (default: half of --length)")
     parser.add_argument("--comparison-fraction", type=float, default=0.2,
                         help="share of yes/no comparison questions; the rest are bridge questions (default: 0.2)")
+    parser.add_argument("--relation-share", type=float, default=0.35,
+                        help="share of distractor sentences stating a relation about other entities; 0: none, the "
+                             "facts are the only relation sentences (default: 0.35)")
+    parser.add_argument("--chain-order", action="store_true",
+                        help="the two facts in the order of the chain, so a bridge answer always lies past "
+                             "--min-distance (default: random order)")
 
 
 def run(args: argparse.Namespace) -> int:
     generator = importlib.import_module(get_task(args.task).extras["generator"])
     path = generator.write_examples(args.out, args.n, seed=args.seed, length=args.length,
-                                    min_distance=args.min_distance, comparison_fraction=args.comparison_fraction)
+                                    min_distance=args.min_distance, comparison_fraction=args.comparison_fraction,
+                                    relation_share=args.relation_share, chain_order=args.chain_order)
     print(f"wrote {args.n} {args.task} examples to {path}", file=sys.stderr)
     return 0

@@ -32,7 +32,7 @@ every run and machine, and example i does not depend on how many examples are wr
 
 import bisect
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import product
 from pathlib import Path
 from typing import Callable, Sequence
@@ -166,16 +166,16 @@ def comparison_question(rng: random.Random, world: World) -> Question:
     return Question(text, "yes" if same else "no", "comparison", facts, (), fixed_people, fixed_companies)
 
 
-def distractor_sentences(rng: random.Random, world: World, question: Question):
+def distractor_sentences(rng: random.Random, world: World, question: Question, relation_share: float):
     """An endless stream: relation sentences about entities the question does not fix, each said
-    once and only while they last, mixed with filler."""
+    once and only while they last, mixed with filler (`relation_share` of the stream while they last)."""
     relations = ([WORKS_FOR.format(person=p, company=world.employer[p])
                   for p in world.people if p not in question.fixed_people]
                  + [BASED_IN.format(company=c, city=world.base[c])
                     for c in world.companies if c not in question.fixed_companies])
     rng.shuffle(relations)
     while True:
-        if relations and rng.random() < RELATION_SHARE:
+        if relations and rng.random() < relation_share:
             yield relations.pop()
             continue
         person, person2 = rng.sample(world.people, 2)
@@ -192,11 +192,14 @@ def _joined(sentences: list[str]) -> list[str]:
 
 
 def make_example(index: int, *, seed: int, length: int, min_distance: int, comparison_fraction: float,
-                 count_tokens: CountTokens) -> dict:
+                 count_tokens: CountTokens, relation_share: float = RELATION_SHARE, chain_order: bool = False) -> dict:
     """Example `index` of the file seeded by `seed`, as a HotpotQA record (see the module docstring)."""
     rng = random.Random(f"longdoc-multihop:{seed}:{index}")
     world = World.draw(rng, length)
     question = (comparison_question if rng.random() < comparison_fraction else bridge_question)(rng, world)
+    if relation_share == 0:
+        # No relation distractors: then no decoys either, and each relation is stated only by the facts.
+        question = replace(question, decoys=())
     question_tokens, *placed_tokens = count_tokens([question.text, *question.facts, *question.decoys])
     # [CLS] question [SEP] ... [SEP], the facts and the decoys come out of the budget first.
     budget = length - question_tokens - 3 - sum(placed_tokens)
@@ -208,7 +211,7 @@ def make_example(index: int, *, seed: int, length: int, min_distance: int, compa
     # Paragraphs of distractors until the budget is spent: (title, sentences, token counts of the
     # title and then of each sentence).
     paragraphs: list[tuple[str, list[str], list[int]]] = []
-    stream = distractor_sentences(rng, world, question)
+    stream = distractor_sentences(rng, world, question, relation_share)
     used = 0
     full = False
     while not full:
@@ -248,7 +251,9 @@ def make_example(index: int, *, seed: int, length: int, min_distance: int, compa
                          "apart; raise --length or lower --min-distance")
     a = rng.choices(range(len(slots)), weights=later)[0]
     b = rng.randrange(first_far[a], len(slots))
-    first, second = question.facts if rng.random() < 0.5 else question.facts[::-1]
+    # A draw is made either way, so chain_order changes nothing else in the example.
+    swap = rng.random() < 0.5 and not chain_order
+    first, second = question.facts[::-1] if swap else question.facts
     # Insert the later one first so the earlier slot's position stays valid.
     for (p, i), fact in ((slots[b], second), (slots[a], first)):
         paragraphs[p][1].insert(i, fact)
@@ -280,15 +285,22 @@ def wordpiece_counter(tokenizer) -> CountTokens:
 
 
 def make_examples(n: int, *, seed: int, length: int, min_distance: int | None = None,
-                  comparison_fraction: float = 0.2, tokenizer=None, progress: bool = True) -> list[dict]:
+                  comparison_fraction: float = 0.2, relation_share: float = RELATION_SHARE, chain_order: bool = False,
+                  tokenizer=None, progress: bool = True) -> list[dict]:
     """`n` HotpotQA-format records. `min_distance` defaults to half of `length`; `tokenizer` to
-    longdoc's default (MiniLM's WordPiece)."""
+    longdoc's default (MiniLM's WordPiece). `relation_share`: share of distractor sentences that
+    state a relation about other entities (0: none, and no decoys: the facts are the only "works
+    for" and "based in" sentences, so reading far enough is all a bridge question asks);
+    `chain_order`: the facts in the order of the chain ("A works for B." before "B is based in C.",
+    so the answer always lies past `min_distance`) rather than in a random order."""
     from tqdm.auto import tqdm
 
     if n < 1 or length < 1:
         raise InputError(f"--n and --length must be positive, got {n} and {length}")
     if not 0.0 <= comparison_fraction <= 1.0:
         raise InputError(f"--comparison-fraction must be in [0, 1], got {comparison_fraction}")
+    if not 0.0 <= relation_share <= 1.0:
+        raise InputError(f"--relation-share must be in [0, 1], got {relation_share}")
     min_distance = length // 2 if min_distance is None else min_distance
     if min_distance < 0:
         raise InputError(f"--min-distance must be >= 0, got {min_distance}")
@@ -298,7 +310,8 @@ def make_examples(n: int, *, seed: int, length: int, min_distance: int | None = 
         tokenizer = default_tokenizer()
     count_tokens = wordpiece_counter(tokenizer)
     return [make_example(index, seed=seed, length=length, min_distance=min_distance,
-                         comparison_fraction=comparison_fraction, count_tokens=count_tokens)
+                         comparison_fraction=comparison_fraction, count_tokens=count_tokens,
+                         relation_share=relation_share, chain_order=chain_order)
             for index in tqdm(range(n), desc="multihop examples", unit=" examples", disable=not progress)]
 
 

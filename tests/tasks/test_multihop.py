@@ -89,6 +89,23 @@ def test_only_the_bridge_answers_the_question(data_file):
         assert any(s.startswith(f"{person} visited ") and record["answer"] not in s for s in sentences)
 
 
+def test_without_relation_distractors_the_facts_are_the_only_relations_in_chain_order(tokenizer):
+    # The demo's setting: no relation distractors and no decoys, the answer sentence always second.
+    records = make_examples(6, seed=3, length=LENGTH, min_distance=MIN_DISTANCE, comparison_fraction=0.0,
+                            relation_share=0.0, chain_order=True, tokenizer=tokenizer, progress=False)
+    for record in records:
+        sentences = [s.strip() for _, paragraph in record["context"] for s in paragraph]
+        relations = [s for s in sentences if " works for " in s or " is based in " in s]
+        context = dict((title, [s.strip() for s in paragraph]) for title, paragraph in record["context"])
+        facts = [context[title][index] for title, index in record["supporting_facts"]]
+        assert relations == facts  # only the two facts, "works for" first
+        assert " works for " in relations[0] and relations[1].endswith(f" is based in {record['answer']}.")
+    # The default keeps relation distractors (and so does the same seed without the options).
+    default = make_examples(1, seed=3, length=LENGTH, min_distance=MIN_DISTANCE, comparison_fraction=0.0,
+                            tokenizer=tokenizer, progress=False)[0]
+    assert sum(" is based in " in s for _, paragraph in default["context"] for s in paragraph) > 2
+
+
 def test_same_seed_same_file_and_examples_independent_of_n(tokenizer):
     options = dict(seed=9, length=300, min_distance=100, tokenizer=tokenizer, progress=False)
     three = make_examples(3, **options)
