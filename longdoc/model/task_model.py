@@ -21,7 +21,8 @@ Starting points:
   task is refused with a message saying what DIR holds and how to get the right model. The
   tokenizer saved beside it: `longdoc.convert.checkpoint.read_tokenizer(DIR)`.
 
-`model.forward_rows(rows, collate, batch_size)` runs a trained model over feature rows batched by
+`window_settings(task, config, names)` gives a task's feature builder its window settings from a
+model config. `model.forward_rows(rows, collate, batch_size)` runs a trained model over feature rows batched by
 length, with a progress bar: what every task's `decode.predict` needs.
 """
 
@@ -34,6 +35,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from longdoc.data.batching import length_batches
+from longdoc.data.features import FeatureSettings
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.inputs import encoder_inputs
@@ -60,6 +62,19 @@ def describe_checkpoint(directory: str | Path) -> dict[str, Any]:
             "turn a BERT-family checkpoint into a longdoc encoder with `longdoc lift --from DIR --out DIR`"
         )
     return config
+
+
+def window_settings(task: str, config: GlobalLocalConfig, names: Sequence[str], **fixed) -> FeatureSettings:
+    """The window settings of a `task` model config: its lengths, the `task_options` listed in `names`
+    (e.g. stride, max_question_len) and the task's `fixed` settings. Settings that do not fit
+    together are an InputError naming the `longdoc train` flags that set them, with their values."""
+    chosen = {"long_max_len": config.long_max_len, "global_max_len": config.global_max_len,
+              **{name: config.task_options[name] for name in names}}
+    try:
+        return FeatureSettings(**chosen, **fixed)
+    except ValueError as error:
+        flags = ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in chosen.items())
+        raise InputError(f"{task} windows ({flags}): {error}") from None
 
 
 class TaskModel(GlobalLocalPreTrainedModel):

@@ -1,4 +1,5 @@
-"""HotpotQA examples -> training rows and batches (ETC's construction, DESIGN section 4).
+"""HotpotQA examples -> training rows and batches: ETC's construction (Ainslie et al., 2020,
+arXiv:2004.08483, section 4; google-research/google-research etcmodel/models/hotpotqa/generate_tf_examples_lib.py).
 
 Long input: [CLS] question [SEP] then each context paragraph (title + sentences) [SEP]; global
 input: CLS, one token per question wordpiece, and per paragraph one paragraph token followed by
@@ -33,8 +34,8 @@ from longdoc.data.batching import collate_features
 from longdoc.data.examples import StructuredExample
 from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, build_features
 from longdoc.data.spans import char_span_to_token_span
-from longdoc.errors import InputError
 from longdoc.model.inputs import InputSpec
+from longdoc.model.task_model import window_settings
 from longdoc.tasks.hotpotqa.reader import read_examples
 
 ANSWER_TYPES = ("span", "yes", "no")
@@ -52,12 +53,7 @@ EXTRA_INPUTS = (
 
 def feature_settings(config) -> FeatureSettings:
     """The window settings of a model config (a GlobalLocalConfig with the task's `task_options`)."""
-    options = config.task_options
-    try:
-        return FeatureSettings(long_max_len=config.long_max_len, global_max_len=config.global_max_len,
-                               stride=options["stride"], max_question_len=options["max_question_len"])
-    except ValueError as error:
-        raise InputError(f"hotpotqa feature settings: {error}") from None
+    return window_settings("hotpotqa", config, ("stride", "max_question_len"))
 
 
 def answer_type(example: StructuredExample) -> int:

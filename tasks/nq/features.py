@@ -1,4 +1,5 @@
-"""Natural Questions examples -> training rows and batches (ETC's NQ construction, DESIGN section 4).
+"""Natural Questions examples -> training rows and batches: ETC's NQ construction (Ainslie et al.,
+2020, arXiv:2004.08483, section 4).
 
 Long input per window: `[CLS] question [SEP] window of the document [SEP]`, sliding windows over
 the document that overlap by `stride` wordpieces; global input: CLS, one token per question
@@ -45,6 +46,7 @@ from longdoc.data.examples import StructuredExample, TextSpan
 from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, build_features
 from longdoc.data.spans import char_span_to_token_span
 from longdoc.model.inputs import InputSpec
+from longdoc.model.task_model import window_settings
 from longdoc.tasks.nq.reader import read_examples, token_char_spans
 
 ANSWER_TYPES = ("null", "yes", "no", "long", "short")
@@ -155,9 +157,7 @@ def option(options: Any, config, name: str) -> Any:
 
 def feature_settings(config) -> FeatureSettings:
     """The window settings of a model config (a GlobalLocalConfig with the task's `task_options`)."""
-    options = config.task_options
-    return FeatureSettings(long_max_len=config.long_max_len, global_max_len=config.global_max_len,
-                           stride=options["stride"], max_question_len=options["max_question_len"])
+    return window_settings("nq", config, ("stride", "max_question_len"))
 
 
 def window_inputs(features: Features) -> dict[str, Any]:

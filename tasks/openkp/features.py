@@ -1,4 +1,5 @@
-"""OpenKP examples -> training rows and batches (ETC's OpenKP construction, DESIGN section 4).
+"""OpenKP examples -> training rows and batches: ETC's OpenKP construction (Ainslie et al., 2020,
+arXiv:2004.08483, section 4; google-research/google-research etcmodel/models/openkp/generate_examples_lib.py).
 
 Long input per window: `[CLS] [SEP] window of the page text [SEP]` (OpenKP has no question);
 global input: CLS and one token per visual DOM node in the window, its 20 visual features
@@ -28,6 +29,7 @@ from longdoc.data.batching import collate_features
 from longdoc.data.examples import StructuredExample
 from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, build_features
 from longdoc.model.inputs import InputSpec
+from longdoc.model.task_model import window_settings
 from longdoc.tasks.openkp.reader import VISUAL_FEATURE_SIZE, read_examples
 
 MAX_NGRAM = 5
@@ -40,9 +42,7 @@ ROW_SPECS = (
 
 def feature_settings(config) -> FeatureSettings:
     """The window settings of a model config (a GlobalLocalConfig with the task's `task_options`)."""
-    return FeatureSettings(long_max_len=config.long_max_len, global_max_len=config.global_max_len,
-                           stride=config.task_options["stride"], max_question_len=0,
-                           global_feature_size=VISUAL_FEATURE_SIZE)
+    return window_settings("openkp", config, ("stride",), max_question_len=0, global_feature_size=VISUAL_FEATURE_SIZE)
 
 
 def words_of(example: StructuredExample) -> list[str]:

@@ -1,4 +1,5 @@
-"""WikiHop examples -> training rows and batches (ETC's construction, DESIGN section 4).
+"""WikiHop examples -> training rows and batches: ETC's construction (Ainslie et al., 2020,
+arXiv:2004.08483, section 4; google-research/google-research etcmodel/models/wikihop/data_utils.py).
 
 Long input: [CLS] query [SEP] then the candidate list (each candidate's text once, ETC puts the
 candidates' wordpieces first in the long input), then the supports, each split into paragraphs
@@ -29,8 +30,8 @@ from tqdm.auto import tqdm
 from longdoc.data.batching import collate_features
 from longdoc.data.examples import Candidate, Document, StructuredExample, TextSpan
 from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, build_features
-from longdoc.errors import InputError
 from longdoc.model.inputs import InputSpec
+from longdoc.model.task_model import window_settings
 from longdoc.tasks.wikihop.reader import read_examples
 
 IGNORE = -1
@@ -43,11 +44,7 @@ EXTRA_INPUTS = (
 
 def feature_settings(config) -> FeatureSettings:
     """The input settings of a model config (a GlobalLocalConfig with the task's `task_options`)."""
-    try:
-        return FeatureSettings(long_max_len=config.long_max_len, global_max_len=config.global_max_len,
-                               max_question_len=config.task_options["max_question_len"])
-    except ValueError as error:
-        raise InputError(f"wikihop feature settings: {error}") from None
+    return window_settings("wikihop", config, ("max_question_len",))
 
 
 class CutCounter:

@@ -215,6 +215,18 @@ def test_train_refuses_a_missing_init(small_sample, tmp_path, capsys):
     assert str(missing) in capsys.readouterr().err
 
 
+def test_train_names_the_flags_when_the_stride_does_not_fit_the_window(small_sample, tokenizer, tmp_path, capsys):
+    # Windows of 150 long tokens hold 150 - 64 (question) - 3 = 83 context tokens: the default
+    # overlap of 128 cannot fit; the error says which flags set the numbers, before any training.
+    encoder = _tiny_encoder(tmp_path / "encoder", tokenizer)
+    assert main(["train", "hotpotqa", "--train", str(small_sample), "--out", str(tmp_path / "run"),
+                 "--init", str(encoder), "--long-max-len", "150"]) == 2
+    error = capsys.readouterr().err
+    assert "hotpotqa windows (--long-max-len 150, --global-max-len 128, --stride 128, --max-question-len 64)" in error
+    assert "stride must be in [0, 83)" in error and "Traceback" not in error
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_predict_refuses_a_bare_encoder_and_a_wrong_file(shared_data, tokenizer, tmp_path, capsys):
     encoder = _tiny_encoder(tmp_path / "encoder", tokenizer)
     assert main(["predict", "hotpotqa", "--model", str(encoder), "--data", str(shared_data / SAMPLE),
