@@ -1,4 +1,5 @@
-"""HotpotQAModel: the global-local encoder with ETC's three HotpotQA heads (DESIGN section 4).
+"""HotpotQAModel: the global-local encoder with ETC's three HotpotQA heads (Ainslie et al., 2020,
+arXiv:2004.08483, section 4; google-research/google-research etcmodel/models/hotpotqa/run_finetuning_lib.py).
 
 - supporting facts: one logit per sentence global token, sigmoid cross-entropy;
 - answer type (span / yes / no) from global token 0 (CLS), cross-entropy;

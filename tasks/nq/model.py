@@ -1,4 +1,5 @@
-"""NQModel: the global-local encoder with ETC's Natural Questions heads (DESIGN section 4).
+"""NQModel: the global-local encoder with ETC's Natural Questions heads (Ainslie et al., 2020,
+arXiv:2004.08483, section 4; google-research/google-research etcmodel/models/nq/run_nq_lib.py).
 
 - long answer: start and end softmaxes over the long tokens ([CLS] and the document's tokens);
 - short answer: start and end softmaxes over the same tokens;

@@ -1,4 +1,5 @@
-"""OpenKPModel: the global-local encoder with ETC's OpenKP keyphrase head (DESIGN section 4).
+"""OpenKPModel: the global-local encoder with ETC's OpenKP keyphrase head (Ainslie et al., 2020,
+arXiv:2004.08483, section 4; google-research/google-research etcmodel/models/openkp/run_finetuning_lib.py).
 
 The long tokens' outputs are averaged per word (the wordpieces of one page token); for
 n = 1..5 a width-n convolution over the word vectors gives a logit per (n, start word)

@@ -1,5 +1,7 @@
-"""WikiHopModel: the global-local encoder with ETC's WikiHop head (DESIGN section 4): one score per
-candidate global token, a softmax over the candidates, cross-entropy on the answer's candidate.
+"""WikiHopModel: the global-local encoder with ETC's WikiHop head (Ainslie et al., 2020,
+arXiv:2004.08483, section 4; google-research/google-research etcmodel/models/wikihop/run_wikihop_lib.py):
+one score per candidate global token, a softmax over the candidates, cross-entropy on the answer's
+candidate.
 
 The score reads the candidate token's final state plus the mean state of the long tokens linked
 to it (its name in the candidate list and its mentions, `mention_ids`). Why: every candidate
