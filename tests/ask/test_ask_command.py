@@ -5,6 +5,7 @@ while the other files are still answered."""
 
 import io
 import json
+import shutil
 
 import pytest
 import torch
@@ -126,6 +127,13 @@ def test_missing_or_wrong_model_and_nothing_readable(model_dir, documents, capsy
     assert "run `longdoc demo`" in error and "longdoc make-data multihop" in error and "--train train.json" in error
     assert main(["ask", "--model", str(model_dir / "encoder"), "--question", "q", str(documents / "notes.txt")]) == 2
     assert "bare encoder" in capsys.readouterr().err
+    damaged = documents / "damaged"
+    shutil.copytree(model_dir / "model", damaged)
+    (damaged / "model.safetensors").write_bytes((model_dir / "model" / "model.safetensors").read_bytes()[:500])
+    assert main(["ask", "--model", str(damaged), "--question", "q", str(documents / "notes.txt")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"longdoc ask: error: {damaged / 'model.safetensors'}: not readable as safetensors (")
+    assert error.count("\n") == 1
     (documents / "blob.txt").write_bytes(b"\x00\x01\x02")
     assert main(["ask", "--model", str(model_dir / "model"), "--question", "q", str(documents / "blob.txt")]) == 2
     assert capsys.readouterr().err == (f"longdoc ask: error: {documents / 'blob.txt'}: binary file (contains NUL "
