@@ -1,4 +1,32 @@
-"""Helpers shared by the task tests."""
+"""Helpers shared by the task tests: MiniLM's tokenizer, tiny random encoders, published rows."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from longdoc.convert.pretrained import default_tokenizer
+from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.modeling import GlobalLocalModel
+
+# A tiny encoder for pipeline tests: fast on 2 cores, deterministic (no dropout); scores mean nothing.
+TINY_ENCODER = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, local_radius=16,
+                    max_relative_distance=4, relative_vocab_size=16, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return default_tokenizer()
+
+
+def write_encoder(folder: Path, tokenizer, **config) -> Path:
+    """A lifted-encoder folder as `--init` takes it: a random GlobalLocalModel (seed 0) with the
+    tokenizer's vocabulary and `config`, and the tokenizer."""
+    torch.manual_seed(0)
+    GlobalLocalModel(GlobalLocalConfig(vocab_size=tokenizer.vocab_size, **config)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 def assert_reference_rows_fit(task, metrics: dict) -> None:

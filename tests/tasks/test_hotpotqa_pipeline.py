@@ -8,26 +8,20 @@ import pytest
 import torch
 
 from longdoc.cli import main
-from longdoc.convert.pretrained import default_tokenizer
 from longdoc.data.examples import Document, Paragraph, Span, StructuredExample
 from longdoc.data.features import FeatureSettings, GlobalKind, build_features
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.modeling import GlobalLocalModel
 from longdoc.tasks.hotpotqa.decode import (
     SP_THRESHOLD_GRID, WindowScores, choose_sp_threshold, decode_answer, select_facts, sentence_probabilities,
 )
 from longdoc.tasks.hotpotqa.features import sentence_facts, training_features, window_row
 from longdoc.tasks.hotpotqa.model import HotpotQAModel
 from longdoc.tasks.hotpotqa.reader import answer_spans
+from tests.tasks.conftest import write_encoder
 
 SAMPLE = "hotpotqa/hotpot_dev_distractor_v1.first53.json"
 WIKIHOP_SAMPLE = "wikihop/wikihop_train.first22.json"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return default_tokenizer()
 
 
 def _paragraph_document(title: str, sentences: list[str]) -> Document:
@@ -149,13 +143,8 @@ def test_a_wikihop_file_is_refused(shared_data, tokenizer):
 
 
 def _tiny_encoder(directory, tokenizer, long_max_len=512):
-    config = GlobalLocalConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2,
-                               num_attention_heads=4, intermediate_size=128, local_radius=16,
-                               long_max_len=long_max_len, global_max_len=128)
-    torch.manual_seed(0)
-    GlobalLocalModel(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
+    return write_encoder(directory, tokenizer, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=128, local_radius=16, long_max_len=long_max_len, global_max_len=128)
 
 
 @pytest.fixture()

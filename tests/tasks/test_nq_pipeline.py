@@ -9,9 +9,7 @@ import warnings
 import pytest
 import torch
 
-from longdoc import GlobalLocalConfig, GlobalLocalModel
 from longdoc.cli import main
-from longdoc.convert.pretrained import default_tokenizer
 from longdoc.data.features import GlobalKind, GlobalMarkers, build_features
 from longdoc.errors import InputError
 from longdoc.tasks import get_task
@@ -23,27 +21,15 @@ from longdoc.tasks.nq.features import (
 from longdoc.tasks.nq.model import NQModel
 from longdoc.tasks.nq.reader import read_examples, token_char_spans
 from longdoc.tasks.nq.synthetic import write_synthetic_nq
+from tests.tasks.conftest import TINY_ENCODER, write_encoder
 
 SAMPLE = "natural_questions/simplified-nq-train.sample2.jsonl"
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return default_tokenizer()
-
-
-@pytest.fixture(scope="module")
 def encoder_dir(tmp_path_factory, tokenizer):
-    """A tiny random global-local encoder with MiniLM's vocabulary (fast; scores mean nothing)."""
-    folder = tmp_path_factory.mktemp("nq_encoder")
-    torch.manual_seed(0)
-    config = GlobalLocalConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                               num_attention_heads=2, intermediate_size=64, local_radius=16, long_max_len=1024,
-                               global_max_len=160, max_relative_distance=4, relative_vocab_size=16,
-                               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    GlobalLocalModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return write_encoder(tmp_path_factory.mktemp("nq_encoder"), tokenizer, **TINY_ENCODER, long_max_len=1024,
+                         global_max_len=160)
 
 
 def nq_model(encoder_dir, **options) -> NQModel:

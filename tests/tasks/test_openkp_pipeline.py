@@ -10,9 +10,7 @@ import warnings
 import pytest
 import torch
 
-from longdoc import GlobalLocalConfig, GlobalLocalModel
 from longdoc.cli import main
-from longdoc.convert.pretrained import default_tokenizer
 from longdoc.data.features import GlobalKind, GlobalMarkers, build_features
 from longdoc.errors import InputError
 from longdoc.tasks import get_task
@@ -23,27 +21,16 @@ from longdoc.tasks.openkp.features import (
 from longdoc.model.heads import MASKED_LOGIT, NgramScorer
 from longdoc.tasks.openkp.model import OpenKPModel, ngram_loss, pool_words
 from longdoc.tasks.openkp.reader import read_examples
+from tests.tasks.conftest import TINY_ENCODER, write_encoder
 
 SAMPLE = "openkp/openkp_readme_example.jsonl"
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return default_tokenizer()
-
-
-@pytest.fixture(scope="module")
 def encoder_dir(tmp_path_factory, tokenizer):
     """A tiny random text encoder (no visual features: OpenKPModel.from_encoder adds them)."""
-    folder = tmp_path_factory.mktemp("openkp_encoder")
-    torch.manual_seed(0)
-    config = GlobalLocalConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                               num_attention_heads=2, intermediate_size=64, local_radius=16, long_max_len=384,
-                               global_max_len=96, max_relative_distance=4, relative_vocab_size=16,
-                               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    GlobalLocalModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return write_encoder(tmp_path_factory.mktemp("openkp_encoder"), tokenizer, **TINY_ENCODER, long_max_len=384,
+                         global_max_len=96)
 
 
 def openkp_model(encoder_dir) -> OpenKPModel:

@@ -8,25 +8,19 @@ import pytest
 import torch
 
 from longdoc.cli import main
-from longdoc.convert.pretrained import default_tokenizer
 from longdoc.data.examples import Candidate, Document, StructuredExample
 from longdoc.data.features import FeatureSettings, GlobalKind, build_features
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.modeling import GlobalLocalModel
 from longdoc.tasks.wikihop.decode import best_candidate
 from longdoc.tasks.wikihop.features import training_features, window_row
 from longdoc.tasks.wikihop.model import WikiHopModel
 from longdoc.tasks.wikihop.reader import find_mentions
+from tests.tasks.conftest import write_encoder
 
 TRAIN = "wikihop/wikihop_train.first22.json"
 DEV = "wikihop/wikihop_dev.first28.json"
 HOTPOT = "hotpotqa/hotpot_dev_distractor_v1.first53.json"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return default_tokenizer()
 
 
 def _example() -> StructuredExample:
@@ -84,10 +78,12 @@ def test_candidate_dropped_by_the_global_budget_gives_no_label(tokenizer):
     assert best_candidate(example, features, torch.zeros(budget)) in ("italy", "germany")
 
 
+ENCODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, local_radius=16,
+               global_max_len=128)
+
+
 def _config(tokenizer, long_max_len):
-    config = GlobalLocalConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2,
-                               num_attention_heads=4, intermediate_size=128, local_radius=16,
-                               long_max_len=long_max_len, global_max_len=128)
+    config = GlobalLocalConfig(vocab_size=tokenizer.vocab_size, long_max_len=long_max_len, **ENCODER)
     config.task_options = dict(WikiHopModel.default_task_options)
     return config
 
@@ -112,14 +108,12 @@ def _train_log_losses(out):
 
 @pytest.mark.slow
 def test_short_training_run_predict_and_evaluate(shared_data, tokenizer, tmp_path, capsys):
-    torch.manual_seed(0)
-    GlobalLocalModel(_config(tokenizer, 256)).save_pretrained(tmp_path / "encoder")
-    tokenizer.save_pretrained(tmp_path / "encoder")
+    encoder = write_encoder(tmp_path / "encoder", tokenizer, **ENCODER, long_max_len=256)
     out, dev = tmp_path / "run", shared_data / DEV
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the cut warning, tested above
         assert main(["train", "wikihop", "--config", "cpu", "--train", str(shared_data / TRAIN), "--out", str(out),
-                     "--init", str(tmp_path / "encoder"), "--long-max-len", "256", "--global-max-len", "128",
+                     "--init", str(encoder), "--long-max-len", "256", "--global-max-len", "128",
                      "--max-steps", "40", "--batch-size", "4", "--lr", "1e-3",
                      "--log-steps", "10", "--seed", "0"]) == 0
     losses = _train_log_losses(out)
