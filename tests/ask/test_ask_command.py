@@ -119,6 +119,34 @@ def test_plain_output_says_no_answer_rather_than_inventing_one(model_dir, docume
     assert capsys.readouterr().out.strip() == "no answer found"
 
 
+def test_plain_output_shows_the_best_supporting_sentences_one_line_each(model_dir, documents, capsys):
+    # A model whose supporting-fact threshold is 0 marks every sentence as support.
+    everything = documents / "everything"
+    shutil.copytree(model_dir / "model", everything)
+    config = json.loads((everything / "config.json").read_text())
+    config["task_options"]["sp_threshold"] = 0.0
+    (everything / "config.json").write_text(json.dumps(config))
+    (documents / "five.txt").write_text("Zoë works for Brünnhilde Labs. The weather was mild. Café owners were "
+                                        "pleased. Brünnhilde Labs is based in Søndervik. It makes kettles.\n",
+                                        encoding="utf-8")
+    (documents / "heading.txt").write_text("Report\nZoë works for Brünnhilde Labs. Brünnhilde Labs is based in "
+                                           "Søndervik.\n", encoding="utf-8")
+    for name, hidden in (("five.txt", 2), ("heading.txt", 0)):
+        command = ["ask", "--model", str(everything), "--question", "Where is the employer of Zoë based?",
+                   "--min-score", "0", str(documents / name)]
+        assert main([*command, "--json"]) == 0
+        support = json.loads(capsys.readouterr().out)["answers"][0]["support"]
+        assert main(command) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert "  (score " in lines[0] and len(lines) == 1 + min(3, len(support)) + (hidden > 0)
+        # Each sentence on one line: "Report\nZoë works ..." (a heading and its sentence) too.
+        assert [line.split(": ", 1)[1] for line in lines[1:4]] == [" ".join(s["text"].split()) for s in support[:3]]
+        if hidden:
+            assert lines[4] == f"    ... and {hidden} more supporting sentences (--json lists them all)"
+        else:
+            assert any(line.endswith(": Report Zoë works for Brünnhilde Labs.") for line in lines[1:])
+
+
 def test_missing_or_wrong_model_and_nothing_readable(model_dir, documents, capsys):
     assert main(["ask", "--model", str(documents / "nowhere"), "--question", "q", str(documents / "notes.txt")]) == 2
     error = capsys.readouterr().err
