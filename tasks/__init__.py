@@ -23,7 +23,8 @@ Each package's `__init__.py` defines `TASK`, a `Task` record that names the pack
 
 Parts are named by module path and imported on first use (`Task.load`), so listing the tasks, as
 `longdoc --help` does, never imports torch. The registry finds the packages under tasks/ by name
-(nothing is imported until a task is asked for) and takes further tasks through `register`;
+(nothing is imported until a task is asked for) and takes further tasks through `register`
+(`unregister` takes them out again);
 adding a dataset means adding one package here and nothing else.
 """
 
@@ -59,7 +60,9 @@ class Task:
     headline_metric: str  # the key the leaderboard ranks by
     reference_rows: tuple[dict, ...] = ()  # published figures: {"name", "source", "metrics": {key: value}}
     metric_options: tuple[Option, ...] = ()  # evaluate_files' keywords, offered by `longdoc evaluate`
-    train_options: tuple[Option, ...] = ()  # the task's own training/feature options, offered by `longdoc train`
+    # The task's own training/feature options, offered by `longdoc train`; those its model takes as
+    # task_options are stored in the trained model's config.json, so prediction uses the same values.
+    train_options: tuple[Option, ...] = ()
     # The pipeline, as each task's lands (None: this task cannot be trained or predicted yet).
     features: str | None = None  # module path
     model: str | None = None  # "module.path:ClassName"
@@ -79,6 +82,9 @@ class Task:
     def metric_defaults(self) -> dict[str, Any]:
         return {option.name: option.default for option in self.metric_options}
 
+    def train_defaults(self) -> dict[str, Any]:
+        return {option.name: option.default for option in self.train_options}
+
 
 _registered: dict[str, Task] = {}
 
@@ -89,6 +95,12 @@ def register(task: Task) -> Task:
         raise ValueError(f"a task named {task.name!r} is already registered")
     _registered[task.name] = task
     return task
+
+
+def unregister(name: str) -> Task:
+    """Take a task out of the registry (a test's own task, after the test); KeyError when none has
+    that name. A built-in task comes back at the next lookup."""
+    return _registered.pop(name)
 
 
 def _builtin_names() -> list[str]:

@@ -24,7 +24,6 @@ TASK = Task(
     metric="longdoc.tasks.hotpotqa.metric",
     headline_metric="joint_f1",
     reference_rows=REFERENCE_ROWS,
-    # Stored in the trained model's config.json (task_options), so prediction uses the same values.
     train_options=(
         Option("stride", int, 128, "overlap in wordpieces between windows of a context longer than long_max_len"),
         Option("max_question_len", int, 64, "question wordpieces kept"),

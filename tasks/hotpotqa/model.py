@@ -36,7 +36,7 @@ class HotpotQAOutput(ModelOutput):
 class HotpotQAModel(TaskModel):
     task_name = "hotpotqa"
     # stride, max_question_len, max_answer_length, sp_threshold: see the Task record's train_options.
-    default_task_options = {option.name: option.default for option in TASK.train_options}
+    default_task_options = TASK.train_defaults()
 
     def __init__(self, config):
         super().__init__(config)

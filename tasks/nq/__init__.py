@@ -34,7 +34,6 @@ TASK = Task(
         Option("long_non_null_threshold", int, 2, "annotators needed for a gold long answer"),
         Option("short_non_null_threshold", int, 2, "annotators needed for a gold short answer"),
     ),
-    # Stored in the trained model's config.json (task_options), so prediction uses the same values.
     train_options=(
         Option("stride", int, 128, "overlap in wordpieces between consecutive windows of a document"),
         Option("max_question_len", int, 32, "question wordpieces kept (ETC: 32)"),

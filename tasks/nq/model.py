@@ -38,8 +38,7 @@ class NQModel(TaskModel):
     task_name = "nq"
     # stride, max_question_len, max_short_answer_length (the Task record's train_options, less
     # those that only concern reading the training file): prediction reads them from config.json.
-    default_task_options = {option.name: option.default for option in TASK.train_options
-                            if option.name not in RUN_OPTIONS}
+    default_task_options = {name: value for name, value in TASK.train_defaults().items() if name not in RUN_OPTIONS}
 
     def __init__(self, config):
         super().__init__(config)

@@ -21,7 +21,6 @@ TASK = Task(
     metric="longdoc.tasks.openkp.metric",
     headline_metric="F1@3",
     reference_rows=REFERENCE_ROWS,
-    # Stored in the trained model's config.json (task_options), so prediction uses the same values.
     train_options=(
         Option("stride", int, 128, "overlap in wordpieces between windows of a page longer than long_max_len"),
     ),

@@ -61,7 +61,7 @@ def ngram_loss(logits: Tensor, labels: Tensor) -> Tensor | None:
 class OpenKPModel(TaskModel):
     task_name = "openkp"
     # stride: see the Task record's train_options.
-    default_task_options = {option.name: option.default for option in TASK.train_options}
+    default_task_options = TASK.train_defaults()
 
     def __init__(self, config):
         if config.global_feature_size != VISUAL_FEATURE_SIZE:

@@ -21,7 +21,6 @@ TASK = Task(
     metric="longdoc.tasks.wikihop.metric",
     headline_metric="accuracy",
     reference_rows=REFERENCE_ROWS,
-    # Stored in the trained model's config.json (task_options), so prediction uses the same values.
     train_options=(Option("max_question_len", int, 64, "query wordpieces kept"),),
     features="longdoc.tasks.wikihop.features",
     model="longdoc.tasks.wikihop.model:WikiHopModel",

@@ -31,7 +31,7 @@ class WikiHopOutput(ModelOutput):
 class WikiHopModel(TaskModel):
     task_name = "wikihop"
     # max_question_len: see the Task record's train_options.
-    default_task_options = {option.name: option.default for option in TASK.train_options}
+    default_task_options = TASK.train_defaults()
 
     def __init__(self, config):
         super().__init__(config)
