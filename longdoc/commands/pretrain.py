@@ -9,13 +9,12 @@ no torch, so `longdoc --help` stays fast).
 """
 
 import dataclasses
-import sys
 from pathlib import Path
 
+from longdoc.commands.train import run_and_report
 from longdoc.train.options import ENGINE_OPTIONS, TrainOption, add_option_arguments, resolve_options
 
 HELP = "continued pretraining (MLM + CPC) on plain text (resumes from --out; data-parallel under torchrun)"
-INTERRUPTED_EXIT = 130  # the shell's status for a run stopped by Ctrl-C
 
 _ENGINE_HELP = {
     "train": "the corpus: a text file, a folder of them, or a `datasets` dataset saved with save_to_disk "
@@ -59,23 +58,13 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from longdoc.train.checkpoints import CheckpointError
     from longdoc.train.pretraining import pretrain
 
     given = {option.name: getattr(args, option.name) for option in PRETRAINING_OPTIONS}
     options = resolve_options(given, PRETRAINING_OPTIONS, args.config)
-    try:
-        result = pretrain(options)
-    except CheckpointError as error:
-        print(f"longdoc pretrain: error: {error}", file=sys.stderr)
-        return 1
-    if result.interrupted:
-        if result.is_main:
-            print(f"longdoc pretrain: stopped at step {result.step} of {result.total_steps}; checkpoint "
-                  f"{result.checkpoint}; rerun the same command to resume", file=sys.stderr)
-        return INTERRUPTED_EXIT
-    if result.is_main:
+
+    def done(result) -> str:
         shown = ", ".join(f"{key} {value:.4f}" for key, value in result.metrics.items())
-        print(f"longdoc pretrain: encoder in {options['out']} after {result.step} steps; held-out: {shown}",
-              file=sys.stderr)
-    return 0
+        return f"encoder in {options['out']} after {result.step} steps; held-out: {shown}"
+
+    return run_and_report("pretrain", lambda: pretrain(options), done)

@@ -2,6 +2,7 @@
 training engine (longdoc.train); under torchrun it trains data-parallel."""
 
 import sys
+from typing import Any, Callable
 
 from longdoc.errors import InputError
 from longdoc.tasks import get_task, task_names
@@ -11,13 +12,19 @@ HELP = "train a task model (resumes from --out; runs data-parallel under torchru
 INTERRUPTED_EXIT = 130  # the shell's status for a run stopped by Ctrl-C
 
 
+def _own_options(task_name: str) -> list[TrainOption]:
+    """The task's own training options (its Task record's train_options) as flags."""
+    return [TrainOption(option.name, option.type, option.default, option.help)
+            for option in get_task(task_name).train_options]
+
+
 def _task_options() -> dict[str, tuple[TrainOption, tuple[str, ...]]]:
     """Each task training option's flag, once, with the tasks that take it (from the Task records)."""
     found: dict[str, tuple[TrainOption, tuple[str, ...]]] = {}
     for name in task_names():
-        for option in get_task(name).train_options:
+        for option in _own_options(name):
             _, tasks = found.get(option.name, (None, ()))
-            found[option.name] = (TrainOption(option.name, option.type, option.default, option.help), tasks + (name,))
+            found[option.name] = (option, tasks + (name,))
     return found
 
 
@@ -34,11 +41,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from longdoc.train.checkpoints import CheckpointError
     from longdoc.train.finetune import train_task
 
     task = get_task(args.task)
-    own = [TrainOption(option.name, option.type, option.default, option.help) for option in task.train_options]
+    own = _own_options(args.task)
     foreign = [option for option, _ in _task_options().values()
                if option.name not in {o.name for o in own} and getattr(args, option.name) is not None]
     if foreign:
@@ -46,18 +52,31 @@ def run(args) -> int:
     options_list = (*ENGINE_OPTIONS, *own)
     given = {option.name: getattr(args, option.name) for option in options_list}
     options = resolve_options(given, options_list, args.config, task.configs)
+
+    def done(result) -> str:
+        shown = ", ".join(f"{key} {value:.4f}" for key, value in result.metrics.items())
+        return f"{args.task} model in {options['out']} after {result.step} steps" + (f"; dev: {shown}" if shown else "")
+
+    return run_and_report("train", lambda: train_task(task, options), done)
+
+
+def run_and_report(command: str, train: Callable[[], Any], done: Callable[[Any], str]) -> int:
+    """The exit status of a run on the training engine (`longdoc train`, `longdoc pretrain`): `train()`
+    returns the engine's TrainingResult; the main process says on stderr how it ended (`done(result)`
+    for a finished run). 1: a checkpoint that cannot be resumed; INTERRUPTED_EXIT: stopped with a
+    checkpoint, to resume by rerunning."""
+    from longdoc.train.checkpoints import CheckpointError
+
     try:
-        result = train_task(task, options)
+        result = train()
     except CheckpointError as error:
-        print(f"longdoc train: error: {error}", file=sys.stderr)
+        print(f"longdoc {command}: error: {error}", file=sys.stderr)
         return 1
     if result.interrupted:
         if result.is_main:
-            print(f"longdoc train: stopped at step {result.step} of {result.total_steps}; checkpoint "
+            print(f"longdoc {command}: stopped at step {result.step} of {result.total_steps}; checkpoint "
                   f"{result.checkpoint}; rerun the same command to resume", file=sys.stderr)
         return INTERRUPTED_EXIT
     if result.is_main:
-        shown = ", ".join(f"{key} {value:.4f}" for key, value in result.metrics.items())
-        print(f"longdoc train: {args.task} model in {options['out']} after {result.step} steps"
-              + (f"; dev: {shown}" if shown else ""), file=sys.stderr)
+        print(f"longdoc {command}: {done(result)}", file=sys.stderr)
     return 0
