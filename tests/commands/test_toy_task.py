@@ -57,11 +57,12 @@ def write_package(folder, package: str, init: str = "") -> None:
 @pytest.fixture
 def clean_registry(monkeypatch):
     """The registry as the built-in tasks leave it, restored afterwards; so are the imported modules."""
-    task_registry.task_names()  # register the built-in tasks first, so only the toy is undone
-    monkeypatch.setattr(task_registry, "_registered", dict(task_registry._registered))
+    names_before = set(task_registry.task_names())  # the built-in tasks first, so only the toy is undone
     monkeypatch.setattr(cli, "COMMANDS", {"evaluate": "longdoc.commands.evaluate"})
     modules_before = set(sys.modules)
     yield
+    for name in set(task_registry.task_names()) - names_before:
+        task_registry.unregister(name)
     for name in set(sys.modules) - modules_before:
         if name.startswith(("toy_registered", "longdoc.tasks.numbers")):
             del sys.modules[name]

@@ -16,6 +16,7 @@ from longdoc.train import checkpoints
 from tests.train import toy_task
 
 STEPS = 6
+pytestmark = pytest.mark.usefixtures("toy_tasks")
 
 
 @pytest.fixture(autouse=True)
@@ -158,6 +159,16 @@ def test_refuses_an_out_of_another_task_or_shape(reference, data, tmp_path, caps
 
     assert main(command(data, reference, task="toy-other")) == 2  # a finished run: checkpoints and final model
     assert "holds a 'toy' checkpoint" in capsys.readouterr().err
+
+
+def test_a_task_that_trains_another_tasks_model_reruns_on_its_finished_out(data, tmp_path):
+    # "toy-alias" saves the "toy" model (config.json task "toy"): a finished run without
+    # checkpoints left is its own, not another task's.
+    out = tmp_path / "out"
+    assert main(command(data, out, task="toy-alias", **{"max-steps": 2})) == 0
+    assert json.loads((out / "config.json").read_text())["task"] == "toy"
+    shutil.rmtree(out / "checkpoints")
+    assert main(command(data, out, task="toy-alias", **{"max-steps": 2})) == 0
 
 
 def test_too_few_rows_for_one_step(data, tmp_path, capsys):

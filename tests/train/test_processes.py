@@ -20,7 +20,7 @@ from tests.train import toy_task
 from tests.train.test_engine import assert_same_weights, command
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("toy_tasks")]
 
 
 def child_env(**extra) -> dict:

@@ -7,8 +7,9 @@ long input, one global token (CLS) that sees everything; the head classifies fro
 Prediction file {id: label}; metric: accuracy.
 
 `make_init(folder)` writes a tiny lifted-encoder folder (GlobalLocalModel + tokenizer) to start from;
-`write_data(path, n, seed)` a data file. Importing the module registers the task (as "toy" and, for
-the other-task refusal test, "toy-other").
+`write_data(path, n, seed)` a data file. `register_toy_tasks()` adds the task to the registry (as
+"toy" and, for the other-task tests, "toy-other" and "toy-alias"): the `toy_tasks` fixture of
+tests/train/conftest.py does so for one test, and takes them out after it.
 """
 
 import json
@@ -26,7 +27,7 @@ from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.inputs import InputSpec
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.task_model import TaskModel
-from longdoc.tasks import Task, get_task, register, task_names
+from longdoc.tasks import Option, Task, register, unregister
 
 WORDS = [f"w{i}" for i in range(40)]
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]"]
@@ -145,16 +146,18 @@ def _task(name: str, model: str) -> Task:
     return Task(name=name, description="toy classification for the engine tests", reader=__name__,
                 metric=__name__, headline_metric="accuracy", features=__name__, model=f"{__name__}:{model}",
                 decode=__name__, configs=Path(__file__).parent / "toy_configs",
-                train_options=(_label_smoothing(),))
+                train_options=(Option("label_smoothing", float, 0.0, "label smoothing of the toy loss"),))
 
 
-def _label_smoothing():
-    from longdoc.tasks import Option
-
-    return Option("label_smoothing", float, 0.0, "label smoothing of the toy loss")
+# "toy-alias" trains the "toy" model under another name, as multihop trains HotpotQA's model.
+TOY_TASKS = (_task("toy", "ToyModel"), _task("toy-other", "OtherToyModel"), _task("toy-alias", "ToyModel"))
 
 
-for _name, _model in (("toy", "ToyModel"), ("toy-other", "OtherToyModel")):
-    if _name not in task_names():
-        register(_task(_name, _model))
-TOY = get_task("toy")
+def register_toy_tasks() -> None:
+    for task in TOY_TASKS:
+        register(task)
+
+
+def unregister_toy_tasks() -> None:
+    for task in TOY_TASKS:
+        unregister(task.name)

@@ -28,4 +28,5 @@ _original_collate = toy_task.collate
 toy_task.collate = _collate_then_maybe_hang
 
 if __name__ == "__main__":
+    toy_task.register_toy_tasks()
     sys.exit(main(["train", "toy", *sys.argv[1:]]))
