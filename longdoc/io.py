@@ -49,12 +49,22 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
                 yield line_number, _parse(decode_text(line, f"{path}:{line_number}"), path, line_number)
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` to `path` so that readers see either the old file or the whole new one."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path} is a folder; a file path is needed here")
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp makes the file private (0600); give it the mode a plain open() would (umask).
+        os.fchmod(descriptor, 0o666 & ~_umask())
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
             handle.flush()
