@@ -44,5 +44,12 @@ def _read_predictions(path) -> dict:
 
 
 def evaluate_files(gold_path, pred_path) -> dict[str, float]:
-    """Score a prediction file {id: answer} against the official gold file."""
-    return evaluate(_read_gold(gold_path), _read_predictions(pred_path))
+    """Score a prediction file {id: answer} against the official gold file. A file none of whose
+    ids is a gold question id is refused: it is another file (another split, another task's
+    predictions), and scoring it 0.0 would say nothing true."""
+    gold, predictions = _read_gold(gold_path), _read_predictions(pred_path)
+    if predictions and not set(predictions) & {example["id"] for example in gold}:
+        first = next(iter(predictions))
+        raise InputError(f"{pred_path}: none of its {len(predictions)} ids is a question id of {gold_path} "
+                         f"(first: {first!r}); a WikiHop prediction file is {{id: answer}} for that file's questions")
+    return evaluate(gold, predictions)

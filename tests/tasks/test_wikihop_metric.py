@@ -56,6 +56,11 @@ def test_evaluate_files_errors(tmp_path):
         evaluate_files(_write(tmp_path / "gold3.json", {"id": "q1"}), _write(tmp_path / "p.json", {}))
     with pytest.raises(InputError, match=r"gold4\.json: the WikiHop gold file holds no examples"):
         evaluate_files(_write(tmp_path / "gold4.json", []), _write(tmp_path / "p.json", {}))
+    # A HotpotQA prediction file is a JSON object too: none of its ids is a question.
+    hotpot = _write(tmp_path / "hotpot_pred.json", {"answer": {"q1": "germany"}, "sp": {"q1": []}})
+    with pytest.raises(InputError, match=r"hotpot_pred\.json: none of its 2 ids is a question id of .*gold\.json "
+                                         r"\(first: 'answer'\)"):
+        evaluate_files(gold, hotpot)
 
 
 def test_gold_scored_against_itself_is_perfect(shared_data, tmp_path):
