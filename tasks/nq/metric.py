@@ -253,7 +253,9 @@ def evaluate_files(
     judgements: dict[Any, ExampleJudgement | None] = {}
     first_seen: dict[Any, str] = {}
     without_document = byte_only = 0
+    most_annotations = 0
     for gold in iter_gold(gold_path):
+        most_annotations = max(most_annotations, len(gold.annotations))
         if gold.example_id in first_seen:
             # The official reader keeps the last record of a repeated id (a dict update).
             warnings.warn(
@@ -272,6 +274,15 @@ def evaluate_files(
         raise InputError(f"{gold_path}: no gold examples")
     if judgements.keys() != predictions.keys():
         raise InputError(_id_mismatch_message(set(judgements), set(predictions)))
+    if most_annotations < max(long_non_null_threshold, short_non_null_threshold):
+        # Training-set gold has one annotation per example; under the dev set's votes of 2 no
+        # example has a gold answer, and every score is 0 whatever was predicted.
+        warnings.warn(
+            f"{gold_path}: no example has more than {most_annotations} annotation(s), fewer than the "
+            f"non-null thresholds ({long_non_null_threshold} long, {short_non_null_threshold} short): no gold "
+            "answer can count; for one-annotation (training-format) gold pass --long-non-null-threshold 1 "
+            "--short-non-null-threshold 1"
+        )
     if without_document:
         warnings.warn(
             f"{without_document} gold example(s) have neither document_tokens nor document_text: "
