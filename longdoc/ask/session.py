@@ -32,7 +32,8 @@ def check_model_dir(model_dir=None) -> Path:
         raise InputError(
             f"{model_dir}: no trained model here; `longdoc ask` reads with a trained HotpotQA-style model: "
             "run `longdoc demo` (it trains one into this folder), or train one with `longdoc make-data "
-            "multihop --n 128 --length 1024 --seed 0 --out train.json && longdoc train multihop --config demo "
+            "multihop --n 480 --length 768 --min-distance 512 --comparison-fraction 0 --relation-share 0 "
+            "--chain-order --seed 0 --out train.json && longdoc train multihop --config demo --long-max-len 768 "
             "--train train.json --out DIR` and pass --model DIR")
     return model_dir
 
