@@ -103,9 +103,10 @@ def first_tokens(records: list[dict], limit: int, tokenizer) -> list[dict]:
     return cut
 
 
-def write_data(folder: Path, data: DemoData, tokenizer, progress: bool = True) -> dict[str, Path]:
-    """train.json, dev.json and their cuts to the first `restricted_length` wordpieces, in `folder`
-    (paths keyed "train", "dev", "train-restricted", "dev-restricted")."""
+def write_data(folder: Path, data: DemoData, tokenizer, progress: bool = True,
+               cut: tuple[str, ...] = ("train", "dev")) -> dict[str, Path]:
+    """train.json, dev.json and the cuts of the `cut` splits to the first `restricted_length`
+    wordpieces, in `folder` (paths keyed "train", "dev", "train-restricted", "dev-restricted")."""
     from longdoc.io import atomic_write_json
     from longdoc.tasks.multihop.generator import make_examples
 
@@ -116,6 +117,8 @@ def write_data(folder: Path, data: DemoData, tokenizer, progress: bool = True) -
                                 chain_order=data.chain_order, tokenizer=tokenizer, progress=progress)
         paths[split] = folder / f"{split}.json"
         atomic_write_json(paths[split], records, indent=None)
+        if split not in cut:
+            continue
         paths[f"{split}-restricted"] = folder / f"{split}-first{data.restricted_length}.json"
         atomic_write_json(paths[f"{split}-restricted"], first_tokens(records, data.restricted_length, tokenizer),
                           indent=None)
@@ -268,7 +271,7 @@ def run_demo(out: Path, data: DemoData = DemoData(), overrides: Mapping[str, Any
     task = get_task(TASK_NAME)
     overrides = dict(overrides or {})
     tokenizer = read_tokenizer(overrides.get("init") or default_model_path())
-    paths = write_data(out / "data", data, tokenizer, progress)
+    paths = write_data(out / "data", data, tokenizer, progress, cut=("dev",))  # the model trains on whole documents
     restricted = RESTRICTED_RUN.format(length=data.restricted_length)
     result = DemoResult(runs={FULL_RUN: out / FULL_RUN, restricted: out / restricted})
     print(f"longdoc demo: training on documents of up to {data.length} wordpieces in {out / FULL_RUN}",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from longdoc.ask.documents import SourceText
-from longdoc.ask.index import CorpusIndex, Hit, index_documents
+from longdoc.ask.index import CorpusIndex, index_documents
 from longdoc.ask.retrieve import retrieve
 from longdoc.convert.pretrained import cache_dir
 from longdoc.errors import InputError
@@ -54,7 +54,8 @@ class AskSession:
         self.second_hop = second_hop
         # Retrieval is for what the encoder cannot read at once: documents that fit its long input
         # (beside the question) are read whole, every passage in file order, as the model was trained.
-        corpus_texts = [self.corpus.text(Hit(*location, 0.0)) for location in self.corpus.locations]
+        corpus_texts = [document.passage_text(passage) for document in self.corpus.documents
+                        for passage in document.passages]
         self.corpus_wordpieces = sum(len(ids) for ids in self.tokenizer(corpus_texts, add_special_tokens=False)["input_ids"])
 
     def reads_whole_corpus(self, question: str) -> bool:

@@ -61,17 +61,21 @@ def faster_than_peers(result: BenchResult, mode: str) -> Check:
     )
 
 
+def _overhead(result: BenchResult, what: str, variant: str, baseline: str, mode: str, limit: float) -> Check:
+    """`variant`'s time over `baseline`'s at TARGET_LENGTH in `mode`, at most 1 + `limit`."""
+    slower = result.find(variant, TARGET_LENGTH, mode)
+    faster = result.find(baseline, TARGET_LENGTH, mode)
+    if slower is None or faster is None:
+        return Check(SKIP, f"{what} (needs {variant} and {baseline} at {TARGET_LENGTH})")
+    overhead = slower.median_seconds / faster.median_seconds - 1
+    return _verdict(
+        overhead <= limit, f"{what}: {overhead:+.1%} ({slower.median_seconds:.3g} s vs {faster.median_seconds:.3g} s)"
+    )
+
+
 def residual_overhead(result: BenchResult) -> Check:
     what = f"at {TARGET_LENGTH}: residual attention adds at most {MAX_RESIDUAL_OVERHEAD:.0%} to forward"
-    with_residual = result.find(REFERENCE.name, TARGET_LENGTH, FORWARD)
-    without = result.find(OURS_PLAIN.name, TARGET_LENGTH, FORWARD)
-    if with_residual is None or without is None:
-        return Check(SKIP, f"{what} (needs {REFERENCE.name} and {OURS_PLAIN.name} at {TARGET_LENGTH})")
-    overhead = with_residual.median_seconds / without.median_seconds - 1
-    return _verdict(
-        overhead <= MAX_RESIDUAL_OVERHEAD,
-        f"{what}: {overhead:+.1%} ({with_residual.median_seconds:.3g} s vs {without.median_seconds:.3g} s)",
-    )
+    return _overhead(result, what, REFERENCE.name, OURS_PLAIN.name, FORWARD, MAX_RESIDUAL_OVERHEAD)
 
 
 def memory_growth(result: BenchResult) -> Check:
@@ -112,14 +116,7 @@ def ratio_to_peer(result: BenchResult, mode: str, peer: str, max_ratio: float) -
 def talking_heads_overhead(result: BenchResult, mode: str) -> Check:
     limit = MAX_TALKING_HEADS_OVERHEAD[mode]
     what = f"at {TARGET_LENGTH}: talking heads add at most {limit:.0%} to {mode}"
-    talking = result.find(OURS_RESIDUAL_TALKING.name, TARGET_LENGTH, mode)
-    plain = result.find(REFERENCE.name, TARGET_LENGTH, mode)
-    if talking is None or plain is None:
-        return Check(SKIP, f"{what} (needs {OURS_RESIDUAL_TALKING.name} and {REFERENCE.name} at {TARGET_LENGTH})")
-    overhead = talking.median_seconds / plain.median_seconds - 1
-    return _verdict(
-        overhead <= limit, f"{what}: {overhead:+.1%} ({talking.median_seconds:.3g} s vs {plain.median_seconds:.3g} s)"
-    )
+    return _overhead(result, what, OURS_RESIDUAL_TALKING.name, REFERENCE.name, mode, limit)
 
 
 def target_checks(result: BenchResult) -> list[Check]:
