@@ -12,23 +12,25 @@ from longdoc import cpu_memory
 from longdoc.cpu_memory import allocator_environment, configure_allocator, find_jemalloc, resolve_allocator
 
 # In a fresh process: import the model, fill a 256 MiB tensor twice (the heap grows to hold it),
-# then print the page faults of a third fill. Memory kept by malloc is already mapped; memory
-# given back to the kernel is faulted in again, page by page.
+# then print the fewest page faults of four more fills. Memory kept by malloc is already mapped;
+# memory given back to the kernel is faulted in again, page by page. (The fewest, because the
+# heap may need to grow twice: a small block allocated after the first tensor keeps its freed
+# 256 MiB from the top, and torch's 64-byte-aligned request needs a little more than that.)
 REFAULTS = """
 import resource, torch, longdoc.model.attention
 from longdoc.cpu_memory import configure_allocator
-def fill():
+def faults_of_a_fill():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     torch.ones(64 * 2**20)
-fill()
-fill()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-fill()
-print(configure_allocator(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults_of_a_fill()
+faults_of_a_fill()
+print(configure_allocator(), min(faults_of_a_fill() for _ in range(4)))
 """
 PAGES = 256 * 2**20 // 4096
 
 
-def third_fill(**environment) -> tuple[str, int]:
+def fewest_refaults(**environment) -> tuple[str, int]:
     env = {**os.environ, "THP_MEM_ALLOC_ENABLE": "0", **environment}
     env.pop("LD_PRELOAD", None)
     applied, faults = subprocess.run(
@@ -38,10 +40,10 @@ def third_fill(**environment) -> tuple[str, int]:
 
 
 def test_importing_the_model_keeps_freed_memory_and_system_opts_out():
-    applied, faults = third_fill()
+    applied, faults = fewest_refaults()
     assert applied == "keep" and faults < PAGES // 20
     thp_always = "[always]" in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
-    applied, faults = third_fill(LONGDOC_ALLOCATOR="system")
+    applied, faults = fewest_refaults(LONGDOC_ALLOCATOR="system")
     assert applied == "system"
     if not thp_always:  # with 2 MiB pages everywhere the kernel itself faults 512x less
         assert faults > PAGES // 2
