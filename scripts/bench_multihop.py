@@ -17,12 +17,13 @@ import json
 import sys
 from pathlib import Path
 
+from longdoc.errors import InputError
 from longdoc.io import atomic_write_json, atomic_write_text
 
-RUNS = (  # name, residual attention, reads the first 512 wordpieces only
+RUNS = (  # name, residual attention, reads only the first --restricted-length wordpieces
     ("residual on", True, False),
     ("residual off", False, False),
-    ("first 512, residual on", True, True),
+    ("first {restricted}, residual on", True, True),
 )
 
 
@@ -89,15 +90,19 @@ def main(argv=None) -> int:
     from longdoc.train.options import options_json
 
     args = parse_args(argv)
-    # The full multi-hop setting (the generator's defaults), not the demo's easier one.
-    data = DemoData(train_examples=args.train_examples, dev_examples=args.dev_examples, length=args.length,
-                    min_distance=args.min_distance, restricted_length=args.restricted_length, seed=args.seed,
-                    comparison_fraction=0.2, relation_share=RELATION_SHARE, chain_order=False)
+    try:  # The full multi-hop setting (the generator's defaults), not the demo's easier one.
+        data = DemoData(train_examples=args.train_examples, dev_examples=args.dev_examples, length=args.length,
+                        min_distance=args.min_distance, restricted_length=args.restricted_length, seed=args.seed,
+                        comparison_fraction=0.2, relation_share=RELATION_SHARE, chain_order=False)
+    except InputError as error:
+        print(f"bench_multihop: error: {error}", file=sys.stderr)
+        return 2
     (args.out / "data").mkdir(parents=True, exist_ok=True)
     paths = write_data(args.out / "data", data, read_tokenizer(default_model_path()))
     task = get_task("multihop")
     curves, run_options_used = {}, {}
     for name, residual, restricted in RUNS:
+        name = name.format(restricted=data.restricted_length)
         given = {"train": paths["train-restricted" if restricted else "train"],
                  "dev": paths["dev-restricted" if restricted else "dev"],
                  "out": args.out / name.replace(",", "").replace(" ", "-"),

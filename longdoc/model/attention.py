@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from longdoc.cpu_memory import configure_allocator
 from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.dropout import Dropout
 from longdoc.model.side_inputs import RelativeIdLayout, SideInputs
 
 # Training at 4k tokens is 2x slower when freed 40-100 MB tensors go back to the kernel; every
@@ -190,7 +191,7 @@ class GlobalLocalAttention(nn.Module):
         self.head_size = config.head_size
         self.residual_attention = config.residual_attention
         self.residual_attention_mean = config.residual_attention_mean
-        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+        self.dropout = Dropout(config.attention_probs_dropout_prob)
 
         # Q, K and V in one matmul per stream; the global stream may share the long one's weights.
         self.long_qkv = nn.Linear(hidden, 3 * hidden)

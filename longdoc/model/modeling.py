@@ -19,6 +19,7 @@ from transformers.utils import ModelOutput
 
 from longdoc.model.attention import AttentionCarry, GlobalLocalAttention, Workspace
 from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.dropout import Dropout
 from longdoc.model.inputs import check_and_collect
 from longdoc.model.side_inputs import SideInputs, build_side_inputs
 
@@ -46,7 +47,7 @@ class GlobalLocalEmbeddings(nn.Module):
             nn.Linear(config.global_feature_size, config.hidden_size) if config.global_feature_size else None
         )
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, features: Tensor | None = None) -> Tensor:
         embeddings = self.word_embeddings(input_ids)
@@ -86,7 +87,7 @@ class GlobalLocalLayer(GradientCheckpointingLayer):
         self.global_feed_forward = None if config.share_feed_forward else FeedForward(config)
         self.long_output_norm = nn.LayerNorm(hidden, eps=eps)
         self.global_output_norm = nn.LayerNorm(hidden, eps=eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(
         self,
