@@ -19,7 +19,7 @@ HELP = "answer questions from long documents (.txt, .md, .html, folders) with th
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from longdoc.ask.session import PASSAGES_READ, default_model_dir
+    from longdoc.ask.session import MIN_EVIDENCE, PASSAGES_READ, default_model_dir
 
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files (.txt, .md, .html, .htm) and folders")
     parser.add_argument("--model", type=Path, metavar="DIR",
@@ -33,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-score", type=float, metavar="P",
                         help="drop span answers the model gives a lower probability (default 0.05); none left: "
                              "'no answer found'")
+    parser.add_argument("--min-evidence", type=float, metavar="C",
+                        help=f"refuse ('no answer found') when no sentence read has a cosine similarity (MiniLM) of "
+                             f"at least C with the question: the document does not speak of it (default {MIN_EVIDENCE}; "
+                             "-1 answers everything)")
     parser.add_argument("--no-second-hop", dest="second_hop", action="store_false",
                         help="retrieve with the question only (no second hop from the first passages)")
     parser.add_argument("--json", action="store_true",
@@ -106,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     session = AskSession(sources, args.model, passages=args.passages, second_hop=args.second_hop)
     questions = [args.question] if args.question is not None else _questions(sys.stdin.isatty())
     for question in questions:
-        result = session.ask(question, top_k=args.top_k, min_score=args.min_score)
+        result = session.ask(question, top_k=args.top_k, min_score=args.min_score, min_evidence=args.min_evidence)
         if args.json:
             print(json.dumps(result, ensure_ascii=False), flush=True)
         else:

@@ -222,3 +222,50 @@ def test_interactive_session_on_a_terminal_has_a_prompt_and_history(model_dir, d
         assert results[0]["answers"] and results[0]["passages"]
         for answer in results[0]["answers"]:
             assert answer["text"] == TEXT[answer["start"]:answer["end"]]
+
+
+def _fact_spans(text: str, record: dict) -> list[tuple[int, int]]:
+    sentences = {title: sentences for title, sentences in record["context"]}
+    spans = []
+    for title, index in record["supporting_facts"]:
+        fact = sentences[title][index].strip()
+        spans.append((text.index(fact), text.index(fact) + len(fact)))
+    return spans
+
+
+@pytest.mark.slow
+def test_a_folder_of_txt_md_and_html_reads_both_facts_of_each_question_and_refuses_unrelated_ones(
+        model_dir, tmp_path, monkeypatch, capsys):
+    # The demo's first three held-out documents (its generator settings, seed 1) as .txt, .md and
+    # .html: 2,300 wordpieces, read from retrieved passages. The .md question's answer passage was
+    # missed when the second hop's candidates were ranked by cosines across queries.
+    from longdoc.demo import write_document
+    from longdoc.tasks.multihop.generator import make_examples
+
+    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    records = make_examples(3, seed=1, length=768, min_distance=512, comparison_fraction=0.0, relation_share=0.0,
+                            chain_order=True, tokenizer=default_tokenizer(), progress=False)
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    write_document(records[0], folder / "a.txt")
+    write_document(records[1], folder / "b.md")
+    (folder / "c.html").write_text("<html><body>" + "".join(
+        f"<h2>{title}</h2><p>{''.join(sentences)}</p>" for title, sentences in records[2]["context"]) + "</body></html>",
+        encoding="utf-8")
+    contents = {"a.txt": (folder / "a.txt").read_text(encoding="utf-8"),
+                "b.md": (folder / "b.md").read_text(encoding="utf-8"),
+                "c.html": html_to_text((folder / "c.html").read_text(encoding="utf-8"))}
+    unrelated = ["Who won the 1998 World Cup?", "What is the boiling point of water?"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{q}\n" for q in [r["question"] for r in records] + unrelated)))
+    assert main(["ask", "--model", str(model_dir / "model"), "--min-score", "0", "--json", str(folder)]) == 0
+    results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    for record, name, result in zip(records, contents, results):
+        read = [(p["start"], p["end"]) for p in result["passages"] if p["file"].endswith(name)]
+        assert len(result["passages"]) == 8
+        for start, end in _fact_spans(contents[name], record):
+            assert any(s <= start and end <= e for s, e in read), (name, contents[name][start:end])
+        # The bridge sentence was read: the question is grounded, and answered.
+        assert result["evidence"] >= 0.5 and result["answers"]
+    for result in results[3:]:
+        # Nothing read speaks of the question: refused, though this reader gives spans at --min-score 0.
+        assert result["evidence"] < 0.5 and result["answers"] == []
