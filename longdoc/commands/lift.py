@@ -23,10 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from safetensors import SafetensorError
-
     from longdoc.convert.lift import LiftOptions, lift
-    from longdoc.errors import InputError
 
     options = LiftOptions(
         positions=args.positions,
@@ -37,11 +34,6 @@ def run(args: argparse.Namespace) -> int:
         global_max_len=args.global_max_len,
         seed=args.seed,
     )
-    try:
-        out = lift(args.source, args.out, options)
-    except SafetensorError as error:
-        # A truncated download or a file that only carries the name: safetensors' own error.
-        raise InputError(f"--from {args.source}: a weight file is not valid safetensors ({error}); "
-                         "download or save the checkpoint again") from None
+    out = lift(args.source, args.out, options)
     print(f"lifted {args.source} -> {out} ({options.positions} positions); model card: {out / 'README.md'}")
     return 0

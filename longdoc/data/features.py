@@ -47,7 +47,7 @@ from longdoc.errors import InputError
 from longdoc.data.examples import StructuredExample
 from longdoc.data.spans import SOURCE_NONE, SOURCE_QUESTION
 from longdoc.data.windows import plan_windows
-from longdoc.model.inputs import MODEL_INPUT_NAMES
+from longdoc.model.inputs import encoder_inputs
 
 class GlobalKind(IntEnum):
     CLS = 0
@@ -164,7 +164,7 @@ class Features:
 
     def model_inputs(self) -> dict:
         """The model-input fields only (a training row's start; tasks add their labels to it)."""
-        return {name: getattr(self, name) for name in MODEL_INPUT_NAMES if getattr(self, name) is not None}
+        return encoder_inputs(vars(self))
 
 
 @dataclass

@@ -38,7 +38,7 @@ Rules `collate_features` applies to every spec (encoder inputs and extras alike)
 """
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 from torch import Tensor
@@ -95,8 +95,9 @@ ENCODER_INPUTS = (
 MODEL_INPUT_NAMES = tuple(spec.name for spec in ENCODER_INPUTS)
 
 
-def encoder_inputs(batch: Mapping[str, Tensor | None]) -> dict[str, Tensor]:
-    """The encoder's inputs in `batch` (labels and bookkeeping left out, None values dropped)."""
+def encoder_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The encoder's inputs in `batch`, a collated batch or one feature row (labels and bookkeeping
+    left out, None values dropped)."""
     return {name: batch[name] for name in MODEL_INPUT_NAMES if batch.get(name) is not None}
 
 

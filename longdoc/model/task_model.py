@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from longdoc.convert.checkpoint import readable_weights
 from longdoc.data.batching import length_batches
 from longdoc.data.features import FeatureSettings
 from longdoc.errors import InputError
@@ -144,10 +145,11 @@ class TaskModel(GlobalLocalPreTrainedModel):
                 "encoder (`longdoc lift`, or leave --init out for the default lifted MiniLM); to restore this "
                 f"model use `{cls.__name__}.from_pretrained` / `longdoc predict {found['task']} --model {directory}`"
             )
-        try:
-            encoder = GlobalLocalModel.from_pretrained(directory, **(encoder_config or {}))
-        except ValueError as error:
-            raise InputError(f"{directory}: cannot start a {cls.task_name} model from this encoder: {error}") from None
+        with readable_weights(directory):
+            try:
+                encoder = GlobalLocalModel.from_pretrained(directory, **(encoder_config or {}))
+            except ValueError as error:
+                raise InputError(f"{directory}: cannot start a {cls.task_name} model from this encoder: {error}") from None
         config = encoder.config
         config.task_options = task_options
         config.architectures = [cls.__name__]
@@ -161,7 +163,8 @@ class TaskModel(GlobalLocalPreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> "TaskModel":
         """A trained model of this task from a folder (see the module docstring for what is refused)."""
         check_task_checkpoint(pretrained_model_name_or_path, cls.task_name)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        with readable_weights(pretrained_model_name_or_path):
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
 
 def check_task_checkpoint(directory: str | Path, task_name: str) -> dict[str, Any]:

@@ -52,11 +52,13 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
+from longdoc.convert.checkpoint import readable_weights
 from longdoc.data.batching import collate_features
 from longdoc.data.features import GlobalMarkers
 from longdoc.data.text import decode_text, split_paragraphs, split_sentences
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.inputs import encoder_inputs
 from longdoc.model.modeling import GlobalLocalModel, GlobalLocalPreTrainedModel
 
 # A file whose first bytes hold a NUL is binary (git, grep and file(1) use the same test).
@@ -355,31 +357,29 @@ class PretrainingCollator:
             masked_ids[cpc_mask] = self.mask_id
             self._mask_words(ids, masked_ids, row_labels, starts, cpc_mask)
             labels.append(row_labels)
-            model_rows.append({
-                "long_input_ids": masked_ids,
-                "long_attention_mask": torch.ones_like(ids),
-                "long_token_type_ids": torch.ones_like(ids),
-                "sentence_ids": owners,
-                "global_input_ids": torch.full((count,), self.sentence_marker),
-                "global_attention_mask": torch.ones(count, dtype=torch.long),
-                "global_token_type_ids": torch.ones(count, dtype=torch.long),
-            })
+            model_rows.append(self._sentences_row(masked_ids, owners, count))
         batch = collate_features(model_rows, self.pad_id)
         batch["mlm_labels"] = torch.nn.utils.rnn.pad_sequence(labels, batch_first=True, padding_value=-100)
         batch["cpc_positions"] = torch.tensor(cpc_pairs, dtype=torch.long).reshape(-1, 2)
-        sentence_rows = [{
-            "long_input_ids": sentence,
-            "long_attention_mask": torch.ones_like(sentence),
-            "long_token_type_ids": torch.ones_like(sentence),
-            "sentence_ids": torch.zeros_like(sentence),
-            "global_input_ids": torch.tensor([self.sentence_marker]),
-            "global_attention_mask": torch.tensor([1]),
-            "global_token_type_ids": torch.tensor([1]),
-        } for sentence in cpc_sentences]
+        sentence_rows = [self._sentences_row(sentence, torch.zeros_like(sentence), 1) for sentence in cpc_sentences]
         if sentence_rows:
             for name, value in collate_features(sentence_rows, self.pad_id).items():
                 batch[f"cpc_{name}"] = value
         return batch
+
+    def _sentences_row(self, ids: Tensor, owners: Tensor, count: int) -> dict[str, Tensor]:
+        """Encoder inputs (named as in `longdoc.model.inputs.ENCODER_INPUTS`) of `count` sentences:
+        long tokens `ids`, each linked to its sentence's global token by `owners` (hard g2l), one
+        sentence-marker global token per sentence; every token type 1, as fine-tuning gives document tokens."""
+        return {
+            "long_input_ids": ids,
+            "long_attention_mask": torch.ones_like(ids),
+            "long_token_type_ids": torch.ones_like(ids),
+            "sentence_ids": owners,
+            "global_input_ids": torch.full((count,), self.sentence_marker),
+            "global_attention_mask": torch.ones(count, dtype=torch.long),
+            "global_token_type_ids": torch.ones(count, dtype=torch.long),
+        }
 
     def _cpc_sentences(self, count: int) -> list[int]:
         chosen = cpc_sentence_count(count, self.settings.cpc_sentence_rate)
@@ -445,10 +445,6 @@ class MaskedLMTransform(nn.Module):
         return self.layer_norm(self.activation(self.dense(hidden)))
 
 
-_ENCODER_INPUTS = ("long_input_ids", "global_input_ids", "long_attention_mask", "global_attention_mask",
-                   "long_token_type_ids", "global_token_type_ids", "sentence_ids")
-
-
 class GlobalLocalForPretraining(GlobalLocalPreTrainedModel):
     """`self.encoder` (a GlobalLocalModel) + MLM head (decoder tied to the word embeddings) + CPC projection."""
 
@@ -480,7 +476,7 @@ class GlobalLocalForPretraining(GlobalLocalPreTrainedModel):
     def forward(self, mlm_labels: Tensor, cpc_positions: Tensor, **batch: Tensor) -> PretrainingOutput:
         """mlm_labels [B, L] (-100: no target); cpc_positions [N, 2] (example, sentence) of the CPC
         sentences; cpc_* [N, S] the second-pass inputs; the rest are encoder inputs."""
-        output = self.encoder(**{name: batch[name] for name in _ENCODER_INPUTS})
+        output = self.encoder(**encoder_inputs(batch))
         targets = mlm_labels != -100
         hidden = output.long_hidden_state[targets]
         logits = F.linear(self.mlm_transform(hidden), self.encoder.embeddings.word_embeddings.weight, self.mlm_bias)
@@ -492,7 +488,8 @@ class GlobalLocalForPretraining(GlobalLocalPreTrainedModel):
         count = len(cpc_positions)
         if count >= 2:
             predicted = self.cpc_projection(output.global_hidden_state[cpc_positions[:, 0], cpc_positions[:, 1]])
-            sentences = self.encoder(**{name: batch[f"cpc_{name}"] for name in _ENCODER_INPUTS})
+            sentences = self.encoder(**encoder_inputs({name[len("cpc_"):]: value for name, value in batch.items()
+                                                       if name.startswith("cpc_")}))
             target = sentences.global_hidden_state[:, 0]
             # [N, N] cosine similarities over a temperature; the diagonal holds the right pairs.
             scores = F.normalize(predicted, dim=-1) @ F.normalize(target, dim=-1).T / CPC_TEMPERATURE
@@ -529,18 +526,21 @@ class GlobalLocalForPretraining(GlobalLocalPreTrainedModel):
         if found.get("task"):
             raise InputError(f"{directory}: holds a trained {found['task']} model, not an encoder; "
                              "pretraining starts from a lifted or pretrained encoder")
-        try:
-            encoder = GlobalLocalModel.from_pretrained(directory, **(encoder_config or {}))
-        except ValueError as error:
-            raise InputError(f"{directory}: cannot pretrain from this encoder: {error}") from None
+        with readable_weights(directory):
+            try:
+                encoder = GlobalLocalModel.from_pretrained(directory, **(encoder_config or {}))
+            except ValueError as error:
+                raise InputError(f"{directory}: cannot pretrain from this encoder: {error}") from None
         model = cls(encoder.config)
         model.encoder.load_state_dict(encoder.state_dict())
         heads = Path(directory) / HEADS_FILE
         if heads.is_file():
-            missing = set(model.head_state_dict()) - set(load_file(heads))
+            with readable_weights(heads):
+                head_weights = load_file(heads)
+            missing = set(model.head_state_dict()) - set(head_weights)
             if missing:
                 raise InputError(f"{heads}: lacks {', '.join(sorted(missing))}")
-            model.load_state_dict(load_file(heads), strict=False)
+            model.load_state_dict(head_weights, strict=False)
         elif mlm_head_from is not None:
             model.load_bert_mlm_head(mlm_head_from)
         return model
@@ -552,7 +552,7 @@ class GlobalLocalForPretraining(GlobalLocalPreTrainedModel):
         path = Path(directory) / "model.safetensors"
         if not path.is_file():
             raise InputError(f"--mlm-head-from {directory}: no model.safetensors")
-        with safe_open(str(path), "pt") as weights:
+        with readable_weights(path), safe_open(str(path), "pt") as weights:
             available = set(weights.keys())
             missing = [source for source in _BERT_MLM_NAMES.values() if source not in available]
             if missing:

@@ -14,6 +14,6 @@ def test_truncated_safetensors_is_a_one_line_error(tmp_path, capsys):
     (source / "model.safetensors").write_bytes((minilm_path() / "model.safetensors").read_bytes()[:1000])
     assert main(["lift", "--from", str(source), "--out", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err
-    assert error.startswith(f"longdoc lift: error: --from {source}: a weight file is not valid safetensors (")
+    assert error.startswith(f"longdoc lift: error: {source / 'model.safetensors'}: not readable as safetensors (")
     assert error.count("\n") == 1
     assert not (tmp_path / "out").exists()
