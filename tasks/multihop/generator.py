@@ -41,6 +41,8 @@ from longdoc.errors import InputError
 from longdoc.io import atomic_write_json
 
 CountTokens = Callable[[Sequence[str]], list[int]]
+# [CLS] question [SEP] ... [SEP] (build_features' layout of a HotpotQA example).
+SPECIAL_TOKENS = 3
 
 BRIDGE_QUESTIONS = ("Where is the employer of {person} based?",
                     "In which city is the company that {person} works for based?")
@@ -48,6 +50,9 @@ SAME_CITY_QUESTION = "Are {company} and {other} based in the same city?"
 SAME_EMPLOYER_QUESTION = "Do {person} and {other} work for the same company?"
 WORKS_FOR = "{person} works for {company}."
 BASED_IN = "{company} is based in {city}."
+VISITED = "{person} visited {city} in {year}."
+TITLE = "Section {number}"
+YEARS = (1950, 2020)
 
 _FIRST = (["Al", "Bri", "Cor", "Da", "El", "Fen", "Gar", "Hal", "Is", "Jor", "Ka", "Lor", "Mi", "Nel", "Or",
            "Pa", "Quin", "Ro", "Sa", "Tam", "Ul", "Ve", "Wyn", "Ya", "Zel"],
@@ -76,7 +81,7 @@ _SEASONS = ("spring", "summer", "autumn", "winter")
 _TOPICS = ("old maps", "river ecology", "medieval music", "railway history", "folk tales", "glassmaking")
 # Filler: the world's entities in sentences that never state who works where or where a company is based.
 _FILLER = (
-    "{person} visited {city} in {year}.",
+    VISITED,
     "{person} enjoys {hobby} in the evenings.",
     "{person} met {person2} at a conference in {city}.",
     "{person} wrote a short book about {topic}.",
@@ -141,7 +146,8 @@ def bridge_question(rng: random.Random, world: World) -> Question:
     decoy = next(c for c in world.companies if c != company)
     world.base[decoy] = city
     elsewhere = rng.choice([c for c in world.cities if c != city])
-    decoys = (BASED_IN.format(company=decoy, city=city), f"{person} visited {elsewhere} in {rng.randint(1950, 2020)}.")
+    decoys = (BASED_IN.format(company=decoy, city=city),
+              VISITED.format(person=person, city=elsewhere, year=rng.randint(*YEARS)))
     return Question(rng.choice(BRIDGE_QUESTIONS).format(person=person), city, "bridge",
                     (WORKS_FOR.format(person=person, company=company), BASED_IN.format(company=company, city=city)),
                     decoys, frozenset([person]), frozenset([company, decoy]))
@@ -181,7 +187,7 @@ def distractor_sentences(rng: random.Random, world: World, question: Question, r
         person, person2 = rng.sample(world.people, 2)
         yield rng.choice(_FILLER).format(
             person=person, person2=person2, city=rng.choice(world.cities), company=rng.choice(world.companies),
-            year=rng.randint(1950, 2020), hobby=rng.choice(_HOBBIES), product=rng.choice(_PRODUCTS),
+            year=rng.randint(*YEARS), hobby=rng.choice(_HOBBIES), product=rng.choice(_PRODUCTS),
             event=rng.choice(_EVENTS), place=rng.choice(_PLACES), season=rng.choice(_SEASONS),
             topic=rng.choice(_TOPICS))
 
@@ -200,13 +206,9 @@ def make_example(index: int, *, seed: int, length: int, min_distance: int, compa
     if relation_share == 0:
         # No relation distractors: then no decoys either, and each relation is stated only by the facts.
         question = replace(question, decoys=())
-    question_tokens, *placed_tokens = count_tokens([question.text, *question.facts, *question.decoys])
-    # [CLS] question [SEP] ... [SEP], the facts and the decoys come out of the budget first.
-    budget = length - question_tokens - 3 - sum(placed_tokens)
-    if budget <= min_distance:
-        raise InputError(f"--length {length} leaves {budget} wordpieces beside the question and facts, "
-                         f"too few to put the two facts at least {min_distance} apart; raise --length or lower "
-                         "--min-distance")
+    # [CLS] question [SEP] ... [SEP], the facts and the decoys come out of the budget first (it
+    # exceeds min_distance: make_examples checked the length with shortest_length).
+    budget = length - SPECIAL_TOKENS - sum(count_tokens([question.text, *question.facts, *question.decoys]))
 
     # Paragraphs of distractors until the budget is spent: (title, sentences, token counts of the
     # title and then of each sentence).
@@ -215,7 +217,7 @@ def make_example(index: int, *, seed: int, length: int, min_distance: int, compa
     used = 0
     full = False
     while not full:
-        title = f"Section {len(paragraphs) + 1}"
+        title = TITLE.format(number=len(paragraphs) + 1)
         wanted = rng.randint(*SENTENCES_PER_PARAGRAPH)
         sentences = [next(stream) for _ in range(wanted)]
         counts = count_tokens([title] + _joined(sentences))
@@ -246,9 +248,7 @@ def make_example(index: int, *, seed: int, length: int, min_distance: int, compa
     # are all slots from the first one far enough on).
     first_far = [max(a + 1, bisect.bisect_left(offsets, offsets[a] + min_distance)) for a in range(len(slots))]
     later = [max(0, len(slots) - b) for b in first_far]
-    if not any(later):
-        raise InputError(f"--length {length} is too short to put the two facts at least {min_distance} wordpieces "
-                         "apart; raise --length or lower --min-distance")
+    assert any(later), f"length {length} passed shortest_length but fits no two facts {min_distance} apart"
     a = rng.choices(range(len(slots)), weights=later)[0]
     b = rng.randrange(first_far[a], len(slots))
     # A draw is made either way, so chain_order changes nothing else in the example.
@@ -284,6 +284,57 @@ def wordpiece_counter(tokenizer) -> CountTokens:
     return count
 
 
+def _longest_fields(count_tokens: CountTokens) -> dict[str, str]:
+    """Each template field at the value with the most wordpieces that the generator can draw.
+    WordPiece splits at spaces and punctuation first, so a sentence counts the sum of its words'
+    pieces: these values make each template's longest sentence."""
+    def longest(values: Sequence[str]) -> str:
+        counts = count_tokens(values)
+        return values[counts.index(max(counts))]
+
+    def joined(parts: Sequence[Sequence[str]]) -> list[str]:
+        return ["".join(combination) for combination in product(*parts)]
+
+    # People and companies are two words ("{first} {last}", "{name} {kind}"): each word at its longest.
+    person = longest(joined(_FIRST)) + " " + longest(joined(_LAST))
+    company = longest(joined(_COMPANY[:2])) + " " + longest(_COMPANY[2])
+    return dict(person=person, person2=person, company=company, city=longest(CITIES),
+                year=longest([str(year) for year in range(YEARS[0], YEARS[1] + 1)]), hobby=longest(_HOBBIES),
+                product=longest(_PRODUCTS), event=longest(_EVENTS), place=longest(_PLACES),
+                season=longest(_SEASONS), topic=longest(_TOPICS))
+
+
+def shortest_length(count_tokens: CountTokens, length: int, min_distance: int | None,
+                    relation_share: float) -> tuple[int, str]:
+    """The fewest wordpieces an example needs for its facts `min_distance` apart (None: half of the
+    length) whatever is drawn, and why, in words: [CLS]/[SEP], the question with its facts and
+    decoys at their longest, the distance, and what filling paragraphs may leave unused (less than a
+    title and a sentence) plus the first title, which lies before every fact slot. `length`, the
+    length asked for, bounds the title numbers."""
+    fields = _longest_fields(count_tokens)
+    works_for, based_in = WORKS_FOR.format(**fields), BASED_IN.format(**fields)
+    decoys = [based_in, VISITED.format(**fields)] if relation_share > 0 else []
+    kinds = [
+        [max(BRIDGE_QUESTIONS, key=lambda q: count_tokens([q.format(**fields)])[0]).format(**fields),
+         works_for, based_in, *decoys],
+        [SAME_CITY_QUESTION.format(other=fields["company"], **fields), based_in, based_in],
+        [SAME_EMPLOYER_QUESTION.format(other=fields["person"], **fields), works_for, works_for],
+    ]
+    placed = SPECIAL_TOKENS + max(sum(count_tokens(sentences)) for sentences in kinds)
+    sentence = max(count_tokens([template.format(**fields) for template in (*_FILLER, WORKS_FOR, BASED_IN)]))
+    # An example has fewer paragraphs than wordpieces: no title number reaches `length`.
+    title = max(count_tokens([TITLE.format(number=number) for number in range(1, length + 1)]))
+    # Filling stops with less than a title and a sentence left (used > budget - title - sentence),
+    # and the distance reaches at most what was used past the first title.
+    reserve = placed + 2 * title + sentence - 1
+    why = (f"[CLS]/[SEP] and the question with its facts and decoys take up to {placed} wordpieces and the "
+           f"paragraphs around the facts up to {reserve - placed} more (titles, a sentence that no longer fits)")
+    if min_distance is None:
+        # length - length // 2 >= reserve first holds at 2 * reserve - 1.
+        return 2 * reserve - 1, why + ", and the facts lie at least half the length apart"
+    return reserve + min_distance, why + f", and the facts lie at least {min_distance} apart"
+
+
 def make_examples(n: int, *, seed: int, length: int, min_distance: int | None = None,
                   comparison_fraction: float = 0.2, relation_share: float = RELATION_SHARE, chain_order: bool = False,
                   tokenizer=None, progress: bool = True) -> list[dict]:
@@ -301,14 +352,20 @@ def make_examples(n: int, *, seed: int, length: int, min_distance: int | None = 
         raise InputError(f"--comparison-fraction must be in [0, 1], got {comparison_fraction}")
     if not 0.0 <= relation_share <= 1.0:
         raise InputError(f"--relation-share must be in [0, 1], got {relation_share}")
-    min_distance = length // 2 if min_distance is None else min_distance
-    if min_distance < 0:
+    if min_distance is not None and min_distance < 0:
         raise InputError(f"--min-distance must be >= 0, got {min_distance}")
     if tokenizer is None:
         from longdoc.convert.pretrained import default_tokenizer
 
         tokenizer = default_tokenizer()
     count_tokens = wordpiece_counter(tokenizer)
+    # Before any example is drawn: a length that fits every draw.
+    shortest, why = shortest_length(count_tokens, length, min_distance, relation_share)
+    if length < shortest:
+        distance = "left at half of --length" if min_distance is None else min_distance
+        raise InputError(f"--length {length} is too short for --min-distance {distance}: the minimum is {shortest}, "
+                         f"because {why}; raise --length or lower --min-distance")
+    min_distance = length // 2 if min_distance is None else min_distance
     return [make_example(index, seed=seed, length=length, min_distance=min_distance,
                          comparison_fraction=comparison_fraction, count_tokens=count_tokens,
                          relation_share=relation_share, chain_order=chain_order)

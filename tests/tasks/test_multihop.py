@@ -15,7 +15,8 @@ from longdoc.data.spans import char_span_to_token_span
 from longdoc.errors import InputError
 from longdoc.tasks import get_task
 from longdoc.tasks.hotpotqa.reader import read_examples
-from longdoc.tasks.multihop.generator import BASED_IN, WORKS_FOR, make_examples
+from longdoc.tasks.multihop.generator import (BASED_IN, WORKS_FOR, make_examples, shortest_length,
+                                           wordpiece_counter)
 
 LENGTH, MIN_DISTANCE = 512, 300
 
@@ -150,3 +151,27 @@ def test_impossible_distance_is_refused(tmp_path, capsys, tokenizer):
     assert main(["make-data", "multihop", "--n", "1", "--length", "128", "--seed", "0", "--out", str(out),
                  "--min-distance", "500"]) == 2
     assert "--min-distance" in capsys.readouterr().err and not out.exists()
+
+
+def test_too_short_length_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "never.json"
+    assert main(["make-data", "multihop", "--n", "3", "--length", "40", "--seed", "0", "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    # One line: no progress bar was started before the check.
+    assert error.count("\n") == 1 and "examples" not in error.split("error:")[0], error
+    assert re.match(r"longdoc make-data: error: --length 40 is too short for --min-distance left at half of --length: "
+                    r"the minimum is \d+, because \[CLS\]/\[SEP\] and the question", error), error
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("min_distance, relation_share", [(None, 0.35), (0, 0.35), (100, 0.0)])
+def test_every_draw_fits_at_the_shortest_length_and_one_less_is_refused(tokenizer, min_distance, relation_share):
+    count_tokens = wordpiece_counter(tokenizer)
+    shortest, _ = shortest_length(count_tokens, 300, min_distance, relation_share)
+    options = dict(min_distance=min_distance, relation_share=relation_share, tokenizer=tokenizer, progress=False)
+    # Drawn examples at the minimum: the longest names and the filling's leftovers are bounded, not guessed
+    # (make_example asserts that two fact slots min_distance apart exist).
+    records = make_examples(100, seed=11, length=shortest, **options)
+    assert all(len(record["supporting_facts"]) == 2 for record in records)
+    with pytest.raises(InputError, match=f"--length {shortest - 1} is too short .* the minimum is {shortest},"):
+        make_examples(1, seed=11, length=shortest - 1, **options)
