@@ -9,7 +9,10 @@
       seconds to index a generated document of that many words (nothing cached), and per answer
       once indexed (retrieval + reading), with the model DIR or, without one, an untrained
       HotpotQA model on the lifted MiniLM (same size, same time).
-Both print a markdown table and, with --json FILE, write the rows.
+  python scripts/bench_ask.py no-answer [--documents 40] [--calibration 20]
+      the no-answer rule: how many right, off-topic and other-person questions reach the evidence
+      floor on the demo's held-out generated documents (longdoc.ask.benchmark.no_answer_rows).
+All print a markdown table and, with --json FILE, write the rows.
 """
 
 import argparse
@@ -50,10 +53,18 @@ def main(argv=None) -> int:
     timing.add_argument("--model", type=Path, help="a trained model (default: untrained, same size)")
     timing.add_argument("--words", type=int, default=100_000)
     timing.add_argument("--questions", type=int, default=5)
-    for sub in (quality, timing):
+    refusal = modes.add_parser("no-answer", help="the evidence floor on generated documents")
+    refusal.add_argument("--documents", type=int, default=40)
+    refusal.add_argument("--calibration", type=int, default=20)
+    for sub in (quality, timing, refusal):
         sub.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    rows = retrieval(args) if args.mode == "retrieval" else speed(args)
+    if args.mode == "no-answer":
+        from longdoc.ask.benchmark import no_answer_rows
+
+        rows = no_answer_rows(args.documents, args.calibration)
+    else:
+        rows = retrieval(args) if args.mode == "retrieval" else speed(args)
     from longdoc.evaluate.tables import markdown_table
 
     print(markdown_table(list(rows[0]), [list(row.values()) for row in rows]))

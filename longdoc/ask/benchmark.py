@@ -180,3 +180,45 @@ def speed_rows(words: int, model_dir: Path | None = None, questions: int = 5) ->
         {"step": f"answer a question once indexed (mean of {len(answer_seconds)}, max "
                  f"{max(answer_seconds):.2f})", "seconds": round(sum(answer_seconds) / len(answer_seconds), 2)},
     ]
+
+
+NO_ANSWER_QUESTIONS = ("Who won the 1998 World Cup?", "What is the boiling point of water?", "Who wrote Hamlet?",
+                       "How many legs does a spider have?", "When did the Berlin Wall fall?")
+
+
+def no_answer_rows(documents: int = 40, calibration: int = 20, floor: float | None = None) -> list[dict]:
+    """The no-answer rule (`longdoc.ask.session`) on the demo's held-out generated documents (its
+    generator settings, dev seed), each read whole: per question kind (the document's own question,
+    five off-topic ones, the next document's question), how many pass the evidence floor, and the
+    lowest and highest evidence, on the first `calibration` documents and on the rest."""
+    import tempfile
+
+    from longdoc.ask.documents import load_sources
+    from longdoc.ask.embedding import SentenceEmbedder
+    from longdoc.ask.retrieve import SentenceEvidence
+    from longdoc.ask.session import MIN_EVIDENCE
+    from longdoc.demo import DemoData, write_document
+    from longdoc.tasks.multihop.generator import make_examples
+
+    floor = MIN_EVIDENCE if floor is None else floor
+    data = DemoData()
+    embedder = SentenceEmbedder()
+    records = make_examples(documents, seed=data.seed + 1, length=data.length, min_distance=data.min_distance,
+                            comparison_fraction=data.comparison_fraction, relation_share=data.relation_share,
+                            chain_order=data.chain_order, tokenizer=embedder.tokenizer, progress=False)
+    scores: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as work:
+        for index, record in enumerate(records):
+            sources, _ = load_sources([write_document(record, Path(work) / f"document{index}.txt")])
+            corpus = CorpusIndex(index_documents(sources, embedder, cache_root=Path(work) / "cache", progress=False))
+            evidence = SentenceEvidence(corpus, embedder)
+            every_passage = corpus.search(embedder.embed([record["question"]]), len(corpus.locations))[0]
+            part = "calibration" if index < calibration else "held out"
+            asked = [("right", record["question"]), *(("off-topic", q) for q in NO_ANSWER_QUESTIONS),
+                     ("other person", records[(index + 1) % len(records)]["question"])]
+            for kind, question in asked:
+                scores.setdefault((part, kind), []).append(evidence(question, every_passage))
+    return [{"documents": part, "questions": kind, "asked": len(values),
+             f"evidence >= {floor}": sum(value >= floor for value in values),
+             "lowest": round(min(values), 3), "highest": round(max(values), 3)}
+            for (part, kind), values in scores.items()]

@@ -52,3 +52,27 @@ def retrieve(question: str, corpus: CorpusIndex, embedder, k: int, second_hop: b
                 hit = row[positions[index]]
                 chosen[(hit.document, hit.passage)] = hit
     return list(chosen.values())
+
+
+class SentenceEvidence:
+    """How much the passages read speak of a question: the best cosine between the question and one
+    of their sentences (the no-answer rule of `longdoc.ask.session`). Sentence vectors are computed
+    once per passage and kept."""
+
+    def __init__(self, corpus: CorpusIndex, embedder):
+        self.corpus, self.embedder = corpus, embedder
+        self.vectors = {}  # (document, passage) -> its sentences' unit vectors, [sentences, dimension]
+
+    def __call__(self, question: str, hits: list[Hit]) -> float:
+        """The best cosine between `question` and a sentence of the passages `hits` (-1.0 for none)."""
+        missing = [hit for hit in hits if (hit.document, hit.passage) not in self.vectors]
+        sentences = [self.corpus.passage(hit).sentences for hit in missing]
+        vectors = self.embedder.embed([self.corpus.documents[hit.document].source.text[start:end]
+                                       for hit, spans in zip(missing, sentences) for start, end in spans])
+        first = 0
+        for hit, spans in zip(missing, sentences):  # one batch for all, then each passage's rows
+            self.vectors[(hit.document, hit.passage)] = vectors[first:first + len(spans)]
+            first += len(spans)
+        question_vector = self.embedder.embed([question])[0]
+        return max((float((self.vectors[(hit.document, hit.passage)] @ question_vector).max(initial=-1.0))
+                    for hit in hits), default=-1.0)

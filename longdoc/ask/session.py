@@ -21,7 +21,7 @@ from typing import Sequence
 
 from longdoc.ask.documents import SourceText
 from longdoc.ask.index import CorpusIndex, index_documents
-from longdoc.ask.retrieve import retrieve
+from longdoc.ask.retrieve import SentenceEvidence, retrieve
 from longdoc.convert.pretrained import cache_dir
 from longdoc.errors import InputError
 
@@ -60,7 +60,7 @@ class AskSession:
         self.corpus = CorpusIndex(index_documents(self.sources, self.embedder, cache_root=cache_root,
                                                   progress=progress))
         self.passages = passages
-        self._sentence_vectors = {}  # (document, passage) -> its sentences' unit vectors
+        self.evidence = SentenceEvidence(self.corpus, self.embedder)
         self.second_hop = second_hop
         # Retrieval is for what the encoder cannot read at once: documents that fit its long input
         # (beside the question) are read whole, every passage in file order, as the model was trained.
@@ -72,20 +72,6 @@ class AskSession:
         """Whether `[CLS] question [SEP] corpus [SEP]` fits the reader's long input."""
         question_wordpieces = len(self.tokenizer(question, add_special_tokens=False)["input_ids"])
         return self.corpus_wordpieces + question_wordpieces + 3 <= self.model.config.long_max_len
-
-    def evidence(self, question: str, hits) -> float:
-        """The best cosine between `question` and a sentence of the passages `hits` (-1 for none)."""
-        missing = [(hit.document, hit.passage) for hit in hits if (hit.document, hit.passage) not in self._sentence_vectors]
-        if missing:
-            spans = [(key, span) for key in missing for span in self.corpus.documents[key[0]].passages[key[1]].sentences]
-            vectors = self.embedder.embed([self.corpus.documents[key[0]].source.text[start:end]
-                                           for key, (start, end) in spans])
-            for key in missing:
-                self._sentence_vectors[key] = vectors[[i for i, (k, _) in enumerate(spans) if k == key]]
-        question_vector = self.embedder.embed([question])[0]
-        scores = [float((self._sentence_vectors[(hit.document, hit.passage)] @ question_vector).max(initial=-1.0))
-                  for hit in hits]
-        return max(scores, default=-1.0)
 
     def ask(self, question: str, top_k: int = 1, min_score: float | None = None,
             min_evidence: float | None = None) -> dict:
