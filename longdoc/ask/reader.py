@@ -61,20 +61,13 @@ class Answer:
 
 
 def load_reader(model_dir):
-    """(model, tokenizer) of a trained HotpotQA model folder; InputError saying what DIR is otherwise."""
+    """(model, tokenizer) of a trained HotpotQA model folder; InputError saying what DIR is otherwise
+    (a damaged weights file included: TaskModel.from_pretrained reads it through readable_weights)."""
     from pathlib import Path
 
-    from safetensors import SafetensorError
-
     from longdoc.convert.checkpoint import read_tokenizer
-    from longdoc.errors import InputError
 
-    try:
-        model = get_task(READER_TASK).load("model").from_pretrained(model_dir)
-    except SafetensorError as error:
-        # A copy cut short (a full disk, an interrupted transfer): safetensors' own error otherwise.
-        raise InputError(f"{Path(model_dir) / 'model.safetensors'}: not readable as safetensors ({error}); "
-                         "copy or train the model again") from None
+    model = get_task(READER_TASK).load("model").from_pretrained(model_dir)
     return model.eval(), read_tokenizer(Path(model_dir))
 
 
