@@ -240,12 +240,11 @@ def evaluate_restricted(task, model_dir: Path, dev: Path, out: Path, restricted_
     official metric; predictions and metrics.json written in `out` (a leaderboard row)."""
     from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.evaluate.leaderboard import write_metrics_json
+    from longdoc.train.finetune import DEV_PREDICTIONS_FILE, predict_and_score
 
     out.mkdir(parents=True, exist_ok=True)
     model = task.load("model").from_pretrained(model_dir).eval()
-    predictions = task.load("decode").predict(model, dev, out / "dev_predictions.json",
-                                              tokenizer=read_tokenizer(model_dir), options=None)
-    metrics = task.load("metric").evaluate_files(dev, predictions, **task.metric_defaults())
+    metrics = predict_and_score(task, model, dev, out / DEV_PREDICTIONS_FILE, read_tokenizer(model_dir))
     write_metrics_json(out, task=task.name, split="dev", model=f"{model_dir} (first {restricted_length} wordpieces)",
                        config={"model": str(model_dir), "dev": str(dev), "restricted_length": restricted_length},
                        metrics=metrics)

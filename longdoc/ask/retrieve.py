@@ -40,17 +40,18 @@ def retrieve(question: str, corpus: CorpusIndex, embedder, k: int, second_hop: b
     # queries lets the first hop's neighbours crowd out what the second hop found. The places left
     # after the seeds go round the lists in turn (each seed's second hop, then the first hop), each
     # list giving its best passage not yet chosen.
-    lists = [row for row in corpus.search(embedder.embed(queries), k)] + [hits]
-    chosen = {(hit.document, hit.passage): hit for hit in seeds}
-    positions = [0] * len(lists)
-    while len(chosen) < k and any(position < len(row) for position, row in zip(positions, lists)):
-        for index, row in enumerate(lists):
-            while positions[index] < len(row) and (row[positions[index]].document,
-                                                   row[positions[index]].passage) in chosen:
-                positions[index] += 1
-            if positions[index] < len(row) and len(chosen) < k:
-                hit = row[positions[index]]
-                chosen[(hit.document, hit.passage)] = hit
+    def key(hit: Hit) -> tuple[int, int]:
+        return hit.document, hit.passage
+
+    chosen = {key(hit): hit for hit in seeds}
+    lists = [iter(row) for row in corpus.search(embedder.embed(queries), k)] + [iter(hits)]
+    while len(chosen) < k and lists:
+        for row in list(lists):
+            hit = next((hit for hit in row if key(hit) not in chosen), None)
+            if hit is None:
+                lists.remove(row)
+            elif len(chosen) < k:
+                chosen[key(hit)] = hit
     return list(chosen.values())
 
 

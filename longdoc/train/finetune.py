@@ -27,6 +27,15 @@ def _check_files(options: Mapping[str, Any]) -> None:
             raise InputError(f"--{name} {path}: no such file")
 
 
+def predict_and_score(task: Task, model, dev: Path, predictions_path: Path, tokenizer,
+                      options: Mapping[str, Any] | None = None, batch_size: int = 8) -> dict[str, float]:
+    """`model`'s official prediction file for the `dev` file (`decode.predict`, written to
+    `predictions_path`), scored by the task's official metric at its default options."""
+    predictions = task.load("decode").predict(model, dev, predictions_path, tokenizer=tokenizer, options=options,
+                                              batch_size=batch_size)
+    return task.load("metric").evaluate_files(dev, predictions, **task.metric_defaults())
+
+
 def build_task_job(task: Task, options: Mapping[str, Any]):
     """The TrainingJob of `longdoc train TASK` with resolved `options`."""
     import torch
@@ -57,12 +66,10 @@ def build_task_job(task: Task, options: Mapping[str, Any]):
 
     evaluate = None
     if options.get("dev") is not None:
-        decode, metric = task.load("decode"), task.load("metric")
 
         def evaluate(trained, folder: Path) -> dict[str, float]:
-            predictions = decode.predict(trained, options["dev"], folder / DEV_PREDICTIONS_FILE, tokenizer=tokenizer,
-                                         options=options, batch_size=options.get("eval_batch_size") or options["batch_size"])
-            return metric.evaluate_files(options["dev"], predictions, **task.metric_defaults())
+            return predict_and_score(task, trained, options["dev"], folder / DEV_PREDICTIONS_FILE, tokenizer,
+                                     options, batch_size=options.get("eval_batch_size") or options["batch_size"])
 
     def save_model(trained, folder: Path, state_dict: dict) -> None:
         trained.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
