@@ -54,7 +54,7 @@ _EMBEDDING_SOURCES = {
 }
 # Parameters BERT has no counterpart for: they keep the values GlobalLocalModel initialised.
 _FRESH = re.compile(
-    r"encoder\.layers\.\d+\.attention\.(long|global)_(relative_key|relative_bias|talking_heads_pre|talking_heads_post)"
+    r"encoder\.layers\.\d+\.attention\.(long|global)_softmax\.(relative_key|relative_bias|talking_heads_pre|talking_heads_post)"
     r"|embeddings\.global_feature_projection\.(weight|bias)"
 )
 _LAYER_PARAMETER = re.compile(r"encoder\.layers\.(\d+)\.(.+)\.(weight|bias)")

@@ -12,7 +12,9 @@ References:
 The long softmax is computed in blocks of b = r + 1 queries: a query block sees its previous, own
 and next key blocks (3b keys, trimmed to the exact window by the mask) plus the G global keys, so
 scores are [B, h, nb, b, 3b + G] and memory is linear in the length. There is no loop over blocks:
-each piece is one batched matmul. Scores carried between layers keep these blocked shapes.
+each piece is one batched matmul. Scores carried between layers keep these blocked shapes. The
+parameters each softmax has of its own (relative tables, talking-heads mixes) are a submodule per
+softmax: `long_softmax` and `global_softmax` (SoftmaxParameters).
 
 Shapes below: B batch, h heads, d head size, Lp padded long length (a multiple of b), nb = Lp / b,
 W = 3b window keys, G global tokens, R relative vocabulary.
@@ -45,38 +47,48 @@ class AttentionCarry:
 
 
 class Workspace:
-    """Big buffers handed from layer to layer within one forward pass without autograd.
+    """Big buffers handed from layer to layer within one forward pass, when nothing needs them kept.
 
     A fresh tensor of 40-100 MB costs more in page faults than the arithmetic done in it (measured
     at 4k tokens on CPU: a concatenation into a fresh tensor 25x slower than into an existing one,
     an add or a softmax 3-4x). Without autograd nothing a layer computes outlives the next layer, so
-    each layer gives its big tensors back here and the next one takes them.
+    each layer gives its big tensors back here and the next one takes them. With autograd
+    (`reuse=False`) every tensor may be saved for backward: `take` gives None, which every op below
+    reads as "allocate a fresh result" (`out=None`), so both modes run the same code.
     """
 
-    def __init__(self):
-        self._free: dict[str, Tensor] = {}
+    def __init__(self, reuse: bool):
+        self.reuse = reuse
+        self._free: dict[tuple[str, str], Tensor] = {}
 
-    def take(self, name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
+    def take(self, name: tuple[str, str], shape: tuple[int, ...], like: Tensor) -> Tensor | None:
+        if not self.reuse:
+            return None
         buffer = self._free.pop(name, None)
         if buffer is None or buffer.shape != shape or buffer.dtype != like.dtype or buffer.device != like.device:
             buffer = like.new_empty(shape)
         return buffer
 
-    def give(self, name: str, buffer: Tensor) -> None:
-        self._free[name] = buffer
+    def give(self, name: tuple[str, str], buffer: Tensor | None) -> None:
+        if self.reuse and buffer is not None:
+            self._free[name] = buffer
+
+    def spare(self, buffer: Tensor | None) -> Tensor | None:
+        """`buffer` for an op to write its result into, if buffers are reused."""
+        return buffer if self.reuse else None
 
 
 class _MaskedSoftmax(torch.autograd.Function):
-    """softmax(scale * scores + mask_bias) over the last dimension, in one fresh tensor.
+    """softmax(scale * scores + mask_bias) over the last dimension, in one tensor (`out`, or a fresh one).
 
     Autograd's own path would allocate the masked logits and the weights separately; this writes
     the masked logits straight into the tensor that becomes the weights (saved for backward).
     """
 
     @staticmethod
-    def forward(ctx, scores: Tensor, mask_bias: Tensor, scale: float) -> Tensor:
-        probs = torch.add(mask_bias, scores, alpha=scale) if scale != 1.0 else torch.add(scores, mask_bias)
-        torch.ops.aten._softmax.out(probs, -1, False, out=probs)
+    def forward(ctx, scores: Tensor, mask_bias: Tensor, scale: float, out: Tensor | None) -> Tensor:
+        probs = torch.add(mask_bias, scores, alpha=scale, out=out)
+        torch.softmax(probs, -1, out=probs)
         ctx.scale = scale
         ctx.save_for_backward(probs)
         return probs
@@ -84,10 +96,18 @@ class _MaskedSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_probs: Tensor):
         (probs,) = ctx.saved_tensors
+        # No public op computes the softmax's backward from its output in one kernel; written out
+        # with public ops, probs * (grad - (grad * probs).sum(-1, keepdim=True)) took 2.7-3x as long
+        # (165 against 55-60 ms on a 4096-token long-softmax tensor, 2 CPU threads, contended).
         grad_scores = torch.ops.aten._softmax_backward_data(grad_probs, probs, -1, probs.dtype)
         if ctx.scale != 1.0:
             grad_scores = grad_scores * ctx.scale
-        return grad_scores, None, None
+        return grad_scores, None, None, None
+
+
+def masked_softmax(scores: Tensor, mask_bias: Tensor, scale: float = 1.0, out: Tensor | None = None) -> Tensor:
+    """softmax(scale * scores + mask_bias, dim=-1), written into `out` if given (only without autograd)."""
+    return _MaskedSoftmax.apply(scores, mask_bias, scale, out)
 
 
 class PickRelative(torch.autograd.Function):
@@ -102,14 +122,16 @@ class PickRelative(torch.autograd.Function):
     and a head of 3b window keys whose ids depend only on the distance c - b - p
     (side_inputs.local_relative_ids): each unclipped id is one column per query, and the two clipped
     ids are a prefix and a suffix of the row, read from its running sum. The global softmax has G
-    queries and a G x G head, whose gradient is a (small) scatter-add.
+    queries and a G x G head, whose gradient is a (small) scatter-add. `out`: a buffer for the
+    picked terms (only without autograd).
     """
 
     @staticmethod
-    def forward(ctx, relative: Tensor, ids: Tensor, links: Tensor | None, layout: RelativeIdLayout, block_size: int | None):
+    def forward(ctx, relative: Tensor, ids: Tensor, links: Tensor | None, layout: RelativeIdLayout,
+                block_size: int | None, out: Tensor | None):
         ctx.save_for_backward(ids, links)
         ctx.layout, ctx.block_size, ctx.relative_shape = layout, block_size, relative.shape
-        return torch.gather(relative, -1, ids.expand(*relative.shape[:-1], ids.shape[-1]))
+        return torch.gather(relative, -1, ids.expand(*relative.shape[:-1], ids.shape[-1]), out=out)
 
     @staticmethod
     def backward(ctx, grad_picked: Tensor):
@@ -131,7 +153,7 @@ class PickRelative(torch.autograd.Function):
         else:
             grad[..., layout.linked] += linked_sum
             grad[..., layout.unlinked] += pair_sum - linked_sum
-        return grad, None, None, None, None
+        return grad, None, None, None, None, None
 
 
 def _add_window_gradient(grad_window: Tensor, b: int, layout: RelativeIdLayout, grad: Tensor) -> None:
@@ -171,14 +193,30 @@ def _linked_sums_of_global_queries(pairs: Tensor, links: Tensor) -> Tensor:
     return pairs.new_zeros(batch, heads, num_globals).scatter_add_(-1, index.flatten(2), picked.flatten(2))
 
 
-def masked_softmax(scores: Tensor, mask_bias: Tensor, scale: float = 1.0, out: Tensor | None = None) -> Tensor:
-    """softmax(scale * scores + mask_bias, dim=-1); without autograd, written into `out` if given."""
-    if torch.is_grad_enabled() and scores.requires_grad:
-        return _MaskedSoftmax.apply(scores, mask_bias, scale)
-    if out is None:
-        out = torch.empty_like(scores)
-    torch.add(mask_bias, scores, alpha=scale, out=out)
-    return torch.ops.aten._softmax.out(out, -1, False, out=out)
+class SoftmaxParameters(nn.Module):
+    """The parameters of one of the two softmaxes (long queries, global queries) besides the
+    projections: ETC's relative position terms, a key embedding `relative_key` E [R, h, d] and a
+    bias `relative_bias` b [R, h] (None without relative positions), and the talking-heads mixes
+    `talking_heads_pre` and `talking_heads_post` [h_out, h_in] on either side of the softmax (None
+    without talking heads; identity at initialisation, so a fresh model attends plainly).
+
+    `name` ("long" or "global") names the softmax's buffers in a Workspace.
+    """
+
+    def __init__(self, config: GlobalLocalConfig, name: str):
+        super().__init__()
+        self.name = name
+        heads = config.num_attention_heads
+        if config.uses_relative_positions:
+            self.relative_key = nn.Parameter(torch.empty(config.relative_vocab_size, heads, config.head_size))
+            self.relative_bias = nn.Parameter(torch.empty(config.relative_vocab_size, heads))
+        else:
+            self.relative_key = self.relative_bias = None
+        if config.talking_heads:
+            self.talking_heads_pre = nn.Parameter(torch.eye(heads))
+            self.talking_heads_post = nn.Parameter(torch.eye(heads))
+        else:
+            self.talking_heads_pre = self.talking_heads_post = None
 
 
 class GlobalLocalAttention(nn.Module):
@@ -198,21 +236,12 @@ class GlobalLocalAttention(nn.Module):
         self.global_qkv = None if config.share_qkv else nn.Linear(hidden, 3 * hidden)
         self.long_output = nn.Linear(hidden, hidden)
         self.global_output = None if config.share_attention_output else nn.Linear(hidden, hidden)
+        # One set of relative tables and head mixes per softmax (ETC).
+        self.long_softmax = SoftmaxParameters(config, "long")
+        self.global_softmax = SoftmaxParameters(config, "global")
 
-        if config.uses_relative_positions:
-            # One table per softmax (ETC): a key embedding E [R, h, d] and a bias b [R, h].
-            size = config.relative_vocab_size
-            self.long_relative_key = nn.Parameter(torch.empty(size, heads, self.head_size))
-            self.long_relative_bias = nn.Parameter(torch.empty(size, heads))
-            self.global_relative_key = nn.Parameter(torch.empty(size, heads, self.head_size))
-            self.global_relative_bias = nn.Parameter(torch.empty(size, heads))
-
-        if config.talking_heads:
-            # Mixing matrices [h_out, h_in], identity at initialisation: a fresh model attends plainly.
-            for name in ("long_talking_heads_pre", "long_talking_heads_post",
-                         "global_talking_heads_pre", "global_talking_heads_post"):
-                setattr(self, name, nn.Parameter(torch.eye(heads)))
-        self.talking_heads = config.talking_heads
+        # Weights saved before the per-softmax submodules name these parameters otherwise.
+        self.register_load_state_dict_pre_hook(_rename_legacy_parameters)
 
     def forward(
         self,
@@ -224,9 +253,10 @@ class GlobalLocalAttention(nn.Module):
         workspace: Workspace | None = None,
     ) -> tuple[Tensor, Tensor, AttentionCarry]:
         """long_hidden [B, Lp, H], global_hidden [B, G, H] -> the attention outputs of both streams
-        (after the output projections) and the scores to carry. `workspace`: reuse big buffers
-        (only without autograd)."""
+        (after the output projections) and the scores to carry. `workspace`: where big buffers are
+        reused from layer to layer (only without autograd); None: fresh tensors."""
         carry = carry or AttentionCarry()
+        workspace = workspace or Workspace(reuse=False)
         batch, padded_length, _ = long_hidden.shape
         b, nb = side.block_size, side.num_blocks
 
@@ -234,32 +264,29 @@ class GlobalLocalAttention(nn.Module):
         global_q, global_k, global_v = self._split_heads((self.global_qkv or self.long_qkv)(global_hidden))
 
         # Long queries, in blocks, over [previous | own | next block | all globals].
-        window_k = self._window_keys(long_k, global_k, b, nb, workspace, "long_keys")  # [B, h, nb, W + G, d]
-        window_v = self._window_keys(long_v, global_v, b, nb, workspace, "long_values")
+        window_k = self._window_keys(long_k, global_k, b, nb, workspace, ("long", "keys"))  # [B, h, nb, W + G, d]
+        window_v = self._window_keys(long_v, global_v, b, nb, workspace, ("long", "values"))
         long_context, long_scores = self._attend(
-            long_q.reshape(batch, self.num_heads, nb, b, self.head_size), window_k, window_v,
-            side, "long", carry.long_scores, layer_number, workspace,
+            long_q.reshape(batch, self.num_heads, nb, b, self.head_size), window_k, window_v, self.long_softmax,
+            side.long_mask_bias, side.long_relative_ids, side, b, carry.long_scores, layer_number, workspace,
         )
         long_context = long_context.view(batch, self.num_heads, padded_length, self.head_size)
         long_out = self.long_output(self._merge_heads(long_context))
+        workspace.give(("long", "keys"), window_k)
+        workspace.give(("long", "values"), window_v)
 
         # Global queries over [all globals | all long tokens].
-        global_scores = None
-        if global_hidden.shape[1] > 0:
-            all_k = self._concat(global_k, long_k, workspace, "global_keys")  # [B, h, G + Lp, d]
-            all_v = self._concat(global_v, long_v, workspace, "global_values")
-            global_context, global_scores = self._attend(
-                global_q, all_k, all_v, side, "global", carry.global_scores, layer_number, workspace,
-            )
-            global_out = (self.global_output or self.long_output)(self._merge_heads(global_context))
-        else:
-            global_out = global_hidden
-        if workspace is not None:
-            workspace.give("long_keys", window_k)
-            workspace.give("long_values", window_v)
-            if global_hidden.shape[1] > 0:
-                workspace.give("global_keys", all_k)
-                workspace.give("global_values", all_v)
+        if global_hidden.shape[1] == 0:
+            return long_out, global_hidden, AttentionCarry(long_scores, None)
+        all_k = self._concat(global_k, long_k, workspace, ("global", "keys"))  # [B, h, G + Lp, d]
+        all_v = self._concat(global_v, long_v, workspace, ("global", "values"))
+        global_context, global_scores = self._attend(
+            global_q, all_k, all_v, self.global_softmax,
+            side.global_mask_bias, side.global_relative_ids, side, None, carry.global_scores, layer_number, workspace,
+        )
+        global_out = (self.global_output or self.long_output)(self._merge_heads(global_context))
+        workspace.give(("global", "keys"), all_k)
+        workspace.give(("global", "values"), all_v)
         return long_out, global_out, AttentionCarry(long_scores, global_scores)
 
     def _attend(
@@ -267,31 +294,32 @@ class GlobalLocalAttention(nn.Module):
         query: Tensor,
         key: Tensor,
         value: Tensor,
+        softmax: SoftmaxParameters,
+        mask_bias: Tensor,
+        relative_ids: Tensor | None,
         side: SideInputs,
-        softmax: str,
+        block_size: int | None,
         carried: Tensor | None,
         layer_number: int,
-        workspace: Workspace | None,
+        workspace: Workspace,
     ) -> tuple[Tensor, Tensor | None]:
         """One softmax: query [..., Nq, d], key and value [..., Nk, d] -> (context [..., Nq, d],
-        the scores to carry or None).
+        the scores to carry or None). `block_size`: b for the blocked long queries, None for the
+        global ones.
 
-        With autograd every big tensor is fresh (the weights are saved for backward). With a
-        workspace two score-sized buffers serve all layers: the carried sum, and one that holds
-        this layer's raw scores and then its weights.
+        With autograd every big tensor is fresh (the weights are saved for backward). With buffers
+        reused, two score-sized buffers serve all layers: the carried sum, and one that holds this
+        layer's raw scores and then its weights.
         """
-        raw = self._scores(query, key, side, softmax, workspace)
-        if carried is None:
-            scores, free = raw, (None if self.residual_attention else raw)
-        elif workspace is not None:  # the carried buffer takes the sum; the raw one is free for the weights
-            scores, free = carried.add_(raw), raw
-        else:  # in place is safe for autograd: no backward needs these values
-            scores, free = raw.add_(carried), None
-        mask_bias = side.long_mask_bias if softmax == "long" else side.global_mask_bias
-        probs = self._probabilities(scores, mask_bias, layer_number, softmax, out=free)
+        scores = self._scores(query, key, softmax, relative_ids, side, block_size, workspace)
+        if carried is not None:
+            scores = scores.add_(carried)  # in place is safe for autograd: no backward needs these values
+        # The buffer free once the softmax's input is formed: the carried sum these scores replace,
+        # or the scores themselves when nothing is carried on (the softmax then works in place).
+        spent = carried if self.residual_attention else scores
+        probs = self._probabilities(scores, mask_bias, layer_number, softmax, out=workspace.spare(spent))
         context = torch.matmul(probs, value)
-        if workspace is not None:
-            workspace.give(f"{softmax}_scores", probs)
+        workspace.give((softmax.name, "scores"), probs)
         return context, scores if self.residual_attention else None
 
     def _split_heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -309,7 +337,7 @@ class GlobalLocalAttention(nn.Module):
 
     @staticmethod
     def _window_keys(
-        long_k: Tensor, global_k: Tensor, b: int, nb: int, workspace: Workspace | None, name: str
+        long_k: Tensor, global_k: Tensor, b: int, nb: int, workspace: Workspace, name: tuple[str, str]
     ) -> Tensor:
         """Keys of each query block: previous, own and next long block, then all globals.
 
@@ -323,71 +351,64 @@ class GlobalLocalAttention(nn.Module):
         pieces = [windows]
         if global_k.shape[2] > 0:
             pieces.append(global_k.unsqueeze(2).expand(batch, heads, nb, global_k.shape[2], size))
-        if workspace is None:
-            return torch.cat(pieces, dim=3)
         shape = (batch, heads, nb, 3 * b + global_k.shape[2], size)
         return torch.cat(pieces, dim=3, out=workspace.take(name, shape, long_k))
 
     @staticmethod
-    def _concat(first: Tensor, second: Tensor, workspace: Workspace | None, name: str) -> Tensor:
+    def _concat(first: Tensor, second: Tensor, workspace: Workspace, name: tuple[str, str]) -> Tensor:
         """[B, h, N1, d] and [B, h, N2, d] -> [B, h, N1 + N2, d]."""
-        if workspace is None:
-            return torch.cat([first, second], dim=2)
         shape = (*first.shape[:2], first.shape[2] + second.shape[2], first.shape[3])
         return torch.cat([first, second], dim=2, out=workspace.take(name, shape, first))
 
-    def _scores(self, query: Tensor, key: Tensor, side: SideInputs, softmax: str, workspace: Workspace | None) -> Tensor:
+    def _scores(
+        self,
+        query: Tensor,
+        key: Tensor,
+        softmax: SoftmaxParameters,
+        relative_ids: Tensor | None,
+        side: SideInputs,
+        block_size: int | None,
+        workspace: Workspace,
+    ) -> Tensor:
         """Raw scores q.k/sqrt(d) (+ relative terms q.E[id] + b[id], over sqrt(d)).
 
         query [B, h, ..., Nq, d] (pre-scaled), key [B, h, ..., Nk, d] -> [B, h, ..., Nq, Nk].
         """
         shape = (*query.shape[:-1], key.shape[-2])
-        if workspace is None:
-            # matmul, not bmm(...).view(...): its result is no autograd view, so the in-place adds
-            # below and in `_attend` stay cheap in backward (an in-place op on a view costs copies).
-            scores = torch.matmul(query, key.transpose(-1, -2))
-        else:
-            scores = workspace.take(f"{softmax}_scores", shape, query)
-            torch.matmul(query, key.transpose(-1, -2), out=scores)
-        relative_ids = side.long_relative_ids if softmax == "long" else side.global_relative_ids
+        # matmul, not bmm(...).view(...): its result is no autograd view, so the in-place adds
+        # below and in `_attend` stay cheap in backward (an in-place op on a view costs copies).
+        scores = torch.matmul(query, key.transpose(-1, -2), out=workspace.take((softmax.name, "scores"), shape, query))
         if relative_ids is None:
             return scores
         # q.E[id] + b[id] for all R ids at once ([B, h, ..., Nq, R], small), then picked per pair.
-        table = getattr(self, f"{softmax}_relative_key")  # [R, h, d]
-        bias = getattr(self, f"{softmax}_relative_bias")  # [R, h]
+        table, bias = softmax.relative_key, softmax.relative_bias  # [R, h, d], [R, h]
         batch, heads, size = query.shape[0], query.shape[1], query.shape[-1]
         relative = torch.matmul(query.reshape(batch, heads, -1, size), table.permute(1, 2, 0))  # [B, h, N, R]
         relative = (relative + (bias.t() / math.sqrt(self.head_size)).unsqueeze(1)).view(
             *query.shape[:-1], bias.shape[0]
         )  # [B, h, ..., Nq, R]
-        if workspace is not None:
-            buffer = workspace.take(f"{softmax}_relative", shape, query)
-            picked = torch.gather(relative, -1, relative_ids.expand(shape), out=buffer)
-            workspace.give(f"{softmax}_relative", picked)
-        else:
-            block_size = side.block_size if softmax == "long" else None
-            picked = PickRelative.apply(relative, relative_ids, side.links, side.relative_layout, block_size)
+        buffer = workspace.take((softmax.name, "relative"), shape, query)
+        picked = PickRelative.apply(relative, relative_ids, side.links, side.relative_layout, block_size, buffer)
         # A plain matmul then an add: measured 1.5x faster than baddbmm_ accumulating into the
         # picked terms (beta = 1 slows MKL's small batched gemms more than the extra pass costs).
-        return scores.add_(picked)
+        scores.add_(picked)
+        workspace.give((softmax.name, "relative"), picked)
+        return scores
 
     def _probabilities(
-        self, scores: Tensor, mask_bias: Tensor, layer_number: int, softmax: str, out: Tensor | None
+        self, scores: Tensor, mask_bias: Tensor, layer_number: int, softmax: SoftmaxParameters, out: Tensor | None
     ) -> Tensor:
         """Carried scores -> attention weights: (running mean) -> talking heads -> mask -> softmax.
         `out`: a free buffer for the weights (only without autograd)."""
         scale = 1.0 / layer_number if self.residual_attention_mean else 1.0
-        if self.talking_heads:
-            # The running mean's scale commutes with the (linear) head mix, so the softmax applies it:
-            # no extra pass over the scores. Without autograd the free buffer takes the mixed logits.
-            if out is scores or (torch.is_grad_enabled() and scores.requires_grad):
-                out = None  # the mix cannot write over its input; autograd keeps its inputs
-            logits = self._mix_heads(scores, getattr(self, f"{softmax}_talking_heads_pre"), out=out)
-            probs = masked_softmax(logits, mask_bias, scale, out=logits if out is not None else None)
-            probs = self._mix_heads(probs, getattr(self, f"{softmax}_talking_heads_post"))
-        else:
-            probs = masked_softmax(scores, mask_bias, scale, out=out)
-        return self.dropout(probs)
+        if softmax.talking_heads_pre is None:
+            return self.dropout(masked_softmax(scores, mask_bias, scale, out=out))
+        # The running mean's scale commutes with the (linear) head mix, so the softmax applies it:
+        # no extra pass over the scores. A free buffer takes the mixed logits, unless it is the
+        # scores themselves (the mix cannot write over its input).
+        logits = self._mix_heads(scores, softmax.talking_heads_pre, out=None if out is scores else out)
+        probs = masked_softmax(logits, mask_bias, scale, out=None if out is None else logits)
+        return self.dropout(self._mix_heads(probs, softmax.talking_heads_post))
 
     @staticmethod
     def _mix_heads(values: Tensor, mixing: Tensor, out: Tensor | None = None) -> Tensor:
@@ -397,7 +418,22 @@ class GlobalLocalAttention(nn.Module):
         stride, which took 3-4x the matmul itself at 4096 tokens."""
         batch, heads = values.shape[:2]
         mixing = mixing.expand(batch, *mixing.shape)
-        if out is not None:
-            torch.bmm(mixing, values.reshape(batch, heads, -1), out=out.view(batch, heads, -1))
-            return out
-        return torch.bmm(mixing, values.reshape(batch, heads, -1)).view(values.shape)
+        flat_out = None if out is None else out.view(batch, heads, -1)
+        return torch.bmm(mixing, values.reshape(batch, heads, -1), out=flat_out).view(values.shape)
+
+
+
+# The per-softmax parameters' names, relative to an attention module, in weights saved before
+# SoftmaxParameters (lifted and trained models up to November 2026) -> their names now.
+LEGACY_PARAMETER_NAMES = {
+    f"{softmax}_{parameter}": f"{softmax}_softmax.{parameter}"
+    for softmax in ("long", "global")
+    for parameter in ("relative_key", "relative_bias", "talking_heads_pre", "talking_heads_post")
+}
+
+
+def _rename_legacy_parameters(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """Load hook of GlobalLocalAttention (every `load_state_dict`): old names under `prefix` -> current ones."""
+    for old, new in LEGACY_PARAMETER_NAMES.items():
+        if prefix + old in state_dict:
+            state_dict[prefix + new] = state_dict.pop(prefix + old)

@@ -6,6 +6,7 @@ under residual attention) -> unpad. Attention itself lives in longdoc/model/atte
 relative ids in longdoc/model/side_inputs.py, argument checks in longdoc/model/inputs.py.
 """
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +18,9 @@ from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
-from longdoc.model.attention import AttentionCarry, GlobalLocalAttention, Workspace
+from longdoc.model.attention import (
+    LEGACY_PARAMETER_NAMES, AttentionCarry, GlobalLocalAttention, SoftmaxParameters, Workspace,
+)
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.dropout import Dropout
 from longdoc.model.inputs import check_and_collect
@@ -130,7 +133,7 @@ class GlobalLocalEncoder(nn.Module):
     def forward(self, long_hidden: Tensor, global_hidden: Tensor, side: SideInputs) -> tuple[Tensor, Tensor]:
         carry = None
         # Without autograd, big buffers pass from layer to layer instead of being allocated afresh.
-        workspace = None if torch.is_grad_enabled() else Workspace()
+        workspace = Workspace(reuse=not torch.is_grad_enabled())
         for number, layer in enumerate(self.layers, start=1):
             long_hidden, global_hidden, carry = layer(long_hidden, global_hidden, side, carry, number, workspace)
         if self.final_long_norm is not None:
@@ -145,14 +148,30 @@ class GlobalLocalPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["GlobalLocalLayer"]
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' from_pretrained, also for weights saved with the attention's old parameter
+        names (attention.LEGACY_PARAMETER_NAMES): transformers' `key_mapping` renames them as they are
+        read. (`load_state_dict` renames them with GlobalLocalAttention's load hook.)"""
+        legacy = {re.escape(f"attention.{old}"): f"attention.{new}" for old, new in LEGACY_PARAMETER_NAMES.items()}
+        kwargs["key_mapping"] = {**legacy, **(kwargs.get("key_mapping") or {})}
+        return super().from_pretrained(*args, **kwargs)
+
+    def save_pretrained(self, *args, **kwargs):
+        """transformers' save_pretrained, always under the current parameter names: by default it would
+        write a model loaded through `key_mapping` back under the names it was loaded from."""
+        kwargs.setdefault("save_original_format", False)
+        return super().save_pretrained(*args, **kwargs)
+
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
-        if isinstance(module, GlobalLocalAttention):
-            for name, parameter in module.named_parameters(recurse=False):
-                if "relative" in name:
-                    init.normal_(parameter, mean=0.0, std=self.config.initializer_range)
-                elif "talking_heads" in name:
-                    init.eye_(parameter)
+        if isinstance(module, SoftmaxParameters):
+            if module.relative_key is not None:
+                init.normal_(module.relative_key, mean=0.0, std=self.config.initializer_range)
+                init.normal_(module.relative_bias, mean=0.0, std=self.config.initializer_range)
+            if module.talking_heads_pre is not None:
+                init.eye_(module.talking_heads_pre)
+                init.eye_(module.talking_heads_post)
 
 
 class GlobalLocalModel(GlobalLocalPreTrainedModel):

@@ -35,15 +35,23 @@ class RelativeIdLayout:
 
     max_distance: int
 
+    def right(self, distance):
+        """The id of a key `distance` places to the right, 0 <= distance <= k (k: k or more), an int or a tensor."""
+        return distance
+
+    def left(self, distance):
+        """The id of a key `distance` places to the left, 1 <= distance <= k (k: k or more), an int or a tensor."""
+        return self.max_distance + distance
+
     @property
     def right_clipped(self) -> int:
         """Keys k or more places to the right."""
-        return self.max_distance
+        return self.right(self.max_distance)
 
     @property
     def left_clipped(self) -> int:
         """Keys k or more places to the left."""
-        return 2 * self.max_distance
+        return self.left(self.max_distance)
 
     @property
     def linked(self) -> int:
@@ -65,7 +73,7 @@ class RelativeIdLayout:
     def distance_ids(self, delta: Tensor) -> Tensor:
         """Ids of signed distances `delta` = key - query: 0..k right, k+1..2k left (clipped)."""
         k = self.max_distance
-        return torch.where(delta >= 0, delta.clamp(0, k), k + (-delta).clamp(1, k))
+        return torch.where(delta >= 0, self.right(delta.clamp(0, k)), self.left((-delta).clamp(1, k)))
 
 
 @dataclass

@@ -140,7 +140,7 @@ def test_qkv_fused_and_copied_into_both_streams_or_once_when_shared(tmp_path):
     assert attention.global_qkv is None and shared.encoder.layers[1].global_feed_forward is None
     torch.testing.assert_close(attention.long_qkv.weight, expected_qkv, rtol=0, atol=0)
     # Talking heads have no BERT counterpart: left at their identity initialisation (4 heads).
-    torch.testing.assert_close(attention.global_talking_heads_post.detach(), torch.eye(4), rtol=0, atol=0)
+    torch.testing.assert_close(attention.global_softmax.talking_heads_post.detach(), torch.eye(4), rtol=0, atol=0)
 
 
 def save_tiny_bert(folder):
@@ -209,7 +209,8 @@ def test_cli_writes_loadable_checkpoint_with_model_card(tmp_path, monkeypatch):
     assert "embeddings.position_embeddings.weight" not in state
     torch.manual_seed(0)
     fresh = GlobalLocalModel(GlobalLocalConfig(**{**config.to_dict(), "architectures": None}))
-    for name in ("long_relative_key", "long_relative_bias", "global_relative_key", "global_relative_bias"):
+    for name in ("long_softmax.relative_key", "long_softmax.relative_bias", "global_softmax.relative_key",
+                 "global_softmax.relative_bias"):
         key = f"encoder.layers.3.attention.{name}"
         torch.testing.assert_close(state[key], fresh.state_dict()[key], rtol=0, atol=0)
         assert 0.015 < state[key].std().item() < 0.025  # drawn from N(0, initializer_range = 0.02)

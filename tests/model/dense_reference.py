@@ -78,8 +78,8 @@ def dense_masks_and_ids(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, 
                     ids[example, query, key] = layout.right_clipped
                 elif relative <= -k:
                     ids[example, query, key] = layout.left_clipped
-                else:  # 0..k-1 to the right, k+1..2k-1 to the left
-                    ids[example, query, key] = relative if relative >= 0 else k - relative
+                else:
+                    ids[example, query, key] = layout.right(relative) if relative >= 0 else layout.left(-relative)
     return allowed, ids
 
 
@@ -111,12 +111,10 @@ def dense_forward(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, Tensor
         q, key, value = qkv.view(batch, -1, 3, heads, size).permute(2, 0, 3, 1, 4)  # [B, h, N, d]
         scores = q @ key.transpose(-1, -2)  # [B, h, N, N]
         if config.uses_relative_positions:
-            for softmax, rows in (("long", is_long_query), ("global", ~is_long_query)):
-                table = getattr(attention, f"{softmax}_relative_key")  # [R, h, d]
-                bias = getattr(attention, f"{softmax}_relative_bias")  # [R, h]
-                # q . E[id] + b[id], pair by pair
-                embedding = table[relative_ids].permute(0, 3, 1, 2, 4)  # [B, h, N, N, d]
-                term = (q.unsqueeze(3) * embedding).sum(-1) + bias[relative_ids].permute(0, 3, 1, 2)
+            for softmax, rows in ((attention.long_softmax, is_long_query), (attention.global_softmax, ~is_long_query)):
+                # q . E[id] + b[id], pair by pair (E [R, h, d], b [R, h])
+                embedding = softmax.relative_key[relative_ids].permute(0, 3, 1, 2, 4)  # [B, h, N, N, d]
+                term = (q.unsqueeze(3) * embedding).sum(-1) + softmax.relative_bias[relative_ids].permute(0, 3, 1, 2)
                 scores = torch.where(rows.view(1, 1, -1, 1), scores + term, scores)
         scores = scores / math.sqrt(size)
         if config.residual_attention and carried is not None:
@@ -125,17 +123,15 @@ def dense_forward(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, Tensor
         logits = scores / number if config.residual_attention_mean else scores
         if config.talking_heads:
             mixed = torch.empty_like(logits)
-            for softmax, rows in (("long", is_long_query), ("global", ~is_long_query)):
-                pre = getattr(attention, f"{softmax}_talking_heads_pre")
-                mixed[:, :, rows] = torch.einsum("gh,bhqk->bgqk", pre, logits[:, :, rows])
+            for softmax, rows in ((attention.long_softmax, is_long_query), (attention.global_softmax, ~is_long_query)):
+                mixed[:, :, rows] = torch.einsum("gh,bhqk->bgqk", softmax.talking_heads_pre, logits[:, :, rows])
             logits = mixed
         logits = logits.masked_fill(~allowed.unsqueeze(1), float("-inf"))
         probs = torch.softmax(logits, dim=-1).nan_to_num(0.0)  # padding rows see nothing
         if config.talking_heads:
             mixed = torch.empty_like(probs)
-            for softmax, rows in (("long", is_long_query), ("global", ~is_long_query)):
-                post = getattr(attention, f"{softmax}_talking_heads_post")
-                mixed[:, :, rows] = torch.einsum("gh,bhqk->bgqk", post, probs[:, :, rows])
+            for softmax, rows in ((attention.long_softmax, is_long_query), (attention.global_softmax, ~is_long_query)):
+                mixed[:, :, rows] = torch.einsum("gh,bhqk->bgqk", softmax.talking_heads_post, probs[:, :, rows])
             probs = mixed
         context = (probs @ value).transpose(1, 2).reshape(batch, -1, config.hidden_size)
         long_attended = attention.long_output(context[:, :length])
