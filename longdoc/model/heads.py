@@ -43,19 +43,26 @@ class SpanHead(nn.Module):
 
 
 class GlobalTokenClassifier(nn.Module):
-    """Class logits read from one global token per row (ETC: answer type from global token 0)."""
+    """Class logits read from one global token per row (ETC: answer type from global token 0), with
+    `pool_selected` also from the mean of chosen global tokens (e.g. the question's): the linear map
+    then reads [chosen token; mean of the selected]."""
 
-    def __init__(self, hidden_size: int, num_classes: int):
+    def __init__(self, hidden_size: int, num_classes: int, pool_selected: bool = False):
         super().__init__()
-        self.projection = nn.Linear(hidden_size, num_classes)
+        self.pool_selected = pool_selected
+        self.projection = nn.Linear(hidden_size * (2 if pool_selected else 1), num_classes)
 
-    def forward(self, global_hidden: Tensor, index: int | Tensor = 0) -> Tensor:
-        """global_hidden [B, G, H]; index: one global position for all rows, or [B] positions.
-        Returns [B, num_classes]."""
+    def forward(self, global_hidden: Tensor, index: int | Tensor = 0, selected: Tensor | None = None) -> Tensor:
+        """global_hidden [B, G, H]; index: one global position for all rows, or [B] positions;
+        selected [B, G] (with `pool_selected`): the global tokens to average. Returns [B, num_classes]."""
         if isinstance(index, int):
             chosen = global_hidden[:, index]
         else:
             chosen = global_hidden[torch.arange(global_hidden.shape[0], device=global_hidden.device), index]
+        if self.pool_selected:
+            weights = selected.to(global_hidden.dtype).unsqueeze(-1)  # [B, G, 1]
+            pooled = (global_hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+            chosen = torch.cat([chosen, pooled], dim=-1)
         return self.projection(chosen)
 
 

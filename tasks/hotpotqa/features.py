@@ -12,6 +12,7 @@ Per training window (row), beside the model inputs:
 - `answer_mask` [L]: 1 on long tokens of context sentences, where a span may start and end
   (never the question, titles, [CLS]/[SEP]);
 - `sentence_mask` [G]: 1 on sentence global tokens, the ones that get a supporting-fact logit;
+- `question_mask` [G]: 1 on question global tokens, which the answer-type head averages;
 - `sp_labels` [G]: 1 / 0 for a sentence that is / is not a supporting fact, -1 elsewhere;
 - `answer_type`: 0 span, 1 yes, 2 no (`ANSWER_TYPES`);
 - `start_positions`, `end_positions`: first and last long token of the first gold answer
@@ -44,6 +45,7 @@ IGNORE = -1
 EXTRA_INPUTS = (
     InputSpec("answer_mask", ("batch", "long"), torch.long, pad=0),
     InputSpec("sentence_mask", ("batch", "global"), torch.long, pad=0),
+    InputSpec("question_mask", ("batch", "global"), torch.long, pad=0),
     InputSpec("sp_labels", ("batch", "global"), torch.long, pad=IGNORE),
     InputSpec("answer_type", ("batch",), torch.long),
     InputSpec("start_positions", ("batch",), torch.long),
@@ -76,6 +78,7 @@ def window_inputs(features: Features) -> dict[str, Any]:
     is_sentence = [kind == GlobalKind.SENTENCE for kind in features.global_kinds]
     row["answer_mask"] = [int(owner >= 0 and is_sentence[owner]) for owner in features.sentence_ids]
     row["sentence_mask"] = [int(flag) for flag in is_sentence]
+    row["question_mask"] = [int(kind == GlobalKind.QUESTION) for kind in features.global_kinds]
     return row
 
 

@@ -67,6 +67,18 @@ def test_losses_ignore_unlabelled_entries():
     assert mean_loss(None, None) is None
 
 
+def test_classifier_pooling_selected_global_tokens():
+    torch.manual_seed(0)
+    head = GlobalTokenClassifier(2, 3, pool_selected=True)
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, 5.0], [5.0, 7.0], [100.0, 100.0]]])
+    selected = torch.tensor([[0, 1, 1, 0]])
+    # [token 0; mean of tokens 1 and 2] = [1, 2, 4, 6] through the linear map.
+    expected = head.projection(torch.tensor([[1.0, 2.0, 4.0, 6.0]]))
+    torch.testing.assert_close(head(hidden, 0, selected), expected)
+    # Nothing selected: the pooled half is zeros, not NaN.
+    torch.testing.assert_close(head(hidden, 0, torch.zeros(1, 4)), head.projection(torch.tensor([[1.0, 2.0, 0, 0]])))
+
+
 class ToyModel(TaskModel):
     task_name = "toy"
     default_task_options = {"threshold": 0.5}
@@ -105,6 +117,25 @@ def test_task_model_from_encoder_save_and_restore(encoder_dir, tmp_path):
     batch = {"long_input_ids": torch.tensor([[1, 2, 3]]), "global_input_ids": torch.tensor([[4, 5]]),
              "labels": torch.tensor([0])}
     assert torch.allclose(model.eval()(**batch), restored(**batch))
+
+
+class LegacyToyModel(ToyModel):
+    task_name = "legacy-toy"
+    default_task_options = {"threshold": 0.5, "new_head": True}
+    legacy_task_options = {"new_head": False}
+
+
+def test_options_missing_from_a_saved_config_take_their_legacy_value(encoder_dir, tmp_path):
+    assert LegacyToyModel.from_encoder(encoder_dir).task_options == {"threshold": 0.5, "new_head": True}
+    fresh_config = GlobalLocalConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+    assert LegacyToyModel(fresh_config).task_options["new_head"] is True
+    model = LegacyToyModel.from_encoder(encoder_dir, threshold=0.25)
+    model.save_pretrained(tmp_path / "old")
+    config_path = tmp_path / "old" / "config.json"
+    saved = json.loads(config_path.read_text())
+    del saved["task_options"]["new_head"]  # as written before the option existed
+    config_path.write_text(json.dumps(saved))
+    assert LegacyToyModel.from_pretrained(tmp_path / "old").task_options == {"threshold": 0.25, "new_head": False}
 
 
 def test_task_model_refusals(encoder_dir, tmp_path):

@@ -83,6 +83,10 @@ def test_labels_of_one_window(tokenizer):
     assert row["answer_mask"][0] == 0 and row["answer_mask"][1] == 0
     assert row["answer_mask"][_token(features, "Alpha", example, 0)] == 0  # the title
     assert row["answer_mask"][_token(features, "Alpha", example, 1)] == 1  # "Alpha is a town."
+    # The answer-type head averages the question's global tokens: exactly those, not CLS.
+    assert [g for g, flag in enumerate(row["question_mask"]) if flag] == [
+        g for g, kind in enumerate(features.global_kinds) if kind == GlobalKind.QUESTION] != []
+    assert row["question_mask"][0] == 0
     yes = window_row(_example("yes"), features, sentence_facts(example))
     assert (yes["answer_type"], yes["start_positions"]) == (1, -1)
 
@@ -175,6 +179,7 @@ def test_short_training_run_predict_and_evaluate(small_sample, tokenizer, tmp_pa
     # The engine predicted on dev before saving: the threshold chosen there is in the saved model.
     saved = json.loads((out / "config.json").read_text())
     assert saved["task"] == "hotpotqa" and saved["task_options"]["sp_threshold"] in SP_THRESHOLD_GRID
+    assert saved["task_options"]["type_from_question"] is True
     assert json.loads((out / "metrics.json").read_text())["metrics"]["joint_f1"] >= 0
 
     prediction = tmp_path / "pred.json"
@@ -246,3 +251,16 @@ def test_answers_missing_from_the_context_are_counted_and_not_span_targets(token
     with pytest.warns(UserWarning, match=r"hotpot.json: 1 of 1 span answers do not occur in their context"):
         rows = training_features(path, tokenizer, config, progress=False)
     assert [(row["answer_type"], row["start_positions"]) for row in rows] == [(0, -1), (1, -1)]
+
+
+def test_the_type_head_reads_the_question_and_old_models_keep_cls_alone():
+    def tiny(**task_options):
+        config = GlobalLocalConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+        if task_options:
+            config.task_options = task_options
+        return config
+
+    assert HotpotQAModel(tiny()).type_head.projection.in_features == 32  # [CLS; question mean]
+    # A config.json saved before the option existed: the CLS-only head its weights were trained as.
+    old = {name: value for name, value in HotpotQAModel.default_task_options.items() if name != "type_from_question"}
+    assert HotpotQAModel(tiny(**old)).type_head.projection.in_features == 16
