@@ -85,16 +85,11 @@ class TaskModel(GlobalLocalPreTrainedModel):
     task_name: ClassVar[str] = ""
     # Head and decoding settings and their defaults; what from_encoder is given overrides them.
     default_task_options: ClassVar[dict[str, Any]] = {}
-    # Options added after models of the task were first saved: the value a saved config.json without
-    # them stands for (what those models were trained with), which may differ from the default.
-    legacy_task_options: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, config: GlobalLocalConfig):
         super().__init__(config)
         config.task = self.task_name
-        saved = getattr(config, "task_options", None)  # None: a fresh config, not a saved model's
-        legacy = self.legacy_task_options if saved is not None else {}
-        config.task_options = {**self.default_task_options, **legacy, **(saved or {})}
+        config.task_options = {**self.default_task_options, **getattr(config, "task_options", {})}
         unknown = set(config.task_options) - set(self.default_task_options)
         if unknown:
             raise InputError(
@@ -156,7 +151,7 @@ class TaskModel(GlobalLocalPreTrainedModel):
             except ValueError as error:
                 raise InputError(f"{directory}: cannot start a {cls.task_name} model from this encoder: {error}") from None
         config = encoder.config
-        config.task_options = {**cls.default_task_options, **task_options}  # a new model: no legacy values
+        config.task_options = task_options
         config.architectures = [cls.__name__]
         model = cls(config)
         # Parameters the encoder folder lacks (e.g. talking-heads matrices when switching them on)

@@ -119,25 +119,6 @@ def test_task_model_from_encoder_save_and_restore(encoder_dir, tmp_path):
     assert torch.allclose(model.eval()(**batch), restored(**batch))
 
 
-class LegacyToyModel(ToyModel):
-    task_name = "legacy-toy"
-    default_task_options = {"threshold": 0.5, "new_head": True}
-    legacy_task_options = {"new_head": False}
-
-
-def test_options_missing_from_a_saved_config_take_their_legacy_value(encoder_dir, tmp_path):
-    assert LegacyToyModel.from_encoder(encoder_dir).task_options == {"threshold": 0.5, "new_head": True}
-    fresh_config = GlobalLocalConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
-    assert LegacyToyModel(fresh_config).task_options["new_head"] is True
-    model = LegacyToyModel.from_encoder(encoder_dir, threshold=0.25)
-    model.save_pretrained(tmp_path / "old")
-    config_path = tmp_path / "old" / "config.json"
-    saved = json.loads(config_path.read_text())
-    del saved["task_options"]["new_head"]  # as written before the option existed
-    config_path.write_text(json.dumps(saved))
-    assert LegacyToyModel.from_pretrained(tmp_path / "old").task_options == {"threshold": 0.25, "new_head": False}
-
-
 def test_task_model_refusals(encoder_dir, tmp_path):
     with pytest.raises(InputError, match="bare encoder.*longdoc train toy"):
         ToyModel.from_pretrained(encoder_dir)

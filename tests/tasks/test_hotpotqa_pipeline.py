@@ -179,7 +179,7 @@ def test_short_training_run_predict_and_evaluate(small_sample, tokenizer, tmp_pa
     # The engine predicted on dev before saving: the threshold chosen there is in the saved model.
     saved = json.loads((out / "config.json").read_text())
     assert saved["task"] == "hotpotqa" and saved["task_options"]["sp_threshold"] in SP_THRESHOLD_GRID
-    assert saved["task_options"]["type_from_question"] is True
+    assert saved["task_options"]["type_from_question"] is False
     assert json.loads((out / "metrics.json").read_text())["metrics"]["joint_f1"] >= 0
 
     prediction = tmp_path / "pred.json"
@@ -253,14 +253,13 @@ def test_answers_missing_from_the_context_are_counted_and_not_span_targets(token
     assert [(row["answer_type"], row["start_positions"]) for row in rows] == [(0, -1), (1, -1)]
 
 
-def test_the_type_head_reads_the_question_and_old_models_keep_cls_alone():
+def test_the_type_head_reads_cls_and_with_type_from_question_also_the_question():
     def tiny(**task_options):
         config = GlobalLocalConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
-        if task_options:
-            config.task_options = task_options
+        config.task_options = task_options
         return config
 
-    assert HotpotQAModel(tiny()).type_head.projection.in_features == 32  # [CLS; question mean]
-    # A config.json saved before the option existed: the CLS-only head its weights were trained as.
-    old = {name: value for name, value in HotpotQAModel.default_task_options.items() if name != "type_from_question"}
-    assert HotpotQAModel(tiny(**old)).type_head.projection.in_features == 16
+    # A config.json without the option (all models saved before it existed): CLS alone, as ETC.
+    assert HotpotQAModel(tiny()).type_head.projection.in_features == 16
+    model = HotpotQAModel(tiny(type_from_question=True))  # [CLS; mean of the question's global tokens]
+    assert model.type_head.projection.in_features == 32
