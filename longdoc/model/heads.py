@@ -60,6 +60,9 @@ class GlobalTokenClassifier(nn.Module):
         else:
             chosen = global_hidden[torch.arange(global_hidden.shape[0], device=global_hidden.device), index]
         if self.pool_selected:
+            if selected is None:
+                raise ValueError("this classifier also averages selected global tokens: pass `selected` [B, G] "
+                                 "(for HotpotQA, the `question_mask` the task's collate gives)")
             weights = selected.to(global_hidden.dtype).unsqueeze(-1)  # [B, G, 1]
             pooled = (global_hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
             chosen = torch.cat([chosen, pooled], dim=-1)

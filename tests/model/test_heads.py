@@ -77,6 +77,8 @@ def test_classifier_pooling_selected_global_tokens():
     torch.testing.assert_close(head(hidden, 0, selected), expected)
     # Nothing selected: the pooled half is zeros, not NaN.
     torch.testing.assert_close(head(hidden, 0, torch.zeros(1, 4)), head.projection(torch.tensor([[1.0, 2.0, 0, 0]])))
+    with pytest.raises(ValueError, match="question_mask"):
+        head(hidden, 0)
 
 
 class ToyModel(TaskModel):
