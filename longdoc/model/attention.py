@@ -422,7 +422,6 @@ class GlobalLocalAttention(nn.Module):
         return torch.bmm(mixing, values.reshape(batch, heads, -1), out=flat_out).view(values.shape)
 
 
-
 # The per-softmax parameters' names, relative to an attention module, in weights saved before
 # SoftmaxParameters (lifted and trained models up to November 2026) -> their names now.
 LEGACY_PARAMETER_NAMES = {
