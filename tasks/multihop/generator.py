@@ -32,6 +32,8 @@ every run and machine, and example i does not depend on how many examples are wr
 
 import bisect
 import random
+import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from itertools import product
 from pathlib import Path
@@ -115,11 +117,14 @@ class World:
 
     @classmethod
     def draw(cls, rng: random.Random, length: int) -> "World":
-        # Enough entities that relation distractors never run out; few cities, so each is the base
-        # of several companies and the answer city also appears in distractor "based in" sentences.
-        world = cls(rng.sample(PEOPLE, max(8, length // 40)), rng.sample(COMPANIES, max(6, length // 60)),
-                    rng.sample(CITIES, max(4, length // 150)))
-        world.base = {company: rng.choice(world.cities) for company in world.companies}
+        # Enough entities that relation distractors never run out; few cities, each the base of the
+        # same number (two or more) of companies, so the answer city also appears in distractor
+        # "based in" sentences and no more often than any other city: counting cities finds nothing.
+        cities = rng.sample(CITIES, max(4, length // 150))
+        per_city = max(2, round(length / 60 / len(cities)))
+        world = cls(rng.sample(PEOPLE, max(8, length // 40)), rng.sample(COMPANIES, per_city * len(cities)), cities)
+        # Both lists are in random order: dealing companies to cities in turn is a random balanced draw.
+        world.base = {company: cities[i % len(cities)] for i, company in enumerate(world.companies)}
         world.employer = {person: rng.choice(world.companies) for person in world.people}
         return world
 
@@ -141,24 +146,22 @@ def bridge_question(rng: random.Random, world: World) -> Question:
     person = world.people[0]
     company = world.employer[person]
     city = world.base[company]
-    # Always another company based in the answer city (the "based in" sentence alone does not
-    # give the answer) and the person in a sentence with another city (nor does their name).
-    decoy = next(c for c in world.companies if c != company)
-    world.base[decoy] = city
+    # The person always in a sentence with another city (their name does not give the answer);
+    # the answer city is as often another company's base as every other city is (see
+    # distractor_sentences), so neither does a "based in" sentence alone.
     elsewhere = rng.choice([c for c in world.cities if c != city])
-    decoys = (BASED_IN.format(company=decoy, city=city),
-              VISITED.format(person=person, city=elsewhere, year=rng.randint(*YEARS)))
+    decoys = (VISITED.format(person=person, city=elsewhere, year=rng.randint(*YEARS)),)
     return Question(rng.choice(BRIDGE_QUESTIONS).format(person=person), city, "bridge",
                     (WORKS_FOR.format(person=person, company=company), BASED_IN.format(company=company, city=city)),
-                    decoys, frozenset([person]), frozenset([company, decoy]))
+                    decoys, frozenset([person]), frozenset([company]))
 
 
 def comparison_question(rng: random.Random, world: World) -> Question:
     same = rng.random() < 0.5
     if rng.random() < 0.5:
-        first, second = world.companies[:2]
-        world.base[second] = (world.base[first] if same
-                              else rng.choice([c for c in world.cities if c != world.base[first]]))
+        # Both already placed (every city keeps its share of companies): one in the same city or not.
+        first = world.companies[0]
+        second = next(c for c in world.companies[1:] if (world.base[c] == world.base[first]) == same)
         facts = tuple(BASED_IN.format(company=c, city=world.base[c]) for c in (first, second))
         text = SAME_CITY_QUESTION.format(company=first, other=second)
         fixed_people, fixed_companies = frozenset(), frozenset([first, second])
@@ -175,14 +178,24 @@ def comparison_question(rng: random.Random, world: World) -> Question:
 def distractor_sentences(rng: random.Random, world: World, question: Question, relation_share: float):
     """An endless stream: relation sentences about entities the question does not fix, each said
     once and only while they last, mixed with filler (`relation_share` of the stream while they last)."""
-    relations = ([WORKS_FOR.format(person=p, company=world.employer[p])
-                  for p in world.people if p not in question.fixed_people]
-                 + [BASED_IN.format(company=c, city=world.base[c])
-                    for c in world.companies if c not in question.fixed_companies])
-    rng.shuffle(relations)
+    works_for = [WORKS_FOR.format(person=p, company=world.employer[p])
+                 for p in world.people if p not in question.fixed_people]
+    rng.shuffle(works_for)
+    # "based in" sentences level the cities: each next one names a city stated least so far (the
+    # question's own facts and decoys count), so that however few fit, no city is named more often
+    # than the others - the answer city least of all.
+    stated = Counter(world.base[c] for c in question.fixed_companies)
+    ranked = []
+    for city in world.cities:
+        companies = [c for c in world.companies if world.base[c] == city and c not in question.fixed_companies]
+        rng.shuffle(companies)
+        ranked += [(stated[city] + rank, rng.random(), company) for rank, company in enumerate(companies)]
+    based_in = [BASED_IN.format(company=c, city=world.base[c]) for *_, c in sorted(ranked)]
     while True:
-        if relations and rng.random() < relation_share:
-            yield relations.pop()
+        if (works_for or based_in) and rng.random() < relation_share:
+            # A random interleaving of the two lists, each kept in its order.
+            pick_works = rng.random() < len(works_for) / (len(works_for) + len(based_in))
+            yield (works_for if pick_works else based_in).pop(0)
             continue
         person, person2 = rng.sample(world.people, 2)
         yield rng.choice(_FILLER).format(
@@ -313,7 +326,7 @@ def shortest_length(count_tokens: CountTokens, length: int, min_distance: int | 
     length asked for, bounds the title numbers."""
     fields = _longest_fields(count_tokens)
     works_for, based_in = WORKS_FOR.format(**fields), BASED_IN.format(**fields)
-    decoys = [based_in, VISITED.format(**fields)] if relation_share > 0 else []
+    decoys = [VISITED.format(**fields)] if relation_share > 0 else []
     kinds = [
         [max(BRIDGE_QUESTIONS, key=lambda q: count_tokens([q.format(**fields)])[0]).format(**fields),
          works_for, based_in, *decoys],
@@ -370,6 +383,27 @@ def make_examples(n: int, *, seed: int, length: int, min_distance: int | None = 
                          comparison_fraction=comparison_fraction, count_tokens=count_tokens,
                          relation_share=relation_share, chain_order=chain_order)
             for index in tqdm(range(n), desc="multihop examples", unit=" examples", disable=not progress)]
+
+
+def guessing_f1(records: Sequence[dict]) -> float:
+    """The answer F1 (official metric) expected of a reader that knows each question's kind but not
+    its bridge: a bridge question answered with the city of one of its document's "based in"
+    sentences, drawn uniformly; a comparison answered yes or no by a coin. What "near chance" means
+    for a file: with relation distractors, reading a "based in" sentence is easy and finding the
+    right one is the task (about 1 / the world's cities at 2048 wordpieces); without them (the
+    demo's setting) the only "based in" sentence is the answer's, and guessing is reading far enough."""
+    from longdoc.tasks.hotpotqa.metric import answer_scores
+
+    based_in = re.compile(re.escape(BASED_IN).replace(r"\{company\}", ".+").replace(r"\{city\}", "(.+)"))
+    total = 0.0
+    for record in records:
+        if record["answer"] in ("yes", "no"):
+            total += 0.5 * answer_scores(record["answer"], record["answer"]).f1
+            continue
+        cities = [match.group(1) for _, paragraph in record["context"] for sentence in paragraph
+                  if (match := based_in.fullmatch(sentence.strip()))]
+        total += sum(answer_scores(city, record["answer"]).f1 for city in cities) / max(len(cities), 1)
+    return total / max(len(records), 1)
 
 
 def write_examples(out, n: int, **options) -> Path:

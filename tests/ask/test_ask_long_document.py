@@ -107,6 +107,7 @@ def test_answered_from_the_window_that_holds_the_answer(readers, records, target
     untrained = _ask(readers[0], path, record["question"], monkeypatch, capsys, tmp_path)
     assert [p["start"] for p in untrained["passages"]] == [p["start"] for p in result["passages"]]
     assert all((a["text"], a["start"]) != (answer["text"], answer["start"]) for a in untrained["answers"])
-    # Whatever it gives at any probability is chance (its best span scored about 2e-5 on both documents).
+    # Whatever it gives at any probability is chance: with these fresh heads its answer-type head
+    # says "yes" at 0.385 (three classes), and its best span scored about 2e-5 with other heads.
     anything = _ask(readers[0], path, record["question"], monkeypatch, capsys, tmp_path, "--min-score", "0")
-    assert answer["score"] > 0.5 and all(a["score"] < 0.01 for a in anything["answers"])
+    assert answer["score"] > 0.9 and all(a["score"] < 0.5 for a in anything["answers"])

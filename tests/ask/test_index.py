@@ -84,5 +84,5 @@ def test_the_passage_at_the_far_end_of_a_long_document_is_retrieved(embedder, tm
         hits = retrieve("Which city is Pyraxis Foundry based in?", corpus, embedder, 4, second_hop=second_hop)
         assert len(hits) == 4
         [last] = [hit for hit in hits if corpus.passage(hit).end == len(text)]
-        assert corpus.text(last).endswith("\n\nPyraxis Foundry is based in Ostmouth Harbour.")
+        assert corpus.text(last).endswith("Pyraxis Foundry is based in Ostmouth Harbour.")
         assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)

@@ -4,6 +4,7 @@ same seed writes the same file, and gold scored against itself is perfect."""
 
 import json
 import re
+from collections import Counter
 
 import pytest
 
@@ -15,7 +16,7 @@ from longdoc.data.spans import char_span_to_token_span
 from longdoc.errors import InputError
 from longdoc.tasks import get_task
 from longdoc.tasks.hotpotqa.reader import read_examples
-from longdoc.tasks.multihop.generator import (BASED_IN, WORKS_FOR, make_examples, shortest_length,
+from longdoc.tasks.multihop.generator import (BASED_IN, WORKS_FOR, guessing_f1, make_examples, shortest_length,
                                            wordpiece_counter)
 
 LENGTH, MIN_DISTANCE = 512, 300
@@ -84,10 +85,29 @@ def test_only_the_bridge_answers_the_question(data_file):
         facts = {(title, index) for title, index in record["supporting_facts"]}
         context = dict((title, [s.strip() for s in paragraph]) for title, paragraph in record["context"])
         assert {context[t][i] for t, i in facts} == {employers[0], bases[0]}
-        # Distractors use the same relation: the answer city is also another company's base, and
-        # the person is named beside another city.
-        assert any(s.endswith(f" is based in {record['answer']}.") and s != bases[0] for s in sentences)
+        # Distractors use the same relation and level the cities: counting "based in" sentences
+        # per city finds nothing (every city named in one is named as often as the others, give
+        # or take one), and the person is named beside another city.
+        named = Counter(re.fullmatch(r".+ is based in (\w+)\.", s).group(1) for s in sentences
+                        if " is based in " in s)
+        assert len(named) > 1 and max(named.values()) - min(named.values()) <= 1, named
         assert any(s.startswith(f"{person} visited ") and record["answer"] not in s for s in sentences)
+
+
+def test_counting_cities_is_chance():
+    # The shortcut the levelling defeats: answer a bridge question with the city named in the most
+    # "based in" sentences (ties split). Before the levelling it was right 38% of the time at 2048
+    # wordpieces (13 cities); now it is what guessing among the named cities gives.
+    records = make_examples(40, seed=2, length=1024, min_distance=400, comparison_fraction=0.0, progress=False)
+    hits, guesses = 0.0, 0.0
+    for record in records:
+        sentences = [s.strip() for _, paragraph in record["context"] for s in paragraph]
+        named = Counter(re.fullmatch(r".+ is based in (\w+)\.", s).group(1) for s in sentences
+                        if " is based in " in s)
+        top = [city for city, count in named.items() if count == max(named.values())]
+        hits += (record["answer"] in top) / len(top)
+        guesses += 1 / len(named)
+    assert hits / len(records) <= guesses / len(records) + 0.1, (hits, guesses)
 
 
 def test_without_relation_distractors_the_facts_are_the_only_relations_in_chain_order(tokenizer):
@@ -175,3 +195,16 @@ def test_every_draw_fits_at_the_shortest_length_and_one_less_is_refused(tokenize
     assert all(len(record["supporting_facts"]) == 2 for record in records)
     with pytest.raises(InputError, match=f"--length {shortest - 1} is too short .* the minimum is {shortest},"):
         make_examples(1, seed=11, length=shortest - 1, **options)
+
+
+def test_guessing_f1_by_hand():
+    # A bridge question whose document names its answer city in 2 of 3 "based in" sentences, and a
+    # comparison: guessing gets 2/3 and 1/2, F1 (2/3 + 1/2) / 2 = 7/12.
+    bridge = {"question": "Where is the employer of Al Ash based?", "answer": "Calton", "type": "bridge",
+              "context": [["Section 1", ["Al Ash works for Zen Labs.", " Zen Labs is based in Calton."]],
+                          ["Section 2", ["Ar Group is based in Calton.", " Al Ash visited Dorford in 1990.",
+                                         " Bex Media is based in Dorford."]]]}
+    comparison = {"question": "Are Zen Labs and Ar Group based in the same city?", "answer": "yes",
+                  "type": "comparison", "context": bridge["context"]}
+    assert guessing_f1([bridge, comparison]) == pytest.approx(7 / 12)
+    assert guessing_f1([bridge]) == pytest.approx(2 / 3)
