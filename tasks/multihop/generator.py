@@ -182,8 +182,8 @@ def distractor_sentences(rng: random.Random, world: World, question: Question, r
                  for p in world.people if p not in question.fixed_people]
     rng.shuffle(works_for)
     # "based in" sentences level the cities: each next one names a city stated least so far (the
-    # question's own facts and decoys count), so that however few fit, no city is named more often
-    # than the others - the answer city least of all.
+    # question's own facts count), so that however few fit, no city, the answer's included, is
+    # named in more of them than another, give or take one.
     stated = Counter(world.base[c] for c in question.fixed_companies)
     ranked = []
     for city in world.cities:
