@@ -52,9 +52,10 @@ _EMBEDDING_SOURCES = {
     "embeddings.layer_norm.weight": "embeddings.LayerNorm.weight",
     "embeddings.layer_norm.bias": "embeddings.LayerNorm.bias",
 }
-# Parameters BERT has no counterpart for: they keep the values GlobalLocalModel initialised.
+# Parameters BERT has no counterpart for: they keep the values GlobalLocalModel initialised (each
+# softmax's own parameters, SoftmaxParameters, are all of that kind).
 _FRESH = re.compile(
-    r"encoder\.layers\.\d+\.attention\.(long|global)_softmax\.(relative_key|relative_bias|talking_heads_pre|talking_heads_post)"
+    r"encoder\.layers\.\d+\.attention\.(long|global)_softmax\.\w+"
     r"|embeddings\.global_feature_projection\.(weight|bias)"
 )
 _LAYER_PARAMETER = re.compile(r"encoder\.layers\.(\d+)\.(.+)\.(weight|bias)")

@@ -398,7 +398,7 @@ def guessing_f1(records: Sequence[dict]) -> float:
     total = 0.0
     for record in records:
         if record["answer"] in ("yes", "no"):
-            total += 0.5 * answer_scores(record["answer"], record["answer"]).f1
+            total += 0.5  # the coin is right half the time, and then exactly
             continue
         cities = [match.group(1) for _, paragraph in record["context"] for sentence in paragraph
                   if (match := based_in.fullmatch(sentence.strip()))]

@@ -69,6 +69,11 @@ def test_reads_back_with_one_window_and_far_apart_facts(data_file, tokenizer):
             assert example.labels["answer"] in ("yes", "no")
 
 
+def _cities_named_based_in(sentences):
+    """How many "X is based in C." sentences name each city C."""
+    return Counter(re.fullmatch(r".+ is based in (\w+)\.", s).group(1) for s in sentences if " is based in " in s)
+
+
 def test_only_the_bridge_answers_the_question(data_file):
     records = json.loads(data_file.read_text(encoding="utf-8"))
     bridges = [r for r in records if r["type"] == "bridge"]
@@ -88,8 +93,7 @@ def test_only_the_bridge_answers_the_question(data_file):
         # Distractors use the same relation and level the cities: counting "based in" sentences
         # per city finds nothing (every city named in one is named as often as the others, give
         # or take one), and the person is named beside another city.
-        named = Counter(re.fullmatch(r".+ is based in (\w+)\.", s).group(1) for s in sentences
-                        if " is based in " in s)
+        named = _cities_named_based_in(sentences)
         assert len(named) > 1 and max(named.values()) - min(named.values()) <= 1, named
         assert any(s.startswith(f"{person} visited ") and record["answer"] not in s for s in sentences)
 
@@ -102,8 +106,7 @@ def test_counting_cities_is_chance():
     hits, guesses = 0.0, 0.0
     for record in records:
         sentences = [s.strip() for _, paragraph in record["context"] for s in paragraph]
-        named = Counter(re.fullmatch(r".+ is based in (\w+)\.", s).group(1) for s in sentences
-                        if " is based in " in s)
+        named = _cities_named_based_in(sentences)
         top = [city for city, count in named.items() if count == max(named.values())]
         hits += (record["answer"] in top) / len(top)
         guesses += 1 / len(named)
