@@ -7,5 +7,9 @@ setup(
     packages=find_packages(include=["longdoc", "longdoc.*"]) + task_packages,
     package_dir={"longdoc": "longdoc", "longdoc.tasks": "tasks"},
     # Each task's shipped hyperparameters (configs/NAME.json, with a README of their sources).
-    package_data={f"longdoc.tasks.{name}": ["configs/*.json", "configs/*.md"] for name in find_packages("tasks")},
+    package_data={
+        **{f"longdoc.tasks.{name}": ["configs/*.json", "configs/*.md"] for name in find_packages("tasks")},
+        # the attention kernel's source, compiled on first use (longdoc/model/kernels)
+        "longdoc.model.kernels": ["*.cpp"],
+    },
 )

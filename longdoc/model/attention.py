@@ -96,13 +96,16 @@ class _MaskedSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_probs: Tensor):
         (probs,) = ctx.saved_tensors
-        # No public op computes the softmax's backward from its output in one kernel; written out
-        # with public ops, probs * (grad - (grad * probs).sum(-1, keepdim=True)) took 2.7-3x as long
-        # (165 against 55-60 ms on a 4096-token long-softmax tensor, 2 CPU threads, contended).
-        grad_scores = torch.ops.aten._softmax_backward_data(grad_probs, probs, -1, probs.dtype)
-        if ctx.scale != 1.0:
-            grad_scores = grad_scores * ctx.scale
-        return grad_scores, None, None, None
+        return _softmax_gradient(grad_probs, probs, ctx.scale), None, None, None
+
+
+def _softmax_gradient(grad_probs: Tensor, probs: Tensor, scale: float) -> Tensor:
+    """The gradient of softmax(scale * x + mask) with respect to x, from the weights."""
+    # No public op computes the softmax's backward from its output in one kernel; written out
+    # with public ops, probs * (grad - (grad * probs).sum(-1, keepdim=True)) took 2.7-3x as long
+    # (165 against 55-60 ms on a 4096-token long-softmax tensor, 2 CPU threads, contended).
+    grad = torch.ops.aten._softmax_backward_data(grad_probs, probs, -1, probs.dtype)
+    return grad if scale == 1.0 else grad * scale
 
 
 def masked_softmax(scores: Tensor, mask_bias: Tensor, scale: float = 1.0, out: Tensor | None = None) -> Tensor:
@@ -136,24 +139,82 @@ class PickRelative(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_picked: Tensor):
         ids, links = ctx.saved_tensors
-        layout, block_size = ctx.layout, ctx.block_size
-        grad = grad_picked.new_zeros(ctx.relative_shape)
-        if block_size is None:  # global queries: [G globals | Lp long keys]
-            head_width = ctx.relative_shape[-2]
-            head, pairs = grad_picked[..., :head_width], grad_picked[..., head_width:]
-            grad.scatter_add_(-1, ids[..., :head_width].expand(head.shape), head)
-            linked_sum = None if links is None else _linked_sums_of_global_queries(pairs, links)
-        else:  # long queries: [3b window keys | G globals]
-            head, pairs = grad_picked[..., : 3 * block_size], grad_picked[..., 3 * block_size :]
-            _add_window_gradient(head, block_size, layout, grad)
-            linked_sum = None if links is None or pairs.shape[-1] == 0 else _linked_sums_of_long_queries(pairs, links)
-        pair_sum = pairs.sum(-1)
-        if linked_sum is None:
-            grad[..., layout.unlinked] += pair_sum
-        else:
-            grad[..., layout.linked] += linked_sum
-            grad[..., layout.unlinked] += pair_sum - linked_sum
+        grad = relative_gradient(grad_picked, ids, links, ctx.layout, ctx.block_size, ctx.relative_shape)
         return grad, None, None, None, None, None
+
+
+class SummedSoftmax(torch.autograd.Function):
+    """The score pass in one compiled kernel (longdoc.model.kernels, CPU float32), where eager
+    PyTorch makes five passes over the scores: summed = scores + picked relative terms + carried
+    scores, and probs = softmax(scale * summed + mask_bias). Returns (probs, summed): probs None
+    without `with_softmax` (talking heads mix the heads first), summed None unless `keep_summed`.
+    Inputs as in `PickRelative` and `masked_softmax`; relative, ids and carried may be None.
+    `summed_out`, `probs_out`: buffers to write into, which may be the scores' or the carried
+    tensor (only without autograd). The backward is the eager path's: the softmax's, then
+    `relative_gradient`.
+    """
+
+    @staticmethod
+    def forward(ctx, scores: Tensor, relative: Tensor | None, carried: Tensor | None, ids: Tensor | None,
+                links: Tensor | None, layout: RelativeIdLayout | None, block_size: int | None, mask_bias: Tensor,
+                scale: float, keep_summed: bool, with_softmax: bool, summed_out: Tensor | None,
+                probs_out: Tensor | None):
+        from longdoc.model import kernels
+
+        summed = probs = None
+        if keep_summed:
+            summed = torch.empty_like(scores) if summed_out is None else summed_out
+        if with_softmax:
+            probs = torch.empty_like(scores) if probs_out is None else probs_out
+        batch, heads = scores.shape[:2]
+
+        def rows(tensor: Tensor | None, per_head: bool) -> Tensor | None:
+            # [B, h, ..., Nq, N] -> [B, h, M, N]; ids and the mask, shared by the heads: [B, 1, ...] -> [B, M, N].
+            if tensor is None:
+                return None
+            shape = (batch, heads, -1, tensor.shape[-1]) if per_head else (batch, -1, tensor.shape[-1])
+            return tensor.contiguous().view(shape)
+
+        kernels.scores_softmax()(rows(scores, True), rows(relative, True), rows(ids, False), rows(carried, True),
+                                 rows(mask_bias, False), scale, rows(summed, True), rows(probs, True))
+        ctx.save_for_backward(probs, ids, links)
+        ctx.scale, ctx.layout, ctx.block_size = scale, layout, block_size
+        ctx.relative_shape = None if relative is None else relative.shape
+        ctx.has_carried = carried is not None
+        return probs, summed
+
+    @staticmethod
+    def backward(ctx, grad_probs: Tensor | None, grad_summed: Tensor | None):
+        probs, ids, links = ctx.saved_tensors
+        grad = grad_summed
+        if grad_probs is not None:
+            grad = _softmax_gradient(grad_probs, probs, ctx.scale) + (0 if grad_summed is None else grad_summed)
+        grad_relative = None
+        if ctx.relative_shape is not None and ctx.needs_input_grad[1]:
+            grad_relative = relative_gradient(grad, ids, links, ctx.layout, ctx.block_size, ctx.relative_shape)
+        return (grad, grad_relative, grad if ctx.has_carried else None) + (None,) * 10
+
+
+def relative_gradient(grad_picked: Tensor, ids: Tensor, links: Tensor | None, layout: RelativeIdLayout,
+                      block_size: int | None, relative_shape: torch.Size) -> Tensor:
+    """The gradient of the relative terms [B, h, ..., Nq, R] from that of the picked ones (PickRelative)."""
+    grad = grad_picked.new_zeros(relative_shape)
+    if block_size is None:  # global queries: [G globals | Lp long keys]
+        head_width = relative_shape[-2]
+        head, pairs = grad_picked[..., :head_width], grad_picked[..., head_width:]
+        grad.scatter_add_(-1, ids[..., :head_width].expand(head.shape), head)
+        linked_sum = None if links is None else _linked_sums_of_global_queries(pairs, links)
+    else:  # long queries: [3b window keys | G globals]
+        head, pairs = grad_picked[..., : 3 * block_size], grad_picked[..., 3 * block_size :]
+        _add_window_gradient(head, block_size, layout, grad)
+        linked_sum = None if links is None or pairs.shape[-1] == 0 else _linked_sums_of_long_queries(pairs, links)
+    pair_sum = pairs.sum(-1)
+    if linked_sum is None:
+        grad[..., layout.unlinked] += pair_sum
+    else:
+        grad[..., layout.linked] += linked_sum
+        grad[..., layout.unlinked] += pair_sum - linked_sum
+    return grad
 
 
 def _add_window_gradient(grad_window: Tensor, b: int, layout: RelativeIdLayout, grad: Tensor) -> None:
@@ -311,13 +372,38 @@ class GlobalLocalAttention(nn.Module):
         reused, two score-sized buffers serve all layers: the carried sum, and one that holds this
         layer's raw scores and then its weights.
         """
-        scores = self._scores(query, key, softmax, relative_ids, side, block_size, workspace)
-        if carried is not None:
-            scores = scores.add_(carried)  # in place is safe for autograd: no backward needs these values
+        scale = 1.0 / layer_number if self.residual_attention_mean else 1.0
+        shape = (*query.shape[:-1], key.shape[-2])
+        # matmul, not bmm(...).view(...): its result is no autograd view, so the in-place adds
+        # below stay cheap in backward (an in-place op on a view costs copies).
+        scores = torch.matmul(query, key.transpose(-1, -2), out=workspace.take((softmax.name, "scores"), shape, query))
+        relative = None if relative_ids is None else self._relative_terms(query, softmax)
         # The buffer free once the softmax's input is formed: the carried sum these scores replace,
         # or the scores themselves when nothing is carried on (the softmax then works in place).
         spent = carried if self.residual_attention else scores
-        probs = self._probabilities(scores, mask_bias, layer_number, softmax, out=workspace.spare(spent))
+        probs = None
+        if _uses_kernel(scores):
+            # Talking heads mix the heads between the sum and the softmax: then the kernel sums alone.
+            with_softmax = softmax.talking_heads_pre is None
+            probs, scores = SummedSoftmax.apply(
+                scores, relative, carried, relative_ids, side.links, side.relative_layout, block_size, mask_bias,
+                scale, self.residual_attention or not with_softmax, with_softmax, workspace.spare(scores),
+                workspace.spare(spent),
+            )
+        else:
+            if relative is not None:
+                buffer = workspace.take((softmax.name, "relative"), shape, query)
+                picked = PickRelative.apply(relative, relative_ids, side.links, side.relative_layout, block_size, buffer)
+                # A plain matmul then an add: measured 1.5x faster than baddbmm_ accumulating into the
+                # picked terms (beta = 1 slows MKL's small batched gemms more than the extra pass costs).
+                scores.add_(picked)
+                workspace.give((softmax.name, "relative"), picked)
+            if carried is not None:
+                scores = scores.add_(carried)  # in place is safe for autograd: no backward needs these values
+        if probs is None:
+            probs = self._probabilities(scores, mask_bias, scale, softmax, out=workspace.spare(spent))
+        else:
+            probs = self.dropout(probs)
         context = torch.matmul(probs, value)
         workspace.give((softmax.name, "scores"), probs)
         return context, scores if self.residual_attention else None
@@ -360,47 +446,19 @@ class GlobalLocalAttention(nn.Module):
         shape = (*first.shape[:2], first.shape[2] + second.shape[2], first.shape[3])
         return torch.cat([first, second], dim=2, out=workspace.take(name, shape, first))
 
-    def _scores(
-        self,
-        query: Tensor,
-        key: Tensor,
-        softmax: SoftmaxParameters,
-        relative_ids: Tensor | None,
-        side: SideInputs,
-        block_size: int | None,
-        workspace: Workspace,
-    ) -> Tensor:
-        """Raw scores q.k/sqrt(d) (+ relative terms q.E[id] + b[id], over sqrt(d)).
-
-        query [B, h, ..., Nq, d] (pre-scaled), key [B, h, ..., Nk, d] -> [B, h, ..., Nq, Nk].
-        """
-        shape = (*query.shape[:-1], key.shape[-2])
-        # matmul, not bmm(...).view(...): its result is no autograd view, so the in-place adds
-        # below and in `_attend` stay cheap in backward (an in-place op on a view costs copies).
-        scores = torch.matmul(query, key.transpose(-1, -2), out=workspace.take((softmax.name, "scores"), shape, query))
-        if relative_ids is None:
-            return scores
-        # q.E[id] + b[id] for all R ids at once ([B, h, ..., Nq, R], small), then picked per pair.
+    def _relative_terms(self, query: Tensor, softmax: SoftmaxParameters) -> Tensor:
+        """ETC's relative terms (q.E[id] + b[id]) / sqrt(d) for all R ids at once (small; each pair
+        picks its own): query [B, h, ..., Nq, d] (pre-scaled) -> [B, h, ..., Nq, R]."""
         table, bias = softmax.relative_key, softmax.relative_bias  # [R, h, d], [R, h]
         batch, heads, size = query.shape[0], query.shape[1], query.shape[-1]
         relative = torch.matmul(query.reshape(batch, heads, -1, size), table.permute(1, 2, 0))  # [B, h, N, R]
-        relative = (relative + (bias.t() / math.sqrt(self.head_size)).unsqueeze(1)).view(
-            *query.shape[:-1], bias.shape[0]
-        )  # [B, h, ..., Nq, R]
-        buffer = workspace.take((softmax.name, "relative"), shape, query)
-        picked = PickRelative.apply(relative, relative_ids, side.links, side.relative_layout, block_size, buffer)
-        # A plain matmul then an add: measured 1.5x faster than baddbmm_ accumulating into the
-        # picked terms (beta = 1 slows MKL's small batched gemms more than the extra pass costs).
-        scores.add_(picked)
-        workspace.give((softmax.name, "relative"), picked)
-        return scores
+        return (relative + (bias.t() / math.sqrt(self.head_size)).unsqueeze(1)).view(*query.shape[:-1], bias.shape[0])
 
     def _probabilities(
-        self, scores: Tensor, mask_bias: Tensor, layer_number: int, softmax: SoftmaxParameters, out: Tensor | None
+        self, scores: Tensor, mask_bias: Tensor, scale: float, softmax: SoftmaxParameters, out: Tensor | None
     ) -> Tensor:
-        """Carried scores -> attention weights: (running mean) -> talking heads -> mask -> softmax.
-        `out`: a free buffer for the weights (only without autograd)."""
-        scale = 1.0 / layer_number if self.residual_attention_mean else 1.0
+        """Carried scores -> attention weights: (running mean's `scale`) -> talking heads -> mask ->
+        softmax. `out`: a free buffer for the weights (only without autograd)."""
         if softmax.talking_heads_pre is None:
             return self.dropout(masked_softmax(scores, mask_bias, scale, out=out))
         # The running mean's scale commutes with the (linear) head mix, so the softmax applies it:
@@ -420,6 +478,15 @@ class GlobalLocalAttention(nn.Module):
         mixing = mixing.expand(batch, *mixing.shape)
         flat_out = None if out is None else out.view(batch, heads, -1)
         return torch.bmm(mixing, values.reshape(batch, heads, -1), out=flat_out).view(values.shape)
+
+
+def _uses_kernel(scores: Tensor) -> bool:
+    """Whether the score pass runs in the compiled kernel: on CPU in float32, unless LONGDOC_KERNELS=0
+    or it cannot be built."""
+    from longdoc.model import kernels
+
+    return (scores.device.type == "cpu" and scores.dtype == torch.float32 and kernels.enabled()
+            and kernels.scores_softmax() is not None)
 
 
 # The per-softmax parameters' names, relative to an attention module, in weights saved before

@@ -1,0 +1,120 @@
+"""The compiled score pass (longdoc.model.kernels) against the float64 dense reference and against
+the eager path it replaces on CPU float32: outputs with and without autograd, gradients, and the
+fallback when it cannot be built. (The float64 tests in test_attention.py run the eager path.)"""
+
+import os
+import warnings
+
+import pytest
+import torch
+
+from longdoc.model import kernels
+from tests.model.conftest import make_inputs, tiny_config
+from tests.model.dense_reference import dense_forward
+from tests.model.test_attention import make_model
+
+
+@pytest.fixture
+def kernel():
+    function = kernels.scores_softmax()
+    if function is None:
+        message = "the attention kernel could not be built here (see the warning above)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return function
+
+
+CONFIGS = {
+    "residual": dict(residual_attention=True),
+    "plain": dict(residual_attention=False),
+    "residual-mean": dict(residual_attention=True, residual_attention_mean=True),
+    "absolute": dict(position_embedding_type="absolute"),
+    "hard-l2g,within-paragraph": dict(hard_l2g=True, local_attention_within_paragraph=True),
+    "k>window": dict(local_radius=1, max_relative_distance=5, relative_vocab_size=14),
+    "talking-heads": dict(talking_heads=True),
+    "talking-heads,plain": dict(talking_heads=True, residual_attention=False),
+}
+
+
+@pytest.mark.parametrize("overrides", CONFIGS.values(), ids=CONFIGS.keys())
+@pytest.mark.parametrize("length,num_globals", [(13, 4), (30, 7), (3, 0)])
+def test_kernel_outputs_equal_dense_reference(kernel, overrides, length, num_globals):
+    reference_model = make_model(tiny_config(**overrides))
+    inputs = make_inputs(2, length, num_globals, padding=True, structure=True)
+    long_reference, global_reference = dense_forward(reference_model, inputs)
+    model = make_model(tiny_config(**overrides)).float()
+    long_mask = inputs["long_attention_mask"].bool()
+    for grad_enabled in (True, False):  # fresh tensors / buffers reused in place between layers
+        with torch.set_grad_enabled(grad_enabled):
+            output = model(**inputs)
+        torch.testing.assert_close(output.long_hidden_state[long_mask].double(), long_reference[long_mask],
+                                   atol=2e-5, rtol=0)
+        if num_globals:
+            global_mask = inputs["global_attention_mask"].bool()
+            torch.testing.assert_close(output.global_hidden_state[global_mask].double(),
+                                       global_reference[global_mask], atol=2e-5, rtol=0)
+
+
+GRADIENT_CONFIGS = ("residual", "plain", "k>window", "talking-heads")
+
+
+@pytest.mark.parametrize("overrides", [CONFIGS[name] for name in GRADIENT_CONFIGS], ids=GRADIENT_CONFIGS)
+def test_kernel_gradients_equal_dense_gradients(kernel, overrides):
+    length, num_globals = 13, 4
+    inputs = make_inputs(2, length, num_globals, padding=True, structure=True)
+    long_mask, global_mask = inputs["long_attention_mask"].bool(), inputs["global_attention_mask"].bool()
+    weights = torch.randn(2, length, 16, dtype=torch.float64), torch.randn(2, num_globals, 16, dtype=torch.float64)
+
+    def gradients(model, forward):
+        long_hidden, global_hidden = forward(model)
+        loss = (long_hidden.double() * weights[0])[long_mask].sum() + (global_hidden.double() * weights[1])[global_mask].sum()
+        loss.backward()
+        return {name: parameter.grad.double() for name, parameter in model.named_parameters() if parameter.grad is not None}
+
+    def blocked(model):
+        output = model(**inputs)
+        return output.long_hidden_state, output.global_hidden_state
+
+    kernel_gradients = gradients(make_model(tiny_config(**overrides)).float(), blocked)
+    dense_gradients = gradients(make_model(tiny_config(**overrides)), lambda model: dense_forward(model, inputs))
+    assert kernel_gradients.keys() == dense_gradients.keys()
+    assert any("relative_key" in name for name in kernel_gradients)
+    for name in kernel_gradients:
+        torch.testing.assert_close(kernel_gradients[name], dense_gradients[name], atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_kernel_matches_eager_path_at_a_realistic_width(kernel, monkeypatch):
+    # Rows of 3b + G = 87 keys (not a multiple of the vector width), 4 heads: the kernel against
+    # the eager float32 path, which LONGDOC_KERNELS=0 selects.
+    config = tiny_config(local_radius=20, long_max_len=256, max_position_embeddings=256, global_max_len=32)
+    inputs = make_inputs(2, 200, 24, padding=True, structure=True)
+    model = make_model(config).float()
+    with torch.no_grad():
+        fused = model(**inputs)
+        monkeypatch.setenv(kernels.ENVIRONMENT_VARIABLE, "0")
+        eager = model(**inputs)
+    torch.testing.assert_close(fused.long_hidden_state, eager.long_hidden_state, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fused.global_hidden_state, eager.global_hidden_state, atol=1e-5, rtol=0)
+
+
+def test_a_kernel_that_cannot_be_built_warns_once_and_the_eager_path_serves(monkeypatch, tmp_path):
+    from torch.utils import cpp_extension
+
+    def no_compiler(**kwargs):
+        raise RuntimeError("no C++ compiler here\nmore detail")
+
+    monkeypatch.setattr(cpp_extension, "load", no_compiler)
+    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path))
+    kernels.scores_softmax.cache_clear()
+    try:
+        model = make_model(tiny_config()).float()
+        inputs = make_inputs(2, 13, 4, padding=True, structure=True)
+        with pytest.warns(UserWarning, match=r"could not be built \(no C\+\+ compiler here\); using the eager"):
+            built = model(**inputs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no second warning
+            again = model(**inputs)
+        torch.testing.assert_close(built.long_hidden_state, again.long_hidden_state, atol=0, rtol=0)
+    finally:
+        kernels.scores_softmax.cache_clear()
