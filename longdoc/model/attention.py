@@ -16,6 +16,10 @@ each piece is one batched matmul. Scores carried between layers keep these block
 parameters each softmax has of its own (relative tables, talking-heads mixes) are a submodule per
 softmax: `long_softmax` and `global_softmax` (SoftmaxParameters).
 
+On CPU in float32 the score pass (scores + relative terms + carried scores, mask, softmax) runs in
+one compiled kernel (`SummedSoftmax`, longdoc.model.kernels); the eager ops (`PickRelative`,
+`masked_softmax`) are its specification and serve every other device and dtype.
+
 Shapes below: B batch, h heads, d head size, Lp padded long length (a multiple of b), nb = Lp / b,
 W = 3b window keys, G global tokens, R relative vocabulary.
 """
