@@ -23,6 +23,7 @@ import torch
 
 ENVIRONMENT_VARIABLE = "LONGDOC_KERNELS"
 SOURCE = Path(__file__).with_name("scores_softmax.cpp")
+_FAILURE_MARKS = ("error:", "not found", "No such file", "Permission denied")
 
 
 def enabled() -> bool:
@@ -58,7 +59,8 @@ def scores_softmax():
                                     extra_ldflags=["-fopenmp"], build_directory=str(build_directory))
     except Exception as error:  # a missing compiler or ninja, a failed build: the eager path serves
         lines = str(error).strip().splitlines() or [type(error).__name__]
-        reason = next((line for line in lines if "error:" in line), lines[0])  # the compiler's own words
+        # The compiler's or the shell's own words, not the command line ninja echoes first.
+        reason = next((line for line in lines if any(mark in line for mark in _FAILURE_MARKS)), lines[-1])
         warnings.warn(f"longdoc: the attention kernel could not be built ({reason.strip()}); using the eager "
                       f"PyTorch path (slower on CPU; {ENVIRONMENT_VARIABLE}=0 skips the attempt)", stacklevel=2)
         return None
