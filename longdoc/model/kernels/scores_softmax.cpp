@@ -11,8 +11,9 @@
 //
 // scores, carried, summed_out, probs_out: [B, h, M, N]; relative: [B, h, M, R]; ids, mask_bias:
 // [B, M, N], the same for every head (r' is r without its head). relative and ids, carried,
-// summed_out and probs_out are optional (without probs_out: the sum alone). Every row is read whole before it is written, so probs_out may be the
-// scores' or the carried tensor, and summed_out the scores' (in place).
+// summed_out and probs_out are optional (without probs_out: the sum alone). Every row is read
+// whole before it is written, so probs_out may be the scores' or the carried tensor, and
+// summed_out the scores' (in place).
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
