@@ -16,9 +16,11 @@ each piece is one batched matmul. Scores carried between layers keep these block
 parameters each softmax has of its own (relative tables, talking-heads mixes) are a submodule per
 softmax: `long_softmax` and `global_softmax` (SoftmaxParameters).
 
-On CPU in float32 the score pass (scores + relative terms + carried scores, mask, softmax) runs in
-one compiled kernel (`SummedSoftmax`, longdoc.model.kernels); the eager ops (`PickRelative`,
-`masked_softmax`) are its specification and serve every other device and dtype.
+On CPU in float32 each softmax runs whole in compiled kernels (longdoc.model.kernels), forward and
+backward, from the projections to the context (`CompiledSoftmax`): no key windows are copied, and
+the scores and weights stay in cache but for what is carried or kept for the backward. The eager
+path below (`_attend`: `PickRelative`, `masked_softmax`, `_window_keys`) is their specification
+and serves every other device and dtype, and LONGDOC_KERNELS=0.
 
 Shapes below: B batch, h heads, d head size, Lp padded long length (a multiple of b), nb = Lp / b,
 W = 3b window keys, G global tokens, R relative vocabulary.
@@ -33,7 +35,8 @@ from torch import Tensor, nn
 
 from longdoc.cpu_memory import configure_allocator
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.dropout import Dropout
+from longdoc.model import kernels
+from longdoc.model.dropout import Dropout, keep_mask
 from longdoc.model.side_inputs import RelativeIdLayout, SideInputs
 
 # Training at 4k tokens is 2x slower when freed 40-100 MB tensors go back to the kernel; every
@@ -147,56 +150,112 @@ class PickRelative(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
-class SummedSoftmax(torch.autograd.Function):
-    """The score pass in one compiled kernel (longdoc.model.kernels, CPU float32), where eager
-    PyTorch makes five passes over the scores: summed = scores + picked relative terms + carried
-    scores, and probs = softmax(scale * summed + mask_bias). Returns (probs, summed): probs None
-    without `with_softmax` (talking heads mix the heads first), summed None unless `keep_summed`.
-    Inputs as in `PickRelative` and `masked_softmax`; relative, ids and carried may be None.
-    `summed_out`, `probs_out`: buffers to write into, which may be the scores' or the carried
-    tensor (only without autograd). The backward is the eager path's: the softmax's, then
-    `relative_gradient`.
+@dataclass
+class _KernelAttention:
+    """What `CompiledSoftmax` needs besides its tensors: the settings of one softmax and its side inputs."""
+
+    num_heads: int
+    block_size: int  # b: the first keys are a window of 3b around each block of b queries; 0: all of them
+    mask_bias: Tensor  # [B, 1, ..., Nq, N]
+    relative_ids: Tensor | None  # int64, for the relative terms' gradient
+    int32_relative_ids: Tensor | None  # the same, as the kernel reads them
+    links: Tensor | None
+    layout: RelativeIdLayout | None
+    scale: float  # of the summed scores in the softmax (the running mean's)
+    keep_summed: bool  # residual attention: return the summed scores
+    drop_probability: float  # attention dropout, applied to the weights that multiply the values
+
+
+def _head_views(qkv: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor]:
+    """[B, N, 3H] -> views q, k, v [B, h, N, d] (rows strided by 3H)."""
+    batch, length, width = qkv.shape
+    return qkv.view(batch, length, 3, heads, width // (3 * heads)).permute(2, 0, 3, 1, 4).unbind(0)
+
+
+class CompiledSoftmax(torch.autograd.Function):
+    """One softmax from projections to context in the compiled kernels (CPU float32; see
+    longdoc.model.kernels): the queries of `own_qkv` [B, Nq, 3H] over the first keys (its own) and
+    the second keys (all of `other_qkv`'s); `relative` [B, h, ..., Nq, R] and `carried` scores as in
+    `_attend`, the talking-heads mixes `pre`, `post` [h, h] (any may be None). Returns (context
+    [B, Nq, H], summed scores or None).
+
+    q, k and v are read where the projection wrote them, the context is written where the output
+    projection reads it, and nothing score-sized is allocated but the carried sum, and in training
+    what the backward (compiled too) needs: the weights, dropout's mask, and with talking heads the
+    summed scores. Without autograd the summed scores are written over the carried ones.
     """
 
     @staticmethod
-    def forward(ctx, scores: Tensor, relative: Tensor | None, carried: Tensor | None, ids: Tensor | None,
-                links: Tensor | None, layout: RelativeIdLayout | None, block_size: int | None, mask_bias: Tensor,
-                scale: float, keep_summed: bool, with_softmax: bool, summed_out: Tensor | None,
-                probs_out: Tensor | None):
-        from longdoc.model import kernels
-
-        summed = probs = None
-        if keep_summed:
-            summed = torch.empty_like(scores) if summed_out is None else summed_out
-        if with_softmax:
-            probs = torch.empty_like(scores) if probs_out is None else probs_out
-        batch, heads = scores.shape[:2]
-
-        def rows(tensor: Tensor | None, per_head: bool) -> Tensor | None:
-            # [B, h, ..., Nq, N] -> [B, h, M, N]; ids and the mask, shared by the heads: [B, 1, ...] -> [B, M, N].
-            if tensor is None:
-                return None
-            shape = (batch, heads, -1, tensor.shape[-1]) if per_head else (batch, -1, tensor.shape[-1])
-            return tensor.contiguous().view(shape)
-
-        kernels.scores_softmax()(rows(scores, True), rows(relative, True), rows(ids, False), rows(carried, True),
-                                 rows(mask_bias, False), scale, rows(summed, True), rows(probs, True))
-        ctx.save_for_backward(probs, ids, links)
-        ctx.scale, ctx.layout, ctx.block_size = scale, layout, block_size
-        ctx.relative_shape = None if relative is None else relative.shape
-        ctx.has_carried = carried is not None
-        return probs, summed
+    def forward(ctx, own_qkv: Tensor, other_qkv: Tensor, relative: Tensor | None, carried: Tensor | None,
+                pre: Tensor | None, post: Tensor | None, attention: _KernelAttention):
+        batch, num_queries, width = own_qkv.shape
+        heads, talking = attention.num_heads, pre is not None
+        training = any(ctx.needs_input_grad[:6])
+        query, first_keys, first_values = _head_views(own_qkv, heads)
+        _, second_keys, second_values = _head_views(other_qkv, heads)
+        scores_shape = torch.Size((batch, heads, *attention.mask_bias.shape[2:]))
+        summed = None
+        if attention.keep_summed or (training and talking):  # (talking heads' backward reads them)
+            summed = carried if carried is not None and not training else own_qkv.new_empty(scores_shape)
+        probs = own_qkv.new_empty(scores_shape) if training else None
+        keep, keep_scale = None, 1.0
+        if training and attention.drop_probability > 0:
+            keep, realised = keep_mask(scores_shape, attention.drop_probability)
+            keep, keep_scale = keep.view(torch.uint8), (0.0 if realised >= 1.0 else 1.0 / (1.0 - realised))
+        context = own_qkv.new_empty(batch, num_queries, heads, width // (3 * heads))
+        # Per-head tensors as [B, h, Nq, N]; the ids and the mask, shared by the heads, as [B, Nq, N].
+        rows = lambda tensor: None if tensor is None else tensor.view(batch, -1, num_queries, tensor.shape[-1])
+        shared = lambda tensor: None if tensor is None else tensor.view(batch, num_queries, -1)
+        arguments = (query, 1.0 / math.sqrt(query.shape[-1]), first_keys, first_values, attention.block_size,
+                     second_keys, second_values, rows(relative), shared(attention.int32_relative_ids), rows(carried),
+                     shared(attention.mask_bias), attention.scale)
+        outputs = (rows(keep), keep_scale, rows(summed), rows(probs), context.transpose(1, 2))
+        if talking:
+            kernels.compiled().talking_heads_forward(*arguments, pre.contiguous(), post.contiguous(), *outputs)
+        else:
+            kernels.compiled().attention_forward(*arguments, *outputs)
+        if training:
+            ctx.save_for_backward(own_qkv, other_qkv, probs, keep, summed if talking else None, pre, post)
+            ctx.attention, ctx.keep_scale = attention, keep_scale
+            ctx.relative_shape = None if relative is None else relative.shape
+            ctx.has_carried = carried is not None
+        return context.view(batch, num_queries, -1), summed if attention.keep_summed else None
 
     @staticmethod
-    def backward(ctx, grad_probs: Tensor | None, grad_summed: Tensor | None):
-        probs, ids, links = ctx.saved_tensors
-        grad = grad_summed
-        if grad_probs is not None:
-            grad = _softmax_gradient(grad_probs, probs, ctx.scale) + (0 if grad_summed is None else grad_summed)
+    def backward(ctx, grad_context: Tensor, grad_summed: Tensor | None):
+        own_qkv, other_qkv, probs, keep, summed, pre, post = ctx.saved_tensors
+        attention, heads = ctx.attention, ctx.attention.num_heads
+        batch, num_queries, _ = own_qkv.shape
+        grad_own, grad_other = torch.zeros_like(own_qkv), torch.zeros_like(other_qkv)
+        query, first_keys, first_values = _head_views(own_qkv, heads)
+        _, second_keys, second_values = _head_views(other_qkv, heads)
+        grads = (*_head_views(grad_own, heads), *_head_views(grad_other, heads)[1:])  # q, k1, v1, k2, v2
+        grad_scores = torch.empty_like(probs)
+        rows = lambda tensor: None if tensor is None else tensor.view(batch, -1, num_queries, tensor.shape[-1])
+        grad_context = grad_context.contiguous().view(batch, num_queries, heads, -1).transpose(1, 2)
+        grad_summed = rows(None if grad_summed is None else grad_summed.contiguous())
+        keys = (query, 1.0 / math.sqrt(query.shape[-1]), first_keys, first_values, attention.block_size, second_keys,
+                second_values)
+        grad_pre = grad_post = None
+        if pre is None:
+            kernels.compiled().attention_backward(
+                *keys, rows(probs), rows(keep), ctx.keep_scale, grad_context, grad_summed, attention.scale,
+                rows(grad_scores), *grads,
+            )
+        else:  # two passes: the scores' gradient across heads, then the GEMMs per head
+            weights = torch.empty_like(probs)
+            grad_pre, grad_post = torch.zeros_like(pre), torch.zeros_like(post)
+            kernels.compiled().talking_heads_backward(
+                first_values, attention.block_size, second_values, rows(probs), rows(summed), rows(keep),
+                ctx.keep_scale, pre.contiguous(), post.contiguous(), grad_context, grad_summed, attention.scale,
+                rows(grad_scores), rows(weights), grad_pre, grad_post,
+            )
+            kernels.compiled().attention_gradients(*keys, rows(grad_scores), rows(weights), grad_context, *grads)
         grad_relative = None
-        if ctx.relative_shape is not None and ctx.needs_input_grad[1]:
-            grad_relative = relative_gradient(grad, ids, links, ctx.layout, ctx.block_size, ctx.relative_shape)
-        return (grad, grad_relative, grad if ctx.has_carried else None) + (None,) * 10
+        if ctx.relative_shape is not None and ctx.needs_input_grad[2]:
+            grad_relative = relative_gradient(grad_scores, attention.relative_ids, attention.links, attention.layout,
+                                              attention.block_size or None, ctx.relative_shape)
+        return grad_own, grad_other, grad_relative, grad_scores if ctx.has_carried else None, grad_pre, grad_post, None
 
 
 def relative_gradient(grad_picked: Tensor, ids: Tensor, links: Tensor | None, layout: RelativeIdLayout,
@@ -325,8 +384,12 @@ class GlobalLocalAttention(nn.Module):
         batch, padded_length, _ = long_hidden.shape
         b, nb = side.block_size, side.num_blocks
 
-        long_q, long_k, long_v = self._split_heads(self.long_qkv(long_hidden))  # [B, h, Lp, d] each
-        global_q, global_k, global_v = self._split_heads((self.global_qkv or self.long_qkv)(global_hidden))
+        long_qkv = self.long_qkv(long_hidden)
+        global_qkv = (self.global_qkv or self.long_qkv)(global_hidden)
+        if _uses_kernel(long_qkv):
+            return self._forward_compiled(long_qkv, global_qkv, side, carry, layer_number)
+        long_q, long_k, long_v = self._split_heads(long_qkv)  # [B, h, Lp, d] each
+        global_q, global_k, global_v = self._split_heads(global_qkv)
 
         # Long queries, in blocks, over [previous | own | next block | all globals].
         window_k = self._window_keys(long_k, global_k, b, nb, workspace, ("long", "keys"))  # [B, h, nb, W + G, d]
@@ -353,6 +416,57 @@ class GlobalLocalAttention(nn.Module):
         workspace.give(("global", "keys"), all_k)
         workspace.give(("global", "values"), all_v)
         return long_out, global_out, AttentionCarry(long_scores, global_scores)
+
+    def _forward_compiled(
+        self, long_qkv: Tensor, global_qkv: Tensor, side: SideInputs, carry: AttentionCarry, layer_number: int
+    ) -> tuple[Tensor, Tensor, AttentionCarry]:
+        """`forward` on CPU in float32 without talking heads: each softmax whole in one compiled kernel
+        (`CompiledSoftmax`)."""
+        long_ids, global_ids = side.int32_relative_ids
+        long_context, long_scores = self._attend_compiled(
+            long_qkv, global_qkv, side.block_size, self.long_softmax, side.long_mask_bias,
+            side.long_relative_ids, long_ids, side, carry.long_scores, layer_number,
+        )
+        long_out = self.long_output(long_context)
+        if global_qkv.shape[1] == 0:
+            return long_out, global_qkv.new_zeros(*global_qkv.shape[:2], long_out.shape[-1]), AttentionCarry(long_scores)
+        global_context, global_scores = self._attend_compiled(
+            global_qkv, long_qkv, 0, self.global_softmax, side.global_mask_bias,
+            side.global_relative_ids, global_ids, side, carry.global_scores, layer_number,
+        )
+        global_out = (self.global_output or self.long_output)(global_context)
+        return long_out, global_out, AttentionCarry(long_scores, global_scores)
+
+    def _attend_compiled(
+        self,
+        own_qkv: Tensor,
+        other_qkv: Tensor,
+        block_size: int,
+        softmax: SoftmaxParameters,
+        mask_bias: Tensor,
+        relative_ids: Tensor | None,
+        int32_relative_ids: Tensor | None,
+        side: SideInputs,
+        carried: Tensor | None,
+        layer_number: int,
+    ) -> tuple[Tensor, Tensor | None]:
+        """One softmax in the compiled kernel: the queries of `own_qkv` [B, Nq, 3H] over [its keys
+        (with `block_size` b: the window of 3b around each block of b queries) | all keys of
+        `other_qkv`] -> (context [B, Nq, H], the summed scores to carry or None)."""
+        batch, num_queries, _ = own_qkv.shape
+        relative = None
+        if relative_ids is not None:
+            query = _head_views(own_qkv, self.num_heads)[0]  # [B, h, Nq, d], unscaled: the kernel scales q.k
+            blocked_query = query if block_size == 0 else query.unflatten(2, (-1, block_size))
+            relative = self._relative_terms(blocked_query, softmax, 1.0 / math.sqrt(self.head_size))
+        attention = _KernelAttention(
+            self.num_heads, block_size, mask_bias, relative_ids, int32_relative_ids, side.links, side.relative_layout,
+            scale=1.0 / layer_number if self.residual_attention_mean else 1.0,
+            keep_summed=self.residual_attention,
+            drop_probability=self.dropout.p if self.training else 0.0,
+        )
+        return CompiledSoftmax.apply(own_qkv, other_qkv, relative, carried, softmax.talking_heads_pre,
+                                     softmax.talking_heads_post, attention)
 
     def _attend(
         self,
@@ -385,39 +499,24 @@ class GlobalLocalAttention(nn.Module):
         # The buffer free once the softmax's input is formed: the carried sum these scores replace,
         # or the scores themselves when nothing is carried on (the softmax then works in place).
         spent = carried if self.residual_attention else scores
-        probs = None
-        if _uses_kernel(scores):
-            # Talking heads mix the heads between the sum and the softmax: then the kernel sums alone.
-            with_softmax = softmax.talking_heads_pre is None
-            probs, scores = SummedSoftmax.apply(
-                scores, relative, carried, relative_ids, side.links, side.relative_layout, block_size, mask_bias,
-                scale, self.residual_attention or not with_softmax, with_softmax, workspace.spare(scores),
-                workspace.spare(spent),
-            )
-        else:
-            if relative is not None:
-                buffer = workspace.take((softmax.name, "relative"), shape, query)
-                picked = PickRelative.apply(relative, relative_ids, side.links, side.relative_layout, block_size, buffer)
-                # A plain matmul then an add: measured 1.5x faster than baddbmm_ accumulating into the
-                # picked terms (beta = 1 slows MKL's small batched gemms more than the extra pass costs).
-                scores.add_(picked)
-                workspace.give((softmax.name, "relative"), picked)
-            if carried is not None:
-                scores = scores.add_(carried)  # in place is safe for autograd: no backward needs these values
-        if probs is None:
-            probs = self._probabilities(scores, mask_bias, scale, softmax, out=workspace.spare(spent))
-        else:
-            probs = self.dropout(probs)
+        if relative is not None:
+            buffer = workspace.take((softmax.name, "relative"), shape, query)
+            picked = PickRelative.apply(relative, relative_ids, side.links, side.relative_layout, block_size, buffer)
+            # A plain matmul then an add: measured 1.5x faster than baddbmm_ accumulating into the
+            # picked terms (beta = 1 slows MKL's small batched gemms more than the extra pass costs).
+            scores.add_(picked)
+            workspace.give((softmax.name, "relative"), picked)
+        if carried is not None:
+            scores = scores.add_(carried)  # in place is safe for autograd: no backward needs these values
+        probs = self._probabilities(scores, mask_bias, scale, softmax, out=workspace.spare(spent))
         context = torch.matmul(probs, value)
         workspace.give((softmax.name, "scores"), probs)
         return context, scores if self.residual_attention else None
 
     def _split_heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """[B, N, 3H] -> three [B, h, N, d]; the query is pre-scaled by 1/sqrt(d)."""
-        batch, length, _ = qkv.shape
+        """[B, N, 3H] -> three contiguous [B, h, N, d]; the query is pre-scaled by 1/sqrt(d)."""
         # One copy into head-major layout, so that every later reshape of q, k, v is a view.
-        qkv = qkv.view(batch, length, 3, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4).contiguous()
-        query, key, value = qkv.unbind(0)
+        query, key, value = torch.stack(_head_views(qkv, self.num_heads)).unbind(0)
         return query * (1.0 / math.sqrt(self.head_size)), key, value
 
     def _merge_heads(self, context: Tensor) -> Tensor:
@@ -450,12 +549,13 @@ class GlobalLocalAttention(nn.Module):
         shape = (*first.shape[:2], first.shape[2] + second.shape[2], first.shape[3])
         return torch.cat([first, second], dim=2, out=workspace.take(name, shape, first))
 
-    def _relative_terms(self, query: Tensor, softmax: SoftmaxParameters) -> Tensor:
+    def _relative_terms(self, query: Tensor, softmax: SoftmaxParameters, query_scale: float = 1.0) -> Tensor:
         """ETC's relative terms (q.E[id] + b[id]) / sqrt(d) for all R ids at once (small; each pair
-        picks its own): query [B, h, ..., Nq, d] (pre-scaled) -> [B, h, ..., Nq, R]."""
+        picks its own): query [B, h, ..., Nq, d] (pre-scaled, unless `query_scale` scales it) -> [B, h, ..., Nq, R]."""
         table, bias = softmax.relative_key, softmax.relative_bias  # [R, h, d], [R, h]
         batch, heads, size = query.shape[0], query.shape[1], query.shape[-1]
-        relative = torch.matmul(query.reshape(batch, heads, -1, size), table.permute(1, 2, 0))  # [B, h, N, R]
+        keys = table.permute(1, 2, 0) if query_scale == 1.0 else table.permute(1, 2, 0) * query_scale  # (the small side)
+        relative = torch.matmul(query.reshape(batch, heads, -1, size), keys)  # [B, h, N, R]
         return (relative + (bias.t() / math.sqrt(self.head_size)).unsqueeze(1)).view(*query.shape[:-1], bias.shape[0])
 
     def _probabilities(
@@ -484,13 +584,11 @@ class GlobalLocalAttention(nn.Module):
         return torch.bmm(mixing, values.reshape(batch, heads, -1), out=flat_out).view(values.shape)
 
 
-def _uses_kernel(scores: Tensor) -> bool:
-    """Whether the score pass runs in the compiled kernel: on CPU in float32, unless LONGDOC_KERNELS=0
-    or it cannot be built."""
-    from longdoc.model import kernels
-
-    return (scores.device.type == "cpu" and scores.dtype == torch.float32 and kernels.enabled()
-            and kernels.scores_softmax() is not None)
+def _uses_kernel(tensor: Tensor) -> bool:
+    """Whether the attention runs in the compiled kernels: on CPU in float32, unless LONGDOC_KERNELS=0
+    or they cannot be built."""
+    return (tensor.device.type == "cpu" and tensor.dtype == torch.float32 and kernels.enabled()
+            and kernels.compiled() is not None)
 
 
 # The per-softmax parameters' names, relative to an attention module, in weights saved before

@@ -23,6 +23,7 @@ mentions). The attention's gradient of the relative terms uses this structure
 (longdoc.model.attention.PickRelative).
 """
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -112,6 +113,12 @@ class SideInputs:
     @property
     def padded_length(self) -> int:
         return self.block_size * self.num_blocks
+
+    @functools.cached_property
+    def int32_relative_ids(self) -> tuple[Tensor | None, Tensor | None]:
+        """(long, global) relative ids as int32, the compiled kernels' index type: once per forward pass."""
+        return tuple(None if ids is None else ids.to(torch.int32)
+                     for ids in (self.long_relative_ids, self.global_relative_ids))
 
 
 def local_relative_ids(block_size: int, layout: RelativeIdLayout) -> Tensor:

@@ -1,6 +1,6 @@
-"""The compiled score pass (longdoc.model.kernels) against the float64 dense reference and against
-the eager path it replaces on CPU float32: outputs with and without autograd, gradients, and the
-fallback when it cannot be built. (The float64 tests in test_attention.py run the eager path.)"""
+"""The compiled attention (longdoc.model.kernels) against the float64 dense reference and against
+the eager path it replaces on CPU float32: outputs with and without autograd, gradients, dropout,
+and the fallback when it cannot be built. (The float64 tests in test_attention.py run the eager path.)"""
 
 import os
 import warnings
@@ -16,7 +16,7 @@ from tests.model.test_attention import make_model
 
 @pytest.fixture
 def kernel():
-    function = kernels.scores_softmax()
+    function = kernels.compiled()
     if function is None:
         message = "the attention kernel could not be built here (see the warning above)"
         if os.environ.get("CI") == "true":
@@ -107,7 +107,7 @@ def test_a_kernel_that_cannot_be_built_warns_once_and_the_eager_path_serves(monk
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
     monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path))
-    kernels.scores_softmax.cache_clear()
+    kernels.compiled.cache_clear()
     try:
         model = make_model(tiny_config()).float()
         inputs = make_inputs(2, 13, 4, padding=True, structure=True)
@@ -118,4 +118,29 @@ def test_a_kernel_that_cannot_be_built_warns_once_and_the_eager_path_serves(monk
             again = model(**inputs)
         torch.testing.assert_close(built.long_hidden_state, again.long_hidden_state, atol=0, rtol=0)
     finally:
-        kernels.scores_softmax.cache_clear()
+        kernels.compiled.cache_clear()
+
+
+@pytest.mark.parametrize("talking_heads", [False, True], ids=["plain", "talking-heads"])
+def test_kernel_dropout_draws_the_eager_paths_masks(kernel, monkeypatch, talking_heads):
+    # In training the compiled softmax draws dropout's keep mask of the weights' shape at the point
+    # where the eager path's Dropout draws it, so one seed gives both paths the same masks: outputs
+    # and gradients agree, and differ from a run with another seed (dropout acted).
+    config = tiny_config(attention_probs_dropout_prob=0.3, hidden_dropout_prob=0.1, talking_heads=talking_heads)
+    inputs = make_inputs(2, 30, 7, padding=True, structure=True)
+
+    def run(kernels_on: bool, seed: int):
+        monkeypatch.setenv(kernels.ENVIRONMENT_VARIABLE, "1" if kernels_on else "0")
+        model = make_model(config).float().train()
+        torch.manual_seed(seed)
+        output = model(**inputs)
+        (output.long_hidden_state.square().sum() + output.global_hidden_state.square().sum()).backward()
+        return output.long_hidden_state, {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+    compiled_hidden, compiled_grads = run(True, seed=5)
+    eager_hidden, eager_grads = run(False, seed=5)
+    torch.testing.assert_close(compiled_hidden, eager_hidden, atol=1e-5, rtol=0)
+    for name, grad in eager_grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, atol=1e-4, rtol=1e-4, msg=name)
+    other_seed_hidden, _ = run(True, seed=6)
+    assert (other_seed_hidden - compiled_hidden).abs().max() > 1e-2

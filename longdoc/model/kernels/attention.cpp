@@ -1,0 +1,766 @@
+// Global-local attention's compiled CPU kernels (float32): each softmax of a layer whole, from the
+// projections to the context, forward and backward.
+//
+// Eager PyTorch writes a [B, h, M, N] tensor of scores (25M floats for the long softmax at 4096
+// tokens) and makes a round trip through memory for each step on it: the window keys' copy, the
+// q.k matmul, the gathered relative terms and their add, the carried scores' add, the mask, the
+// softmax, the matmul with the values. Here a task holds a chunk of queries (a block of b long
+// queries and its window of 3b long keys, or 128 global queries) of one head and does it all in a
+// buffer that stays in the core's cache:
+//
+//   scores  = alpha q.k                            two small GEMMs: [first keys | second keys]
+//   summed  = scores + relative[ids] + carried     (kept: carried to the next layer)
+//   probs   = softmax(scale * summed + mask)       (kept for the backward, with autograd)
+//   context = dropout(probs) @ values              two small GEMMs
+//
+// so only the carried sums, and in training the weights, go to memory. q, k and v are read where
+// the QKV projection wrote them ([B, N, 3, h, d]) and the context is written where the output
+// projection reads it. relative [B, h, M, R]; ids (int32) and the mask [B, M, N], shared by the
+// heads. The backward recomputes nothing: from the kept weights, per (batch, head), the
+// gradients of the weights, the scores (written: they are also those of the relative terms and
+// the carried sums) and of q, k and v (added to). With talking heads a task holds all heads of
+// its chunk, whose scores are mixed across heads before the softmax and after it.
+//
+// The GEMMs are BLAS's sgemm, which torch's CPU build carries (MKL or OpenBLAS), called
+// single-threaded inside the parallel loops.
+
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+// BLAS's single-precision GEMM (column-major, Fortran calling convention), exported by torch's CPU build.
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                       const float* beta, float* c, const int* ldc);
+
+namespace {
+
+// exp(x) as pure arithmetic (Cephes' expf: Cody-Waite range reduction, degree-6 polynomial,
+// relative error below 2e-7), so that the compiler vectorises the loops that call it; 0 below
+// -87 (where float's exp underflows), which is where masked keys land.
+inline float exp_approx(float x) {
+  const float low = x < -87.0f ? -87.0f : x;  // (comparisons, not fmin/fmax, which must honour NaN and do not vectorise)
+  const float clamped = low > 88.0f ? 88.0f : low;
+  const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
+  float r = clamped - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float power;
+  std::memcpy(&power, &bits, sizeof(power));
+  return x < -87.0f ? 0.0f : p * power;
+}
+
+// One row: summed = s + table[id] + carry (the terms present; stored unless summed is null), then
+// probs = softmax(factor * summed + mask), or without `normalize` its numerators exp(.. - max),
+// returning 1 / their sum (the caller scales what it computes from them: d numbers, not N). A
+// template per combination of terms, so that the first loop has no branches: it reads the row's
+// inputs once into x (in L1). Restrict-qualified and outside the parallel loop's closure, so that
+// every loop vectorises; summed and probs may alias s or carry (each row is read before it is written).
+template <bool kRelative, bool kCarry, bool kSummed, bool kSoftmax>
+float one_row(const float* s, const float* __restrict table, const int32_t* __restrict id, const float* carry,
+              const float* __restrict mask, const float factor, const int64_t width, float* __restrict x,
+              float* summed, float* probs, const bool normalize) {
+  if (!kSoftmax) {  // the sum alone (talking heads mix the heads before their softmax)
+    for (int64_t c = 0; c < width; ++c) {
+      float value = s[c];
+      if (kRelative) value += table[id[c]];
+      if (kCarry) value += carry[c];
+      summed[c] = value;
+    }
+    return 0.0f;
+  }
+  float largest = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : largest)
+  for (int64_t c = 0; c < width; ++c) {
+    float value = s[c];
+    if (kRelative) value += table[id[c]];
+    if (kCarry) value += carry[c];
+    if (kSummed) summed[c] = value;
+    value = factor * value + mask[c];
+    x[c] = value;
+    largest = value > largest ? value : largest;
+  }
+  float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+  for (int64_t c = 0; c < width; ++c) {
+    const float numerator = exp_approx(x[c] - largest);
+    probs[c] = numerator;
+    total += numerator;
+  }
+  const float inverse = 1.0f / total;
+  if (normalize) {
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) probs[c] *= inverse;
+  }
+  return inverse;
+}
+
+using RowFunction = float (*)(const float*, const float*, const int32_t*, const float*, const float*, float,
+                              int64_t, float*, float*, float*, bool);
+
+template <bool kRelative, bool kCarry, bool kSummed>
+RowFunction with_softmax(bool softmax) {
+  return softmax ? one_row<kRelative, kCarry, kSummed, true> : one_row<kRelative, kCarry, kSummed, false>;
+}
+
+template <bool kRelative, bool kCarry>
+RowFunction with_summed(bool summed, bool softmax) {
+  return summed ? with_softmax<kRelative, kCarry, true>(softmax) : with_softmax<kRelative, kCarry, false>(softmax);
+}
+
+template <bool kRelative>
+RowFunction with_carry(bool carry, bool summed, bool softmax) {
+  return carry ? with_summed<kRelative, true>(summed, softmax) : with_summed<kRelative, false>(summed, softmax);
+}
+
+RowFunction row_function(bool relative, bool carry, bool summed, bool softmax) {
+  return relative ? with_carry<true>(carry, summed, softmax) : with_carry<false>(carry, summed, softmax);
+}
+
+const float* data_or_null(const c10::optional<at::Tensor>& tensor) {
+  return tensor.has_value() ? tensor->data_ptr<float>() : nullptr;
+}
+
+void check(const at::Tensor& tensor, const char* name, at::ScalarType dtype, int64_t dims) {
+  TORCH_CHECK(tensor.device().is_cpu(), name, " must be on the CPU");
+  TORCH_CHECK(tensor.scalar_type() == dtype, name, " has the wrong dtype");
+  TORCH_CHECK(tensor.dim() == dims, name, " must have ", dims, " dimensions");
+  TORCH_CHECK(tensor.is_contiguous(), name, " must be contiguous");
+}
+
+}  // namespace
+
+namespace {
+
+// Row-major C[m, n] = alpha * op(A) @ op(B) + beta * C, op(A) [m, k] and op(B) [k, n], each matrix at
+// its own row stride; `transpose_a`: A is stored [k, m] (op(A) = A^T), likewise B. BLAS is
+// column-major, where row-major C is C^T = op(B)^T op(A)^T.
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (beta == 0.0f) {
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    }
+    return;
+  }
+  const int mi = m, ni = n, ki = k, ldai = lda, ldbi = ldb, ldci = ldc;
+  sgemm_(transpose_b ? "T" : "N", transpose_a ? "T" : "N", &ni, &mi, &ki, &alpha, b, &ldbi, a, &ldai, &beta, c, &ldci);
+}
+
+// A [B, h, N, d] operand in place at its strides (rows of d contiguous floats): q, k, v as the
+// projection wrote them ([B, N, 3, h, d]), the context and the gradients as the next op reads them.
+template <typename Float>
+struct Rows {
+  Float* data;
+  int64_t batch_stride, head_stride, row_stride, rows, dims;
+
+  explicit Rows(const at::Tensor& tensor)
+      : data(tensor.data_ptr<float>()), batch_stride(tensor.stride(0)), head_stride(tensor.stride(1)),
+        row_stride(tensor.stride(2)), rows(tensor.size(2)), dims(tensor.size(3)) {}
+
+  Float* at(int64_t batch, int64_t head, int64_t row) const {
+    return data + batch * batch_stride + head * head_stride + row * row_stride;
+  }
+};
+
+// The two pieces of keys of one softmax. The first: with `window_block` b, query block i's window,
+// long keys (i - 1) b .. (i + 2) b, of which those outside [0, N1) are the eager path's zero
+// padding (score 0, value 0: their columns are skipped by the GEMMs); with window_block 0, all N1
+// keys. The second: all N2 keys. A row of scores is [first piece | second piece].
+struct Pieces {
+  int64_t window_block, first_rows, second_rows, first_width, width;
+
+  Pieces(int64_t window_block, int64_t first_rows, int64_t second_rows)
+      : window_block(window_block), first_rows(first_rows), second_rows(second_rows),
+        first_width(window_block > 0 ? 3 * window_block : first_rows), width(first_width + second_rows) {}
+
+  // Queries a task holds: a block of the window, else 128 global queries (measured 15% faster than
+  // 32 at 4096 long keys: each chunk's GEMMs read all the long keys and values), so that a chunk's
+  // scores stay in a core's cache between the GEMMs and the row pass. With talking heads a task
+  // holds all heads: at most 2^21 floats (8 MB) of scores (32 rows at 12 heads x 4352 keys,
+  // measured 10% faster than 10 rows in 2 MB).
+  int64_t chunk(int64_t heads_together = 1) const {
+    if (window_block > 0) return window_block;
+    return std::max<int64_t>(1, std::min<int64_t>(128, (int64_t{1} << 21) / (heads_together * width)));
+  }
+
+  // The first piece's real keys for the chunk starting at query `first`: [begin, end), in columns from `column`.
+  struct Span { int64_t begin, end, column; };
+  Span keys_of(int64_t first) const {
+    if (window_block == 0) return {0, first_rows, 0};
+    const int64_t start = first - window_block;
+    const int64_t begin = std::max<int64_t>(start, 0), end = std::min<int64_t>(start + first_width, first_rows);
+    return {begin, end, begin - start};
+  }
+
+  // Zero the columns of the first piece that hold no real key, in `count` rows of `buffer`.
+  void zero_padding(const Span& span, int64_t count, float* buffer) const {
+    for (int64_t i = 0; i < count; ++i) {
+      std::fill(buffer + i * width, buffer + i * width + span.column, 0.0f);
+      std::fill(buffer + i * width + span.column + (span.end - span.begin), buffer + i * width + first_width, 0.0f);
+    }
+  }
+};
+
+// Talking heads' tasks: a chunk of queries of all heads at once.
+struct Chunks {
+  const Pieces& pieces;
+  int64_t queries, rows, count;
+
+  Chunks(const Pieces& pieces, int64_t heads, int64_t queries)
+      : pieces(pieces), queries(queries), rows(pieces.chunk(heads)), count((queries + rows - 1) / rows) {}
+
+  struct Task { int64_t first, count; Pieces::Span span; };
+  Task at(int64_t index) const {
+    const int64_t first = index * rows;
+    return {first, std::min(rows, queries - first), pieces.keys_of(first)};
+  }
+};
+
+void check_rows(const at::Tensor& tensor, const char* name, const at::Tensor& query) {
+  TORCH_CHECK(tensor.device().is_cpu() && tensor.scalar_type() == at::kFloat, name, " must be CPU float32");
+  TORCH_CHECK(tensor.dim() == 4 && tensor.size(0) == query.size(0) && tensor.size(1) == query.size(1) &&
+              tensor.size(3) == query.size(3), name, " must be [B, h, N, d] like the query");
+  TORCH_CHECK(tensor.stride(3) == 1, name, "'s rows must be contiguous");
+}
+
+void check_scores(const c10::optional<at::Tensor>& tensor, const char* name, const at::Tensor& query, int64_t width,
+                  at::ScalarType dtype = at::kFloat) {
+  if (!tensor.has_value()) return;
+  check(*tensor, name, dtype, 4);
+  TORCH_CHECK(tensor->sizes() == at::IntArrayRef({query.size(0), query.size(1), query.size(2), width}), name,
+              " must be [B, h, M, N]");
+}
+
+// Dropped weights for the values: probs * keep * keep_scale.
+void drop(const float* __restrict probs, const uint8_t* __restrict keep, float keep_scale, int64_t width,
+          float* __restrict dropped) {
+#pragma omp simd
+  for (int64_t c = 0; c < width; ++c) dropped[c] = keep[c] ? probs[c] * keep_scale : 0.0f;
+}
+
+}  // namespace
+
+void attention_forward(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
+                       const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
+                       const at::Tensor& second_values, const c10::optional<at::Tensor>& relative,
+                       const c10::optional<at::Tensor>& ids, const c10::optional<at::Tensor>& carried,
+                       const at::Tensor& mask_bias, double scale, const c10::optional<at::Tensor>& keep,
+                       double keep_scale, const c10::optional<at::Tensor>& summed_out,
+                       const c10::optional<at::Tensor>& probs_out, const at::Tensor& context_out) {
+  // query [B, h, M, d] (unscaled: query_scale multiplies q.k); keys and values [B, h, N1 | N2, d];
+  // context_out [B, h, M, d]: all at their strides. relative [B, h, M, R]; ids (int32), mask_bias
+  // [B, M, N]; carried, summed_out, probs_out (the weights autograd keeps, before dropout), keep
+  // (uint8, dropout's mask, with probs_out): [B, h, M, N], contiguous. summed_out may be carried.
+  for (const auto& [tensor, name] : {std::pair{&first_keys, "first_keys"}, {&first_values, "first_values"},
+                                     {&second_keys, "second_keys"}, {&second_values, "second_values"},
+                                     {&context_out, "context_out"}, {&query, "query"}}) {
+    check_rows(*tensor, name, query);
+  }
+  const int64_t batch = query.size(0), heads = query.size(1), rows = query.size(2), size = query.size(3);
+  const Pieces pieces(window_block, first_keys.size(2), second_keys.size(2));
+  const int64_t width = pieces.width;
+  TORCH_CHECK(first_values.size(2) == pieces.first_rows && second_values.size(2) == pieces.second_rows,
+              "keys and values differ in length");
+  TORCH_CHECK(context_out.size(2) == rows, "context_out must have the query's rows");
+  check(mask_bias, "mask_bias", at::kFloat, 3);
+  TORCH_CHECK(mask_bias.sizes() == at::IntArrayRef({batch, rows, width}), "mask_bias must be [B, M, N]");
+  check_scores(carried, "carried", query, width);
+  check_scores(summed_out, "summed_out", query, width);
+  check_scores(probs_out, "probs_out", query, width);
+  check_scores(keep, "keep", query, width, at::kByte);
+  TORCH_CHECK(!keep.has_value() || probs_out.has_value(), "dropout's keep mask comes with probs_out");
+  TORCH_CHECK(relative.has_value() == ids.has_value(), "relative and ids come together");
+  int64_t vocab = 0;
+  if (relative.has_value()) {
+    check(*relative, "relative", at::kFloat, 4);
+    check(*ids, "ids", at::kInt, 3);
+    vocab = relative->size(3);
+    TORCH_CHECK(relative->size(2) == rows, "relative must be [B, h, M, R]");
+    TORCH_CHECK(ids->sizes() == mask_bias.sizes(), "ids must be [B, M, N]");
+  }
+
+  const Rows<const float> q(query), k1(first_keys), v1(first_values), k2(second_keys), v2(second_values);
+  const Rows<float> context(context_out);
+  const float* relative_data = data_or_null(relative);
+  const int32_t* ids_data = ids.has_value() ? ids->data_ptr<int32_t>() : nullptr;
+  const float* carried_data = data_or_null(carried);
+  const float* mask_data = mask_bias.data_ptr<float>();
+  const uint8_t* keep_data = keep.has_value() ? keep->data_ptr<uint8_t>() : nullptr;
+  float* summed_data = summed_out.has_value() ? summed_out->data_ptr<float>() : nullptr;
+  float* probs_data = probs_out.has_value() ? probs_out->data_ptr<float>() : nullptr;
+  const float factor = static_cast<float>(scale), alpha = static_cast<float>(query_scale);
+  const float dropped_scale = static_cast<float>(keep_scale);
+  const RowFunction process = row_function(relative_data != nullptr, carried_data != nullptr, summed_data != nullptr,
+                                           true);
+  const int64_t chunk = pieces.chunk(), chunks = (rows + chunk - 1) / chunk;
+
+  // Heads innermost: consecutive tasks of a thread share the chunk's ids and mask.
+  at::parallel_for(0, batch * chunks * heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(chunk * width), x(width), inverse_sums(chunk);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t head = task % heads, c = (task / heads) % chunks, b = task / heads / chunks;
+      const int64_t first = c * chunk, count = std::min(chunk, rows - first);
+      const float* query_rows = q.at(b, head, first);
+      const auto span = pieces.keys_of(first);
+      float* s = scores.data();
+      pieces.zero_padding(span, count, s);
+      gemm(false, true, count, span.end - span.begin, size, alpha, query_rows, q.row_stride,
+           k1.at(b, head, span.begin), k1.row_stride, 0.0f, s + span.column, width);
+      gemm(false, true, count, pieces.second_rows, size, alpha, query_rows, q.row_stride, k2.at(b, head, 0),
+           k2.row_stride, 0.0f, s + pieces.first_width, width);
+
+      // Weights kept for autograd are normalised; otherwise the context rows are scaled instead.
+      const int64_t row0 = (b * heads + head) * rows + first, shared0 = b * rows + first;
+      float* p = probs_data ? probs_data + row0 * width : s;  // (the row pass may write over its scores)
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t row = row0 + i, shared = shared0 + i;
+        inverse_sums[i] = process(
+            s + i * width, relative_data ? relative_data + row * vocab : nullptr,
+            ids_data ? ids_data + shared * width : nullptr, carried_data ? carried_data + row * width : nullptr,
+            mask_data + shared * width, factor, width, x.data(), summed_data ? summed_data + row * width : nullptr,
+            p + i * width, probs_data != nullptr);
+        if (keep_data) drop(p + i * width, keep_data + row * width, dropped_scale, width, s + i * width);
+      }
+      const float* weights = keep_data ? s : p;
+
+      float* out = context.at(b, head, first);
+      gemm(false, false, count, size, span.end - span.begin, 1.0f, weights + span.column, width,
+           v1.at(b, head, span.begin), v1.row_stride, 0.0f, out, context.row_stride);
+      gemm(false, false, count, size, pieces.second_rows, 1.0f, weights + pieces.first_width, width,
+           v2.at(b, head, 0), v2.row_stride, 1.0f, out, context.row_stride);
+      if (!probs_data) {
+        for (int64_t i = 0; i < count; ++i) {
+          for (int64_t j = 0; j < size; ++j) out[i * context.row_stride + j] *= inverse_sums[i];
+        }
+      }
+    }
+  });
+}
+
+namespace {
+
+// The tensors of one softmax's backward, each [B, h, N, d] at its strides.
+struct Operands {
+  Rows<const float> q, k1, v1, k2, v2, grad_out;
+  Rows<float> dq, dk1, dv1, dk2, dv2;
+};
+
+// For the chunk of `count` queries from `first` (keys `span` of the first piece): from g, the
+// gradient of its scores, and the weights that multiplied the values (rows of `width`):
+// dq += alpha g k, dk += alpha g^T q, dv += weights^T grad_out, over both pieces.
+void add_chunk_gradients(const Operands& o, const Pieces& pieces, const Pieces::Span& span, int64_t b, int64_t head,
+                         int64_t first, int64_t count, float alpha, const float* g, const float* weights) {
+  const int64_t width = pieces.width, d = o.q.dims;
+  const int64_t real_keys = span.end - span.begin, second = pieces.second_rows, at = pieces.first_width;
+  const float* query_rows = o.q.at(b, head, first);
+  const float* grad_rows = o.grad_out.at(b, head, first);
+  float* dq = o.dq.at(b, head, first);
+  gemm(false, false, count, d, real_keys, alpha, g + span.column, width, o.k1.at(b, head, span.begin),
+       o.k1.row_stride, 1.0f, dq, o.dq.row_stride);
+  gemm(false, false, count, d, second, alpha, g + at, width, o.k2.at(b, head, 0), o.k2.row_stride, 1.0f, dq,
+       o.dq.row_stride);
+  gemm(true, false, real_keys, d, count, alpha, g + span.column, width, query_rows, o.q.row_stride, 1.0f,
+       o.dk1.at(b, head, span.begin), o.dk1.row_stride);
+  gemm(true, false, second, d, count, alpha, g + at, width, query_rows, o.q.row_stride, 1.0f, o.dk2.at(b, head, 0),
+       o.dk2.row_stride);
+  gemm(true, false, real_keys, d, count, 1.0f, weights + span.column, width, grad_rows, o.grad_out.row_stride, 1.0f,
+       o.dv1.at(b, head, span.begin), o.dv1.row_stride);
+  gemm(true, false, second, d, count, 1.0f, weights + at, width, grad_rows, o.grad_out.row_stride, 1.0f,
+       o.dv2.at(b, head, 0), o.dv2.row_stride);
+}
+
+// One row of the softmax's backward: grad_scores = factor * p * (grad_p - sum(grad_p * p)) + grad_summed,
+// where grad_p is that of the dropped weights times keep * keep_scale (with dropout).
+void backward_row(const float* __restrict p, float* __restrict grad_p, const uint8_t* __restrict keep,
+                  float keep_scale, const float* __restrict grad_summed, float factor, int64_t width,
+                  float* __restrict grad_scores) {
+  if (keep) {
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) grad_p[c] = keep[c] ? grad_p[c] * keep_scale : 0.0f;
+  }
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t c = 0; c < width; ++c) dot += grad_p[c] * p[c];
+  if (grad_summed) {
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) grad_p[c] = factor * p[c] * (grad_p[c] - dot) + grad_summed[c];
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) grad_p[c] = factor * p[c] * (grad_p[c] - dot);
+  }
+  if (grad_scores) std::memcpy(grad_scores, grad_p, width * sizeof(float));
+}
+
+}  // namespace
+
+void attention_backward(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
+                        const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
+                        const at::Tensor& second_values, const at::Tensor& probs, const c10::optional<at::Tensor>& keep,
+                        double keep_scale, const at::Tensor& grad_context, const c10::optional<at::Tensor>& grad_summed,
+                        double scale, const at::Tensor& grad_scores_out, const at::Tensor& grad_query,
+                        const at::Tensor& grad_first_keys, const at::Tensor& grad_first_values,
+                        const at::Tensor& grad_second_keys, const at::Tensor& grad_second_values) {
+  // The gradients of attention_forward's: from grad_context [B, h, M, d] and grad_summed [B, h, M, N]
+  // (that of the summed scores carried on), grad_scores_out [B, h, M, N] (of the scores, the picked
+  // relative terms and the carried scores alike) is written and the gradients of query, keys and
+  // values (views at their strides, as their inputs) are added to. Tasks are (batch, head), the
+  // chunks of one head in turn: overlapping windows add to the same key rows.
+  for (const auto& [tensor, name] : {std::pair{&first_keys, "first_keys"}, {&first_values, "first_values"},
+                                     {&second_keys, "second_keys"}, {&second_values, "second_values"},
+                                     {&grad_context, "grad_context"}, {&grad_query, "grad_query"},
+                                     {&grad_first_keys, "grad_first_keys"}, {&grad_first_values, "grad_first_values"},
+                                     {&grad_second_keys, "grad_second_keys"},
+                                     {&grad_second_values, "grad_second_values"}}) {
+    check_rows(*tensor, name, query);
+  }
+  const int64_t batch = query.size(0), heads = query.size(1), rows = query.size(2), size = query.size(3);
+  const Pieces pieces(window_block, first_keys.size(2), second_keys.size(2));
+  const int64_t width = pieces.width;
+  check_scores(probs, "probs", query, width);
+  check_scores(keep, "keep", query, width, at::kByte);
+  check_scores(grad_summed, "grad_summed", query, width);
+  check_scores(grad_scores_out, "grad_scores_out", query, width);
+
+  const Operands o{Rows<const float>(query), Rows<const float>(first_keys), Rows<const float>(first_values),
+                   Rows<const float>(second_keys), Rows<const float>(second_values), Rows<const float>(grad_context),
+                   Rows<float>(grad_query), Rows<float>(grad_first_keys), Rows<float>(grad_first_values),
+                   Rows<float>(grad_second_keys), Rows<float>(grad_second_values)};
+  const float* probs_data = probs.data_ptr<float>();
+  const uint8_t* keep_data = keep.has_value() ? keep->data_ptr<uint8_t>() : nullptr;
+  const float* grad_summed_data = data_or_null(grad_summed);
+  float* grad_scores = grad_scores_out.data_ptr<float>();
+  const float factor = static_cast<float>(scale), alpha = static_cast<float>(query_scale);
+  const float dropped_scale = static_cast<float>(keep_scale);
+  const int64_t chunk = pieces.chunk(), chunks = (rows + chunk - 1) / chunk;
+
+  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> grad_weights(chunk * width), dropped(keep_data ? chunk * width : 0);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t head = task % heads, b = task / heads;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t first = c * chunk, count = std::min(chunk, rows - first);
+        const auto span = pieces.keys_of(first);
+        const float* grad_rows = o.grad_out.at(b, head, first);
+        const int64_t row0 = (b * heads + head) * rows + first;
+        const float* p = probs_data + row0 * width;
+        // grad of the (dropped) weights = grad_context @ values^T.
+        float* g = grad_weights.data();
+        pieces.zero_padding(span, count, g);
+        gemm(false, true, count, span.end - span.begin, size, 1.0f, grad_rows, o.grad_out.row_stride,
+             o.v1.at(b, head, span.begin), o.v1.row_stride, 0.0f, g + span.column, width);
+        gemm(false, true, count, pieces.second_rows, size, 1.0f, grad_rows, o.grad_out.row_stride, o.v2.at(b, head, 0),
+             o.v2.row_stride, 0.0f, g + pieces.first_width, width);
+        const float* weights = p;  // what the values were multiplied with
+        if (keep_data) {
+          for (int64_t i = 0; i < count; ++i) {
+            drop(p + i * width, keep_data + (row0 + i) * width, dropped_scale, width, dropped.data() + i * width);
+          }
+          weights = dropped.data();
+        }
+        for (int64_t i = 0; i < count; ++i) {
+          const int64_t row = row0 + i;
+          backward_row(p + i * width, g + i * width, keep_data ? keep_data + row * width : nullptr, dropped_scale,
+                       grad_summed_data ? grad_summed_data + row * width : nullptr, factor, width,
+                       grad_scores + row * width);
+        }
+        add_chunk_gradients(o, pieces, span, b, head, first, count, alpha, g, weights);  // (g: the scores' gradient now)
+      }
+    }
+  });
+}
+
+// Talking heads (Shazeer et al., 2020): the heads' summed scores are mixed by `pre` [h, h] before
+// the softmax and its weights by `post` after it, so a task holds all heads of a chunk of queries:
+//   summed[h] = alpha q.k + relative + carried   (per head, as above; kept for the backward)
+//   probs[h'] = softmax(scale * sum_h pre[h', h] summed[h] + mask)
+//   weights[h''] = sum_h' post[h'', h'] probs[h'] (then dropout), context = weights @ values.
+// The mixes are GEMMs over the chunk's scores: [h, h] @ [h, chunk x N].
+void talking_heads_forward(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
+                           const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
+                           const at::Tensor& second_values, const c10::optional<at::Tensor>& relative,
+                           const c10::optional<at::Tensor>& ids, const c10::optional<at::Tensor>& carried,
+                           const at::Tensor& mask_bias, double scale, const at::Tensor& pre, const at::Tensor& post,
+                           const c10::optional<at::Tensor>& keep, double keep_scale,
+                           const c10::optional<at::Tensor>& summed_out, const c10::optional<at::Tensor>& probs_out,
+                           const at::Tensor& context_out) {
+  for (const auto& [tensor, name] : {std::pair{&first_keys, "first_keys"}, {&first_values, "first_values"},
+                                     {&second_keys, "second_keys"}, {&second_values, "second_values"},
+                                     {&context_out, "context_out"}, {&query, "query"}}) {
+    check_rows(*tensor, name, query);
+  }
+  const int64_t batch = query.size(0), heads = query.size(1), rows = query.size(2), size = query.size(3);
+  const Pieces pieces(window_block, first_keys.size(2), second_keys.size(2));
+  const int64_t width = pieces.width;
+  check(mask_bias, "mask_bias", at::kFloat, 3);
+  TORCH_CHECK(mask_bias.sizes() == at::IntArrayRef({batch, rows, width}), "mask_bias must be [B, M, N]");
+  for (const auto* mix : {&pre, &post}) {
+    check(*mix, "pre/post", at::kFloat, 2);
+    TORCH_CHECK(mix->size(0) == heads && mix->size(1) == heads, "the head mixes must be [h, h]");
+  }
+  check_scores(carried, "carried", query, width);
+  check_scores(summed_out, "summed_out", query, width);
+  check_scores(probs_out, "probs_out", query, width);
+  check_scores(keep, "keep", query, width, at::kByte);
+  TORCH_CHECK(relative.has_value() == ids.has_value(), "relative and ids come together");
+  int64_t vocab = 0;
+  if (relative.has_value()) {
+    check(*relative, "relative", at::kFloat, 4);
+    check(*ids, "ids", at::kInt, 3);
+    vocab = relative->size(3);
+  }
+
+  const Rows<const float> q(query), k1(first_keys), v1(first_values), k2(second_keys), v2(second_values);
+  const Rows<float> context(context_out);
+  const float* relative_data = data_or_null(relative);
+  const int32_t* ids_data = ids.has_value() ? ids->data_ptr<int32_t>() : nullptr;
+  const float* carried_data = data_or_null(carried);
+  const float* mask_data = mask_bias.data_ptr<float>();
+  const float* pre_data = pre.data_ptr<float>();
+  const float* post_data = post.data_ptr<float>();
+  const uint8_t* keep_data = keep.has_value() ? keep->data_ptr<uint8_t>() : nullptr;
+  float* summed_data = summed_out.has_value() ? summed_out->data_ptr<float>() : nullptr;
+  float* probs_data = probs_out.has_value() ? probs_out->data_ptr<float>() : nullptr;
+  const float factor = static_cast<float>(scale), alpha = static_cast<float>(query_scale);
+  const float dropped_scale = static_cast<float>(keep_scale);
+  const bool sums = relative_data != nullptr || carried_data != nullptr;
+  const RowFunction add_terms = row_function(relative_data != nullptr, carried_data != nullptr, true, false);
+  const RowFunction softmax = row_function(false, false, false, true);
+  const Chunks parts(pieces, heads, rows);
+  const int64_t chunk = parts.rows, stride = chunk * width, head_stride = rows * width;
+
+  at::parallel_for(0, batch * parts.count, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores_buffer(heads * stride), mixed_buffer(heads * stride), x(width);
+    float* scores = scores_buffer.data();
+    float* mixed = mixed_buffer.data();
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / parts.count;
+      const auto [first, count, span] = parts.at(task % parts.count);
+      const int64_t n = count * width, shared0 = b * rows + first, offset = (b * heads * rows + first) * width;
+      // Per head: the scores, and their sum with the relative terms and the carried scores, written
+      // where they are kept (summed_out) or in place.
+      float* sums_at = summed_data ? summed_data + offset : scores;
+      const int64_t sums_stride = summed_data ? head_stride : stride;
+      for (int64_t head = 0; head < heads; ++head) {
+        float* s = scores + head * stride;
+        const float* query_rows = q.at(b, head, first);
+        pieces.zero_padding(span, count, s);
+        gemm(false, true, count, span.end - span.begin, size, alpha, query_rows, q.row_stride,
+             k1.at(b, head, span.begin), k1.row_stride, 0.0f, s + span.column, width);
+        gemm(false, true, count, pieces.second_rows, size, alpha, query_rows, q.row_stride, k2.at(b, head, 0),
+             k2.row_stride, 0.0f, s + pieces.first_width, width);
+        for (int64_t i = 0; i < count && (sums || summed_data); ++i) {
+          const int64_t row = (b * heads + head) * rows + first + i;
+          add_terms(s + i * width, relative_data ? relative_data + row * vocab : nullptr,
+                    ids_data ? ids_data + (shared0 + i) * width : nullptr,
+                    carried_data ? carried_data + row * width : nullptr, nullptr, 1.0f, width, x.data(),
+                    sums_at + head * sums_stride + i * width, nullptr, false);
+        }
+      }
+      // The mixes as GEMMs over the chunk: [h, h] @ [h, chunk x N] (measured faster than mixing
+      // query by query in L1).
+      gemm(false, false, heads, n, heads, 1.0f, pre_data, heads, sums_at, sums_stride, 0.0f, mixed, stride);
+      for (int64_t head = 0; head < heads; ++head) {
+        float* m = mixed + head * stride;
+        for (int64_t i = 0; i < count; ++i) {
+          softmax(m + i * width, nullptr, nullptr, nullptr, mask_data + (shared0 + i) * width, factor, width, x.data(),
+                  nullptr, m + i * width, true);
+        }
+        if (probs_data) std::memcpy(probs_data + offset + head * head_stride, m, n * sizeof(float));
+      }
+      float* weights = scores;  // (the scores are spent)
+      gemm(false, false, heads, n, heads, 1.0f, post_data, heads, mixed, stride, 0.0f, weights, stride);
+      for (int64_t head = 0; head < heads; ++head) {
+        float* w = weights + head * stride;
+        if (keep_data) {
+          const uint8_t* kept = keep_data + offset + head * head_stride;
+#pragma omp simd
+          for (int64_t e = 0; e < n; ++e) w[e] = kept[e] ? w[e] * dropped_scale : 0.0f;
+        }
+        float* out = context.at(b, head, first);
+        gemm(false, false, count, size, span.end - span.begin, 1.0f, w + span.column, width,
+             v1.at(b, head, span.begin), v1.row_stride, 0.0f, out, context.row_stride);
+        gemm(false, false, count, size, pieces.second_rows, 1.0f, w + pieces.first_width, width, v2.at(b, head, 0),
+             v2.row_stride, 1.0f, out, context.row_stride);
+      }
+    }
+  });
+}
+
+// Talking heads' backward, first pass (tasks: chunks, all heads): from grad_context, the gradients
+// of the summed scores (grad_scores_out, with grad_summed added) and of the two mixes (added to
+// grad_pre, grad_post), and the weights that multiplied the values (weights_out, for the second
+// pass, `attention_gradients`). probs and summed: what talking_heads_forward kept.
+void talking_heads_backward(const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_values,
+                            const at::Tensor& probs, const at::Tensor& summed, const c10::optional<at::Tensor>& keep,
+                            double keep_scale, const at::Tensor& pre, const at::Tensor& post,
+                            const at::Tensor& grad_context, const c10::optional<at::Tensor>& grad_summed, double scale,
+                            const at::Tensor& grad_scores_out, const at::Tensor& weights_out, const at::Tensor& grad_pre,
+                            const at::Tensor& grad_post) {
+  check_rows(first_values, "first_values", grad_context);
+  check_rows(second_values, "second_values", grad_context);
+  const int64_t batch = grad_context.size(0), heads = grad_context.size(1), rows = grad_context.size(2);
+  const int64_t size = grad_context.size(3);
+  const Pieces pieces(window_block, first_values.size(2), second_values.size(2));
+  const int64_t width = pieces.width;
+  for (const auto* tensor : {&probs, &summed, &grad_scores_out, &weights_out}) {
+    check_scores(*tensor, "probs/summed/grad_scores_out/weights_out", grad_context, width);
+  }
+  check_scores(grad_summed, "grad_summed", grad_context, width);
+  check_scores(keep, "keep", grad_context, width, at::kByte);
+  for (const auto* mix : {&pre, &post, &grad_pre, &grad_post}) {
+    check(*mix, "pre/post/grad_pre/grad_post", at::kFloat, 2);
+    TORCH_CHECK(mix->size(0) == heads && mix->size(1) == heads, "the head mixes must be [h, h]");
+  }
+
+  const Rows<const float> v1(first_values), v2(second_values), grad_out(grad_context);
+  const float* probs_data = probs.data_ptr<float>();
+  const float* summed_data = summed.data_ptr<float>();
+  const uint8_t* keep_data = keep.has_value() ? keep->data_ptr<uint8_t>() : nullptr;
+  const float* pre_data = pre.data_ptr<float>();
+  const float* post_data = post.data_ptr<float>();
+  const float* grad_summed_data = data_or_null(grad_summed);
+  float* grad_scores = grad_scores_out.data_ptr<float>();
+  float* weights_data = weights_out.data_ptr<float>();
+  const float factor = static_cast<float>(scale), dropped_scale = static_cast<float>(keep_scale);
+  const Chunks parts(pieces, heads, rows);
+  const int64_t chunk = parts.rows, stride = chunk * width;
+  const int64_t head_stride = rows * width;  // of the [B, h, M, N] tensors
+  std::mutex totals;
+  float* grad_pre_data = grad_pre.data_ptr<float>();
+  float* grad_post_data = grad_post.data_ptr<float>();
+
+  at::parallel_for(0, batch * parts.count, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> upstream_buffer(heads * stride), local_buffer(heads * stride);
+    std::vector<float> pre_sum(heads * heads, 0.0f), post_sum(heads * heads, 0.0f);
+    float* upstream = upstream_buffer.data();
+    float* local = local_buffer.data();
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / parts.count;
+      const auto [first, count, span] = parts.at(task % parts.count);
+      const int64_t n = count * width;
+      const int64_t offset = (b * heads * rows + first) * width;  // head 0's chunk in [B, h, M, N]
+      // The gradient of the (dropped) weights, per head: grad_context @ values^T.
+      for (int64_t head = 0; head < heads; ++head) {
+        float* g = upstream + head * stride;
+        const float* grad_rows = grad_out.at(b, head, first);
+        pieces.zero_padding(span, count, g);
+        gemm(false, true, count, span.end - span.begin, size, 1.0f, grad_rows, grad_out.row_stride,
+             v1.at(b, head, span.begin), v1.row_stride, 0.0f, g + span.column, width);
+        gemm(false, true, count, pieces.second_rows, size, 1.0f, grad_rows, grad_out.row_stride, v2.at(b, head, 0),
+             v2.row_stride, 0.0f, g + pieces.first_width, width);
+        if (keep_data) {
+          const uint8_t* kept = keep_data + offset + head * head_stride;
+#pragma omp simd
+          for (int64_t e = 0; e < n; ++e) g[e] = kept[e] ? g[e] * dropped_scale : 0.0f;
+        }
+      }
+      // The weights again (post @ probs, dropped), for the values' gradient in the second pass.
+      gemm(false, false, heads, n, heads, 1.0f, post_data, heads, probs_data + offset, head_stride, 0.0f, local, stride);
+      for (int64_t head = 0; head < heads; ++head) {
+        float* w = local + head * stride;
+        if (keep_data) {
+          const uint8_t* kept = keep_data + offset + head * head_stride;
+#pragma omp simd
+          for (int64_t e = 0; e < n; ++e) w[e] = kept[e] ? w[e] * dropped_scale : 0.0f;
+        }
+        std::memcpy(weights_data + offset + head * head_stride, w, n * sizeof(float));
+      }
+      // post: grad += g probs^T; the probs' gradient post^T g, through the softmax.
+      gemm(false, true, heads, heads, n, 1.0f, upstream, stride, probs_data + offset, head_stride, 1.0f,
+           post_sum.data(), heads);
+      gemm(true, false, heads, n, heads, 1.0f, post_data, heads, upstream, stride, 0.0f, local, stride);
+      for (int64_t head = 0; head < heads; ++head) {
+        for (int64_t i = 0; i < count; ++i) {
+          backward_row(probs_data + offset + head * head_stride + i * width, local + head * stride + i * width,
+                       nullptr, 1.0f, nullptr, factor, width, nullptr);
+        }
+      }
+      // pre: grad += (mixed logits' gradient) summed^T; the summed scores' gradient pre^T (..).
+      gemm(false, true, heads, heads, n, 1.0f, local, stride, summed_data + offset, head_stride, 1.0f,
+           pre_sum.data(), heads);
+      gemm(true, false, heads, n, heads, 1.0f, pre_data, heads, local, stride, 0.0f, upstream, stride);
+      for (int64_t head = 0; head < heads; ++head) {
+        float* g = upstream + head * stride;
+        float* out = grad_scores + offset + head * head_stride;
+        if (grad_summed_data) {
+          const float* carried_grad = grad_summed_data + offset + head * head_stride;
+#pragma omp simd
+          for (int64_t e = 0; e < n; ++e) out[e] = g[e] + carried_grad[e];
+        } else {
+          std::memcpy(out, g, n * sizeof(float));
+        }
+      }
+    }
+    const std::lock_guard<std::mutex> lock(totals);
+    for (int64_t e = 0; e < heads * heads; ++e) {
+      grad_pre_data[e] += pre_sum[e];
+      grad_post_data[e] += post_sum[e];
+    }
+  });
+}
+
+// The second pass of a backward whose scores' gradient and weights are in memory (talking heads):
+// the gradients of query, keys and values (added to), tasks (batch, head) as in attention_backward.
+void attention_gradients(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
+                         const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
+                         const at::Tensor& second_values, const at::Tensor& grad_scores, const at::Tensor& weights,
+                         const at::Tensor& grad_context, const at::Tensor& grad_query, const at::Tensor& grad_first_keys,
+                         const at::Tensor& grad_first_values, const at::Tensor& grad_second_keys,
+                         const at::Tensor& grad_second_values) {
+  for (const auto& [tensor, name] : {std::pair{&first_keys, "first_keys"}, {&first_values, "first_values"},
+                                     {&second_keys, "second_keys"}, {&second_values, "second_values"},
+                                     {&grad_context, "grad_context"}, {&grad_query, "grad_query"},
+                                     {&grad_first_keys, "grad_first_keys"}, {&grad_first_values, "grad_first_values"},
+                                     {&grad_second_keys, "grad_second_keys"},
+                                     {&grad_second_values, "grad_second_values"}}) {
+    check_rows(*tensor, name, query);
+  }
+  const int64_t batch = query.size(0), heads = query.size(1), rows = query.size(2);
+  const Pieces pieces(window_block, first_keys.size(2), second_keys.size(2));
+  const int64_t width = pieces.width;
+  check_scores(grad_scores, "grad_scores", query, width);
+  check_scores(weights, "weights", query, width);
+  const Operands o{Rows<const float>(query), Rows<const float>(first_keys), Rows<const float>(first_values),
+                   Rows<const float>(second_keys), Rows<const float>(second_values), Rows<const float>(grad_context),
+                   Rows<float>(grad_query), Rows<float>(grad_first_keys), Rows<float>(grad_first_values),
+                   Rows<float>(grad_second_keys), Rows<float>(grad_second_values)};
+  const float* grad_scores_data = grad_scores.data_ptr<float>();
+  const float* weights_data = weights.data_ptr<float>();
+  const float alpha = static_cast<float>(query_scale);
+  const int64_t chunk = pieces.chunk(), chunks = (rows + chunk - 1) / chunk;
+  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t head = task % heads, b = task / heads;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t first = c * chunk, count = std::min(chunk, rows - first);
+        const int64_t offset = ((b * heads + head) * rows + first) * width;
+        add_chunk_gradients(o, pieces, pieces.keys_of(first), b, head, first, count, alpha, grad_scores_data + offset,
+                            weights_data + offset);
+      }
+    }
+  });
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  module.def("attention_forward", &attention_forward, "One softmax of global-local attention, scores to context");
+  module.def("attention_backward", &attention_backward, "The gradients of attention_forward's inputs");
+  module.def("talking_heads_forward", &talking_heads_forward, "attention_forward with talking heads");
+  module.def("talking_heads_backward", &talking_heads_backward, "Talking heads' backward: scores, mixes, weights");
+  module.def("attention_gradients", &attention_gradients, "Query, key and value gradients from scores' gradient in memory");
+}
