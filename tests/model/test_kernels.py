@@ -34,6 +34,10 @@ CONFIGS = {
     "k>window": dict(local_radius=1, max_relative_distance=5, relative_vocab_size=14),
     "talking-heads": dict(talking_heads=True),
     "talking-heads,plain": dict(talking_heads=True, residual_attention=False),
+    # The kernel looks relative terms up in registers for up to 64 ids (ids 32-63 in a second pair),
+    # and gathers them beyond.
+    "ids-beyond-32": dict(local_radius=17, max_relative_distance=16, relative_vocab_size=40),
+    "vocabulary-beyond-64": dict(relative_vocab_size=70),
 }
 
 
