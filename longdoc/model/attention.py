@@ -242,15 +242,18 @@ class CompiledSoftmax(torch.autograd.Function):
                 *keys, rows(probs), rows(keep), ctx.keep_scale, grad_context, grad_summed, attention.scale,
                 rows(grad_scores), *grads,
             )
-        else:  # two passes: the scores' gradient across heads, then the GEMMs per head
-            weights = torch.empty_like(probs)
+        else:
+            # Without a window (global queries) two passes: the scores' gradient across heads and
+            # the weights into memory, then the GEMMs per head.
+            weights = torch.empty_like(probs) if attention.block_size == 0 else None
             grad_pre, grad_post = torch.zeros_like(pre), torch.zeros_like(post)
             kernels.compiled().talking_heads_backward(
-                first_values, attention.block_size, second_values, rows(probs), rows(summed), rows(keep),
-                ctx.keep_scale, pre.contiguous(), post.contiguous(), grad_context, grad_summed, attention.scale,
-                rows(grad_scores), rows(weights), grad_pre, grad_post,
+                *keys, rows(probs), rows(summed), rows(keep), ctx.keep_scale, pre.contiguous(), post.contiguous(),
+                grad_context, grad_summed, attention.scale, rows(grad_scores), rows(weights), grad_pre, grad_post,
+                *grads,
             )
-            kernels.compiled().attention_gradients(*keys, rows(grad_scores), rows(weights), grad_context, *grads)
+            if weights is not None:
+                kernels.compiled().attention_gradients(*keys, rows(grad_scores), rows(weights), grad_context, *grads)
         grad_relative = None
         if ctx.relative_shape is not None and ctx.needs_input_grad[2]:
             grad_relative = relative_gradient(grad_scores, attention.relative_ids, attention.links, attention.layout,

@@ -232,6 +232,9 @@ struct Rows {
       : data(tensor.data_ptr<float>()), batch_stride(tensor.stride(0)), head_stride(tensor.stride(1)),
         row_stride(tensor.stride(2)), rows(tensor.size(2)), dims(tensor.size(3)) {}
 
+  Rows(Float* data, int64_t batch_stride, int64_t head_stride, int64_t row_stride)
+      : data(data), batch_stride(batch_stride), head_stride(head_stride), row_stride(row_stride), rows(0), dims(0) {}
+
   Float* at(int64_t batch, int64_t head, int64_t row) const {
     return data + batch * batch_stride + head * head_stride + row * row_stride;
   }
@@ -661,33 +664,51 @@ void talking_heads_forward(const at::Tensor& query, double query_scale, const at
   });
 }
 
-// Talking heads' backward, first pass (tasks: chunks, all heads): from grad_context, the gradients
-// of the summed scores (grad_scores_out, with grad_summed added) and of the two mixes (added to
-// grad_pre, grad_post), and the weights that multiplied the values (weights_out, for the second
-// pass, `attention_gradients`). probs and summed: what talking_heads_forward kept.
-void talking_heads_backward(const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_values,
-                            const at::Tensor& probs, const at::Tensor& summed, const c10::optional<at::Tensor>& keep,
-                            double keep_scale, const at::Tensor& pre, const at::Tensor& post,
-                            const at::Tensor& grad_context, const c10::optional<at::Tensor>& grad_summed, double scale,
-                            const at::Tensor& grad_scores_out, const at::Tensor& weights_out, const at::Tensor& grad_pre,
-                            const at::Tensor& grad_post) {
-  check_rows(first_values, "first_values", grad_context);
-  check_rows(second_values, "second_values", grad_context);
-  const int64_t batch = grad_context.size(0), heads = grad_context.size(1), rows = grad_context.size(2);
-  const int64_t size = grad_context.size(3);
-  const Pieces pieces(window_block, first_values.size(2), second_values.size(2));
-  const int64_t width = pieces.width;
-  for (const auto* tensor : {&probs, &summed, &grad_scores_out, &weights_out}) {
-    check_scores(*tensor, "probs/summed/grad_scores_out/weights_out", grad_context, width);
+// Talking heads' backward (tasks: chunks, all heads): from grad_context, the gradients of the
+// summed scores (grad_scores_out, with grad_summed added) and of the two mixes (added to grad_pre,
+// grad_post), from what talking_heads_forward kept (probs, summed). Then either the weights that
+// multiplied the values go to `weights_out`, for a second pass (`attention_gradients`), or, with
+// a window (window_block > 0), the gradients of query, keys and values are added here, in cache:
+// chunks three blocks apart have disjoint windows, so the chunks run in three rounds, and the second
+// piece's keys, which every chunk shares, add up per thread first.
+void talking_heads_backward(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
+                            const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
+                            const at::Tensor& second_values, const at::Tensor& probs, const at::Tensor& summed,
+                            const c10::optional<at::Tensor>& keep, double keep_scale, const at::Tensor& pre,
+                            const at::Tensor& post, const at::Tensor& grad_context,
+                            const c10::optional<at::Tensor>& grad_summed, double scale,
+                            const at::Tensor& grad_scores_out, const c10::optional<at::Tensor>& weights_out,
+                            const at::Tensor& grad_pre, const at::Tensor& grad_post, const at::Tensor& grad_query,
+                            const at::Tensor& grad_first_keys, const at::Tensor& grad_first_values,
+                            const at::Tensor& grad_second_keys, const at::Tensor& grad_second_values) {
+  for (const auto& [tensor, name] : {std::pair{&first_keys, "first_keys"}, {&first_values, "first_values"},
+                                     {&second_keys, "second_keys"}, {&second_values, "second_values"},
+                                     {&grad_context, "grad_context"}, {&grad_query, "grad_query"},
+                                     {&grad_first_keys, "grad_first_keys"}, {&grad_first_values, "grad_first_values"},
+                                     {&grad_second_keys, "grad_second_keys"},
+                                     {&grad_second_values, "grad_second_values"}}) {
+    check_rows(*tensor, name, query);
   }
-  check_scores(grad_summed, "grad_summed", grad_context, width);
-  check_scores(keep, "keep", grad_context, width, at::kByte);
+  const int64_t batch = query.size(0), heads = query.size(1), rows = query.size(2), size = query.size(3);
+  const Pieces pieces(window_block, first_keys.size(2), second_keys.size(2));
+  const int64_t width = pieces.width;
+  for (const auto* tensor : {&probs, &summed, &grad_scores_out}) {
+    check_scores(*tensor, "probs/summed/grad_scores_out", query, width);
+  }
+  check_scores(weights_out, "weights_out", query, width);
+  check_scores(grad_summed, "grad_summed", query, width);
+  check_scores(keep, "keep", query, width, at::kByte);
   for (const auto* mix : {&pre, &post, &grad_pre, &grad_post}) {
     check(*mix, "pre/post/grad_pre/grad_post", at::kFloat, 2);
     TORCH_CHECK(mix->size(0) == heads && mix->size(1) == heads, "the head mixes must be [h, h]");
   }
+  const bool in_cache = !weights_out.has_value();
+  TORCH_CHECK(!in_cache || window_block > 0, "without a window, the weights go to weights_out for a second pass");
 
-  const Rows<const float> v1(first_values), v2(second_values), grad_out(grad_context);
+  const Operands o{Rows<const float>(query), Rows<const float>(first_keys), Rows<const float>(first_values),
+                   Rows<const float>(second_keys), Rows<const float>(second_values), Rows<const float>(grad_context),
+                   Rows<float>(grad_query), Rows<float>(grad_first_keys), Rows<float>(grad_first_values),
+                   Rows<float>(grad_second_keys), Rows<float>(grad_second_values)};
   const float* probs_data = probs.data_ptr<float>();
   const float* summed_data = summed.data_ptr<float>();
   const uint8_t* keep_data = keep.has_value() ? keep->data_ptr<uint8_t>() : nullptr;
@@ -695,83 +716,111 @@ void talking_heads_backward(const at::Tensor& first_values, int64_t window_block
   const float* post_data = post.data_ptr<float>();
   const float* grad_summed_data = data_or_null(grad_summed);
   float* grad_scores = grad_scores_out.data_ptr<float>();
-  float* weights_data = weights_out.data_ptr<float>();
+  float* weights_data = in_cache ? nullptr : weights_out->data_ptr<float>();
   const float factor = static_cast<float>(scale), dropped_scale = static_cast<float>(keep_scale);
+  const float alpha = static_cast<float>(query_scale);
   const Chunks parts(pieces, heads, rows);
   const int64_t chunk = parts.rows, stride = chunk * width;
   const int64_t head_stride = rows * width;  // of the [B, h, M, N] tensors
+  const int64_t second_size = batch * heads * pieces.second_rows * size;  // a thread's share of the second piece's
   std::mutex totals;
   float* grad_pre_data = grad_pre.data_ptr<float>();
   float* grad_post_data = grad_post.data_ptr<float>();
 
-  at::parallel_for(0, batch * parts.count, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> upstream_buffer(heads * stride), local_buffer(heads * stride);
-    std::vector<float> pre_sum(heads * heads, 0.0f), post_sum(heads * heads, 0.0f);
-    float* upstream = upstream_buffer.data();
-    float* local = local_buffer.data();
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / parts.count;
-      const auto [first, count, span] = parts.at(task % parts.count);
-      const int64_t n = count * width;
-      const int64_t offset = (b * heads * rows + first) * width;  // head 0's chunk in [B, h, M, N]
-      // The gradient of the (dropped) weights, per head: grad_context @ values^T.
-      for (int64_t head = 0; head < heads; ++head) {
-        float* g = upstream + head * stride;
-        const float* grad_rows = grad_out.at(b, head, first);
-        pieces.zero_padding(span, count, g);
-        gemm(false, true, count, span.end - span.begin, size, 1.0f, grad_rows, grad_out.row_stride,
-             v1.at(b, head, span.begin), v1.row_stride, 0.0f, g + span.column, width);
-        gemm(false, true, count, pieces.second_rows, size, 1.0f, grad_rows, grad_out.row_stride, v2.at(b, head, 0),
-             v2.row_stride, 0.0f, g + pieces.first_width, width);
-        if (keep_data) {
-          const uint8_t* kept = keep_data + offset + head * head_stride;
+  const int64_t rounds = in_cache ? 3 : 1;
+  for (int64_t round = 0; round < rounds; ++round) {
+    const int64_t round_chunks = (parts.count - round + rounds - 1) / rounds;
+    at::parallel_for(0, batch * round_chunks, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> upstream_buffer(heads * stride), local_buffer(heads * stride);
+      std::vector<float> weights_buffer(in_cache ? heads * stride : 0);
+      std::vector<float> second_keys_sum(in_cache ? second_size : 0), second_values_sum(in_cache ? second_size : 0);
+      std::vector<float> pre_sum(heads * heads, 0.0f), post_sum(heads * heads, 0.0f);
+      float* upstream = upstream_buffer.data();
+      float* local = local_buffer.data();
+      Operands own = o;  // the second piece's gradients into this thread's sums
+      own.dk2 = Rows<float>(second_keys_sum.data(), heads * pieces.second_rows * size, pieces.second_rows * size, size);
+      own.dv2 = Rows<float>(second_values_sum.data(), heads * pieces.second_rows * size, pieces.second_rows * size,
+                            size);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t b = task / round_chunks;
+        const auto [first, count, span] = parts.at((task % round_chunks) * rounds + round);
+        const int64_t n = count * width;
+        const int64_t offset = (b * heads * rows + first) * width;  // head 0's chunk in [B, h, M, N]
+        // The gradient of the (dropped) weights, per head: grad_context @ values^T.
+        for (int64_t head = 0; head < heads; ++head) {
+          float* g = upstream + head * stride;
+          const float* grad_rows = o.grad_out.at(b, head, first);
+          pieces.zero_padding(span, count, g);
+          gemm(false, true, count, span.end - span.begin, size, 1.0f, grad_rows, o.grad_out.row_stride,
+               o.v1.at(b, head, span.begin), o.v1.row_stride, 0.0f, g + span.column, width);
+          gemm(false, true, count, pieces.second_rows, size, 1.0f, grad_rows, o.grad_out.row_stride,
+               o.v2.at(b, head, 0), o.v2.row_stride, 0.0f, g + pieces.first_width, width);
+          if (keep_data) {
+            const uint8_t* kept = keep_data + offset + head * head_stride;
 #pragma omp simd
-          for (int64_t e = 0; e < n; ++e) g[e] = kept[e] ? g[e] * dropped_scale : 0.0f;
+            for (int64_t e = 0; e < n; ++e) g[e] = kept[e] ? g[e] * dropped_scale : 0.0f;
+          }
         }
-      }
-      // The weights again (post @ probs, dropped), for the values' gradient in the second pass.
-      gemm(false, false, heads, n, heads, 1.0f, post_data, heads, probs_data + offset, head_stride, 0.0f, local, stride);
-      for (int64_t head = 0; head < heads; ++head) {
-        float* w = local + head * stride;
-        if (keep_data) {
-          const uint8_t* kept = keep_data + offset + head * head_stride;
+        // The weights again (post @ probs, dropped): they multiplied the values.
+        float* weights = in_cache ? weights_buffer.data() : local;
+        gemm(false, false, heads, n, heads, 1.0f, post_data, heads, probs_data + offset, head_stride, 0.0f, weights,
+             stride);
+        for (int64_t head = 0; head < heads; ++head) {
+          float* w = weights + head * stride;
+          if (keep_data) {
+            const uint8_t* kept = keep_data + offset + head * head_stride;
 #pragma omp simd
-          for (int64_t e = 0; e < n; ++e) w[e] = kept[e] ? w[e] * dropped_scale : 0.0f;
+            for (int64_t e = 0; e < n; ++e) w[e] = kept[e] ? w[e] * dropped_scale : 0.0f;
+          }
+          if (!in_cache) std::memcpy(weights_data + offset + head * head_stride, w, n * sizeof(float));
         }
-        std::memcpy(weights_data + offset + head * head_stride, w, n * sizeof(float));
-      }
-      // post: grad += g probs^T; the probs' gradient post^T g, through the softmax.
-      gemm(false, true, heads, heads, n, 1.0f, upstream, stride, probs_data + offset, head_stride, 1.0f,
-           post_sum.data(), heads);
-      gemm(true, false, heads, n, heads, 1.0f, post_data, heads, upstream, stride, 0.0f, local, stride);
-      for (int64_t head = 0; head < heads; ++head) {
-        for (int64_t i = 0; i < count; ++i) {
-          backward_row(probs_data + offset + head * head_stride + i * width, local + head * stride + i * width,
-                       nullptr, 1.0f, nullptr, factor, width, nullptr);
+        // post: grad += g probs^T; the probs' gradient post^T g, through the softmax.
+        gemm(false, true, heads, heads, n, 1.0f, upstream, stride, probs_data + offset, head_stride, 1.0f,
+             post_sum.data(), heads);
+        gemm(true, false, heads, n, heads, 1.0f, post_data, heads, upstream, stride, 0.0f, local, stride);
+        for (int64_t head = 0; head < heads; ++head) {
+          for (int64_t i = 0; i < count; ++i) {
+            backward_row(probs_data + offset + head * head_stride + i * width, local + head * stride + i * width,
+                         nullptr, 1.0f, nullptr, factor, width, nullptr);
+          }
         }
-      }
-      // pre: grad += (mixed logits' gradient) summed^T; the summed scores' gradient pre^T (..).
-      gemm(false, true, heads, heads, n, 1.0f, local, stride, summed_data + offset, head_stride, 1.0f,
-           pre_sum.data(), heads);
-      gemm(true, false, heads, n, heads, 1.0f, pre_data, heads, local, stride, 0.0f, upstream, stride);
-      for (int64_t head = 0; head < heads; ++head) {
-        float* g = upstream + head * stride;
-        float* out = grad_scores + offset + head * head_stride;
-        if (grad_summed_data) {
-          const float* carried_grad = grad_summed_data + offset + head * head_stride;
+        // pre: grad += (mixed logits' gradient) summed^T; the summed scores' gradient pre^T (..).
+        gemm(false, true, heads, heads, n, 1.0f, local, stride, summed_data + offset, head_stride, 1.0f,
+             pre_sum.data(), heads);
+        gemm(true, false, heads, n, heads, 1.0f, pre_data, heads, local, stride, 0.0f, upstream, stride);
+        for (int64_t head = 0; head < heads; ++head) {
+          float* g = upstream + head * stride;
+          float* out = grad_scores + offset + head * head_stride;
+          if (grad_summed_data) {
+            const float* carried_grad = grad_summed_data + offset + head * head_stride;
 #pragma omp simd
-          for (int64_t e = 0; e < n; ++e) out[e] = g[e] + carried_grad[e];
-        } else {
+            for (int64_t e = 0; e < n; ++e) g[e] += carried_grad[e];
+          }
           std::memcpy(out, g, n * sizeof(float));
+          if (in_cache) {
+            add_chunk_gradients(own, pieces, span, b, head, first, count, alpha, g, weights + head * stride);
+          }
         }
       }
-    }
-    const std::lock_guard<std::mutex> lock(totals);
-    for (int64_t e = 0; e < heads * heads; ++e) {
-      grad_pre_data[e] += pre_sum[e];
-      grad_post_data[e] += post_sum[e];
-    }
-  });
+      const std::lock_guard<std::mutex> lock(totals);
+      for (int64_t e = 0; e < heads * heads; ++e) {
+        grad_pre_data[e] += pre_sum[e];
+        grad_post_data[e] += post_sum[e];
+      }
+      for (int64_t bh = 0; in_cache && bh < batch * heads; ++bh) {
+        for (int64_t r = 0; r < pieces.second_rows; ++r) {
+          float* keys = o.dk2.at(bh / heads, bh % heads, r);
+          float* values = o.dv2.at(bh / heads, bh % heads, r);
+          const float* key_sum = own.dk2.at(bh / heads, bh % heads, r);
+          const float* value_sum = own.dv2.at(bh / heads, bh % heads, r);
+          for (int64_t j = 0; j < size; ++j) {
+            keys[j] += key_sum[j];
+            values[j] += value_sum[j];
+          }
+        }
+      }
+    });
+  }
 }
 
 // The second pass of a backward whose scores' gradient and weights are in memory (talking heads):
@@ -820,6 +869,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("attention_forward", &attention_forward, "One softmax of global-local attention, scores to context");
   module.def("attention_backward", &attention_backward, "The gradients of attention_forward's inputs");
   module.def("talking_heads_forward", &talking_heads_forward, "attention_forward with talking heads");
-  module.def("talking_heads_backward", &talking_heads_backward, "Talking heads' backward: scores, mixes, weights");
+  module.def("talking_heads_backward", &talking_heads_backward, "Talking heads' backward");
   module.def("attention_gradients", &attention_gradients, "Query, key and value gradients from scores' gradient in memory");
 }
