@@ -389,7 +389,7 @@ class GlobalLocalAttention(nn.Module):
 
         long_qkv = self.long_qkv(long_hidden)
         global_qkv = (self.global_qkv or self.long_qkv)(global_hidden)
-        if _uses_kernel(long_qkv):
+        if kernels.available_for(long_qkv):
             return self._forward_compiled(long_qkv, global_qkv, side, carry, layer_number)
         long_q, long_k, long_v = self._split_heads(long_qkv)  # [B, h, Lp, d] each
         global_q, global_k, global_v = self._split_heads(global_qkv)
@@ -585,13 +585,6 @@ class GlobalLocalAttention(nn.Module):
         mixing = mixing.expand(batch, *mixing.shape)
         flat_out = None if out is None else out.view(batch, heads, -1)
         return torch.bmm(mixing, values.reshape(batch, heads, -1), out=flat_out).view(values.shape)
-
-
-def _uses_kernel(tensor: Tensor) -> bool:
-    """Whether the attention runs in the compiled kernels: on CPU in float32, unless LONGDOC_KERNELS=0
-    or they cannot be built."""
-    return (tensor.device.type == "cpu" and tensor.dtype == torch.float32 and kernels.enabled()
-            and kernels.compiled() is not None)
 
 
 # The per-softmax parameters' names, relative to an attention module, in weights saved before

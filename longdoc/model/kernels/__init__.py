@@ -40,6 +40,12 @@ def _compile_flags() -> list[str]:
     return flags
 
 
+def available_for(tensor: torch.Tensor) -> bool:
+    """Whether the compiled kernels serve this tensor's computation: on CPU in float32, unless
+    LONGDOC_KERNELS=0 or they cannot be built."""
+    return tensor.device.type == "cpu" and tensor.dtype == torch.float32 and enabled() and compiled() is not None
+
+
 @functools.cache
 def compiled():
     """The compiled module (`attention_forward`, `attention_backward`, the talking-heads variants),
