@@ -218,7 +218,6 @@ class CompiledSoftmax(torch.autograd.Function):
             ctx.save_for_backward(own_qkv, other_qkv, probs, keep, summed if talking else None, pre, post)
             ctx.attention, ctx.keep_scale = attention, keep_scale
             ctx.relative_shape = None if relative is None else relative.shape
-            ctx.has_carried = carried is not None
         return context.view(batch, num_queries, -1), summed if attention.keep_summed else None
 
     @staticmethod
@@ -243,22 +242,17 @@ class CompiledSoftmax(torch.autograd.Function):
                 rows(grad_scores), *grads,
             )
         else:
-            # Without a window (global queries) two passes: the scores' gradient across heads and
-            # the weights into memory, then the GEMMs per head.
-            weights = torch.empty_like(probs) if attention.block_size == 0 else None
             grad_pre, grad_post = torch.zeros_like(pre), torch.zeros_like(post)
             kernels.compiled().talking_heads_backward(
                 *keys, rows(probs), rows(summed), rows(keep), ctx.keep_scale, pre.contiguous(), post.contiguous(),
-                grad_context, grad_summed, attention.scale, rows(grad_scores), rows(weights), grad_pre, grad_post,
-                *grads,
+                grad_context, grad_summed, attention.scale, rows(grad_scores), grad_pre, grad_post, *grads,
             )
-            if weights is not None:
-                kernels.compiled().attention_gradients(*keys, rows(grad_scores), rows(weights), grad_context, *grads)
         grad_relative = None
         if ctx.relative_shape is not None and ctx.needs_input_grad[2]:
             grad_relative = relative_gradient(grad_scores, attention.relative_ids, attention.links, attention.layout,
                                               attention.block_size or None, ctx.relative_shape)
-        return grad_own, grad_other, grad_relative, grad_scores if ctx.has_carried else None, grad_pre, grad_post, None
+        grad_carried = grad_scores if ctx.needs_input_grad[3] else None
+        return grad_own, grad_other, grad_relative, grad_carried, grad_pre, grad_post, None
 
 
 def relative_gradient(grad_picked: Tensor, ids: Tensor, links: Tensor | None, layout: RelativeIdLayout,
@@ -456,7 +450,6 @@ class GlobalLocalAttention(nn.Module):
         """One softmax in the compiled kernel: the queries of `own_qkv` [B, Nq, 3H] over [its keys
         (with `block_size` b: the window of 3b around each block of b queries) | all keys of
         `other_qkv`] -> (context [B, Nq, H], the summed scores to carry or None)."""
-        batch, num_queries, _ = own_qkv.shape
         relative = None
         if relative_ids is not None:
             query = _head_views(own_qkv, self.num_heads)[0]  # [B, h, Nq, d], unscaled: the kernel scales q.k

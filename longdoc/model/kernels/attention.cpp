@@ -71,8 +71,8 @@ inline float exp_approx(float x) {
 
 #if defined(__AVX512F__)
 // A row's relative terms, table[id], 16 columns at a time from at most 64 terms held in four
-// registers: two permutes and a blend, where the gather the compiler emits took 4 of the long
-// softmax's 36 ms a layer at 4096 tokens.
+// registers: two permutes and a blend, where the gather the compiler emits took 6 of the long
+// softmax's 35 ms a layer at 4096 tokens.
 struct SmallTable {
   static constexpr int64_t kMaxVocab = 64;
   __m512 part[4];
@@ -665,20 +665,18 @@ void talking_heads_forward(const at::Tensor& query, double query_scale, const at
 }
 
 // Talking heads' backward (tasks: chunks, all heads): from grad_context, the gradients of the
-// summed scores (grad_scores_out, with grad_summed added) and of the two mixes (added to grad_pre,
-// grad_post), from what talking_heads_forward kept (probs, summed). Then either the weights that
-// multiplied the values go to `weights_out`, for a second pass (`attention_gradients`), or, with
-// a window (window_block > 0), the gradients of query, keys and values are added here, in cache:
-// chunks three blocks apart have disjoint windows, so the chunks run in three rounds, and the second
-// piece's keys, which every chunk shares, add up per thread first.
+// summed scores (grad_scores_out, with grad_summed added), of the two mixes (added to grad_pre,
+// grad_post) and of query, keys and values (added to), from what talking_heads_forward kept
+// (probs, summed), all in cache. Keys that several chunks share add up per thread first: the
+// second piece's, and without a window the first piece's too; with a window, chunks three blocks
+// apart have disjoint windows, so the chunks run in three rounds and add to their windows in place.
 void talking_heads_backward(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
                             const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
                             const at::Tensor& second_values, const at::Tensor& probs, const at::Tensor& summed,
                             const c10::optional<at::Tensor>& keep, double keep_scale, const at::Tensor& pre,
                             const at::Tensor& post, const at::Tensor& grad_context,
                             const c10::optional<at::Tensor>& grad_summed, double scale,
-                            const at::Tensor& grad_scores_out, const c10::optional<at::Tensor>& weights_out,
-                            const at::Tensor& grad_pre, const at::Tensor& grad_post, const at::Tensor& grad_query,
+                            const at::Tensor& grad_scores_out, const at::Tensor& grad_pre, const at::Tensor& grad_post, const at::Tensor& grad_query,
                             const at::Tensor& grad_first_keys, const at::Tensor& grad_first_values,
                             const at::Tensor& grad_second_keys, const at::Tensor& grad_second_values) {
   for (const auto& [tensor, name] : {std::pair{&first_keys, "first_keys"}, {&first_values, "first_values"},
@@ -695,15 +693,12 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
   for (const auto* tensor : {&probs, &summed, &grad_scores_out}) {
     check_scores(*tensor, "probs/summed/grad_scores_out", query, width);
   }
-  check_scores(weights_out, "weights_out", query, width);
   check_scores(grad_summed, "grad_summed", query, width);
   check_scores(keep, "keep", query, width, at::kByte);
   for (const auto* mix : {&pre, &post, &grad_pre, &grad_post}) {
     check(*mix, "pre/post/grad_pre/grad_post", at::kFloat, 2);
     TORCH_CHECK(mix->size(0) == heads && mix->size(1) == heads, "the head mixes must be [h, h]");
   }
-  const bool in_cache = !weights_out.has_value();
-  TORCH_CHECK(!in_cache || window_block > 0, "without a window, the weights go to weights_out for a second pass");
 
   const Operands o{Rows<const float>(query), Rows<const float>(first_keys), Rows<const float>(first_values),
                    Rows<const float>(second_keys), Rows<const float>(second_values), Rows<const float>(grad_context),
@@ -716,31 +711,40 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
   const float* post_data = post.data_ptr<float>();
   const float* grad_summed_data = data_or_null(grad_summed);
   float* grad_scores = grad_scores_out.data_ptr<float>();
-  float* weights_data = in_cache ? nullptr : weights_out->data_ptr<float>();
   const float factor = static_cast<float>(scale), dropped_scale = static_cast<float>(keep_scale);
   const float alpha = static_cast<float>(query_scale);
   const Chunks parts(pieces, heads, rows);
   const int64_t chunk = parts.rows, stride = chunk * width;
   const int64_t head_stride = rows * width;  // of the [B, h, M, N] tensors
-  const int64_t second_size = batch * heads * pieces.second_rows * size;  // a thread's share of the second piece's
+  // Per-thread sums of the shared keys' gradients: the second piece's, and the first's without a window.
+  const bool shared_first = window_block == 0;
+  const int64_t first_size = shared_first ? batch * heads * pieces.first_rows * size : 0;
+  const int64_t second_size = batch * heads * pieces.second_rows * size;
   std::mutex totals;
   float* grad_pre_data = grad_pre.data_ptr<float>();
   float* grad_post_data = grad_post.data_ptr<float>();
 
-  const int64_t rounds = in_cache ? 3 : 1;
+  const int64_t rounds = shared_first ? 1 : 3;
   for (int64_t round = 0; round < rounds; ++round) {
     const int64_t round_chunks = (parts.count - round + rounds - 1) / rounds;
     at::parallel_for(0, batch * round_chunks, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> upstream_buffer(heads * stride), local_buffer(heads * stride);
-      std::vector<float> weights_buffer(in_cache ? heads * stride : 0);
-      std::vector<float> second_keys_sum(in_cache ? second_size : 0), second_values_sum(in_cache ? second_size : 0);
+      std::vector<float> weights_buffer(heads * stride);
+      std::vector<float> first_keys_sum(first_size), first_values_sum(first_size);
+      std::vector<float> second_keys_sum(second_size), second_values_sum(second_size);
       std::vector<float> pre_sum(heads * heads, 0.0f), post_sum(heads * heads, 0.0f);
       float* upstream = upstream_buffer.data();
       float* local = local_buffer.data();
-      Operands own = o;  // the second piece's gradients into this thread's sums
-      own.dk2 = Rows<float>(second_keys_sum.data(), heads * pieces.second_rows * size, pieces.second_rows * size, size);
-      own.dv2 = Rows<float>(second_values_sum.data(), heads * pieces.second_rows * size, pieces.second_rows * size,
-                            size);
+      Operands own = o;  // the shared keys' gradients into this thread's sums
+      const auto sums = [&](std::vector<float>& data, int64_t key_rows) {
+        return Rows<float>(data.data(), heads * key_rows * size, key_rows * size, size);
+      };
+      own.dk2 = sums(second_keys_sum, pieces.second_rows);
+      own.dv2 = sums(second_values_sum, pieces.second_rows);
+      if (shared_first) {
+        own.dk1 = sums(first_keys_sum, pieces.first_rows);
+        own.dv1 = sums(first_values_sum, pieces.first_rows);
+      }
       for (int64_t task = begin; task < end; ++task) {
         const int64_t b = task / round_chunks;
         const auto [first, count, span] = parts.at((task % round_chunks) * rounds + round);
@@ -762,7 +766,7 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
           }
         }
         // The weights again (post @ probs, dropped): they multiplied the values.
-        float* weights = in_cache ? weights_buffer.data() : local;
+        float* weights = weights_buffer.data();
         gemm(false, false, heads, n, heads, 1.0f, post_data, heads, probs_data + offset, head_stride, 0.0f, weights,
              stride);
         for (int64_t head = 0; head < heads; ++head) {
@@ -772,7 +776,6 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
 #pragma omp simd
             for (int64_t e = 0; e < n; ++e) w[e] = kept[e] ? w[e] * dropped_scale : 0.0f;
           }
-          if (!in_cache) std::memcpy(weights_data + offset + head * head_stride, w, n * sizeof(float));
         }
         // post: grad += g probs^T; the probs' gradient post^T g, through the softmax.
         gemm(false, true, heads, heads, n, 1.0f, upstream, stride, probs_data + offset, head_stride, 1.0f,
@@ -797,9 +800,7 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
             for (int64_t e = 0; e < n; ++e) g[e] += carried_grad[e];
           }
           std::memcpy(out, g, n * sizeof(float));
-          if (in_cache) {
-            add_chunk_gradients(own, pieces, span, b, head, first, count, alpha, g, weights + head * stride);
-          }
+          add_chunk_gradients(own, pieces, span, b, head, first, count, alpha, g, weights + head * stride);
         }
       }
       const std::lock_guard<std::mutex> lock(totals);
@@ -807,68 +808,29 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
         grad_pre_data[e] += pre_sum[e];
         grad_post_data[e] += post_sum[e];
       }
-      for (int64_t bh = 0; in_cache && bh < batch * heads; ++bh) {
-        for (int64_t r = 0; r < pieces.second_rows; ++r) {
-          float* keys = o.dk2.at(bh / heads, bh % heads, r);
-          float* values = o.dv2.at(bh / heads, bh % heads, r);
-          const float* key_sum = own.dk2.at(bh / heads, bh % heads, r);
-          const float* value_sum = own.dv2.at(bh / heads, bh % heads, r);
-          for (int64_t j = 0; j < size; ++j) {
-            keys[j] += key_sum[j];
-            values[j] += value_sum[j];
+      const auto add = [&](const Rows<float>& total, const Rows<float>& part, int64_t key_rows) {
+        for (int64_t bh = 0; bh < batch * heads; ++bh) {
+          for (int64_t r = 0; r < key_rows; ++r) {
+            float* into = total.at(bh / heads, bh % heads, r);
+            const float* from = part.at(bh / heads, bh % heads, r);
+            for (int64_t j = 0; j < size; ++j) into[j] += from[j];
           }
         }
+      };
+      add(o.dk2, own.dk2, pieces.second_rows);
+      add(o.dv2, own.dv2, pieces.second_rows);
+      if (shared_first) {
+        add(o.dk1, own.dk1, pieces.first_rows);
+        add(o.dv1, own.dv1, pieces.first_rows);
       }
     });
   }
 }
 
-// The second pass of a backward whose scores' gradient and weights are in memory (talking heads):
-// the gradients of query, keys and values (added to), tasks (batch, head) as in attention_backward.
-void attention_gradients(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
-                         const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
-                         const at::Tensor& second_values, const at::Tensor& grad_scores, const at::Tensor& weights,
-                         const at::Tensor& grad_context, const at::Tensor& grad_query, const at::Tensor& grad_first_keys,
-                         const at::Tensor& grad_first_values, const at::Tensor& grad_second_keys,
-                         const at::Tensor& grad_second_values) {
-  for (const auto& [tensor, name] : {std::pair{&first_keys, "first_keys"}, {&first_values, "first_values"},
-                                     {&second_keys, "second_keys"}, {&second_values, "second_values"},
-                                     {&grad_context, "grad_context"}, {&grad_query, "grad_query"},
-                                     {&grad_first_keys, "grad_first_keys"}, {&grad_first_values, "grad_first_values"},
-                                     {&grad_second_keys, "grad_second_keys"},
-                                     {&grad_second_values, "grad_second_values"}}) {
-    check_rows(*tensor, name, query);
-  }
-  const int64_t batch = query.size(0), heads = query.size(1), rows = query.size(2);
-  const Pieces pieces(window_block, first_keys.size(2), second_keys.size(2));
-  const int64_t width = pieces.width;
-  check_scores(grad_scores, "grad_scores", query, width);
-  check_scores(weights, "weights", query, width);
-  const Operands o{Rows<const float>(query), Rows<const float>(first_keys), Rows<const float>(first_values),
-                   Rows<const float>(second_keys), Rows<const float>(second_values), Rows<const float>(grad_context),
-                   Rows<float>(grad_query), Rows<float>(grad_first_keys), Rows<float>(grad_first_values),
-                   Rows<float>(grad_second_keys), Rows<float>(grad_second_values)};
-  const float* grad_scores_data = grad_scores.data_ptr<float>();
-  const float* weights_data = weights.data_ptr<float>();
-  const float alpha = static_cast<float>(query_scale);
-  const int64_t chunk = pieces.chunk(), chunks = (rows + chunk - 1) / chunk;
-  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t head = task % heads, b = task / heads;
-      for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t first = c * chunk, count = std::min(chunk, rows - first);
-        const int64_t offset = ((b * heads + head) * rows + first) * width;
-        add_chunk_gradients(o, pieces, pieces.keys_of(first), b, head, first, count, alpha, grad_scores_data + offset,
-                            weights_data + offset);
-      }
-    }
-  });
-}
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("attention_forward", &attention_forward, "One softmax of global-local attention, scores to context");
   module.def("attention_backward", &attention_backward, "The gradients of attention_forward's inputs");
   module.def("talking_heads_forward", &talking_heads_forward, "attention_forward with talking heads");
   module.def("talking_heads_backward", &talking_heads_backward, "Talking heads' backward");
-  module.def("attention_gradients", &attention_gradients, "Query, key and value gradients from scores' gradient in memory");
 }
