@@ -106,8 +106,8 @@ def test_a_kernel_that_cannot_be_built_warns_once_and_the_eager_path_serves(monk
     from torch.utils import cpp_extension
 
     def no_compiler(**kwargs):  # what torch raises when ninja cannot run the compiler (its command line first)
-        raise RuntimeError("Error building extension 'x': [1/2] c++ -O3 -c scores_softmax.cpp\nFAILED: [code=127] "
-                           "scores_softmax.o\n/bin/sh: 1: c++: not found\nninja: build stopped: subcommand failed.")
+        raise RuntimeError("Error building extension 'x': [1/2] c++ -O3 -c attention.cpp\nFAILED: [code=127] "
+                           "attention.o\n/bin/sh: 1: c++: not found\nninja: build stopped: subcommand failed.")
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
     monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path))
