@@ -426,7 +426,8 @@ class GlobalLocalAttention(nn.Module):
         )
         long_out = self.long_output(long_context)
         if global_qkv.shape[1] == 0:
-            return long_out, global_qkv.new_zeros(*global_qkv.shape[:2], long_out.shape[-1]), AttentionCarry(long_scores)
+            no_globals = global_qkv.new_zeros(*global_qkv.shape[:2], long_out.shape[-1])
+            return long_out, no_globals, AttentionCarry(long_scores)
         global_context, global_scores = self._attend_compiled(
             global_qkv, long_qkv, 0, self.global_softmax, side.global_mask_bias,
             side.global_relative_ids, global_ids, side, carry.global_scores, layer_number,
@@ -550,7 +551,9 @@ class GlobalLocalAttention(nn.Module):
         picks its own): query [B, h, ..., Nq, d] (pre-scaled, unless `query_scale` scales it) -> [B, h, ..., Nq, R]."""
         table, bias = softmax.relative_key, softmax.relative_bias  # [R, h, d], [R, h]
         batch, heads, size = query.shape[0], query.shape[1], query.shape[-1]
-        keys = table.permute(1, 2, 0) if query_scale == 1.0 else table.permute(1, 2, 0) * query_scale  # (the small side)
+        keys = table.permute(1, 2, 0)  # [h, d, R]
+        if query_scale != 1.0:
+            keys = keys * query_scale  # (the small side, not the [.., Nq, R] result)
         relative = torch.matmul(query.reshape(batch, heads, -1, size), keys)  # [B, h, N, R]
         return (relative + (bias.t() / math.sqrt(self.head_size)).unsqueeze(1)).view(*query.shape[:-1], bias.shape[0])
 

@@ -309,6 +309,66 @@ void check_scores(const c10::optional<at::Tensor>& tensor, const char* name, con
               " must be [B, h, M, N]");
 }
 
+// The inputs and outputs of a forward (attention_forward, talking_heads_forward), checked:
+// query [B, h, M, d] (unscaled: query_scale multiplies q.k); keys and values [B, h, N1 | N2, d];
+// context_out [B, h, M, d]: all at their strides. relative [B, h, M, R]; ids (int32), mask_bias
+// [B, M, N]; carried, summed_out, probs_out (the weights autograd keeps, before dropout), keep
+// (uint8, dropout's mask, with probs_out): [B, h, M, N], contiguous. summed_out may be carried.
+struct ForwardOperands {
+  int64_t batch, heads, rows, size, vocab;
+  Pieces pieces;
+  Rows<const float> q, k1, v1, k2, v2;
+  Rows<float> context;
+  const float* relative;
+  const int32_t* ids;
+  const float* carried;
+  const float* mask;
+  const uint8_t* keep;
+  float* summed;
+  float* probs;
+
+  ForwardOperands(const at::Tensor& query, const at::Tensor& first_keys, const at::Tensor& first_values,
+                  int64_t window_block, const at::Tensor& second_keys, const at::Tensor& second_values,
+                  const c10::optional<at::Tensor>& relative_terms, const c10::optional<at::Tensor>& relative_ids,
+                  const c10::optional<at::Tensor>& carried_scores, const at::Tensor& mask_bias,
+                  const c10::optional<at::Tensor>& keep_mask, const c10::optional<at::Tensor>& summed_out,
+                  const c10::optional<at::Tensor>& probs_out, const at::Tensor& context_out)
+      : batch(query.size(0)), heads(query.size(1)), rows(query.size(2)), size(query.size(3)), vocab(0),
+        pieces(window_block, first_keys.size(2), second_keys.size(2)), q(checked(query, "query", query)),
+        k1(checked(first_keys, "first_keys", query)), v1(checked(first_values, "first_values", query)),
+        k2(checked(second_keys, "second_keys", query)), v2(checked(second_values, "second_values", query)),
+        context(checked(context_out, "context_out", query)), relative(data_or_null(relative_terms)),
+        ids(relative_ids.has_value() ? relative_ids->data_ptr<int32_t>() : nullptr), carried(data_or_null(carried_scores)),
+        mask(mask_bias.data_ptr<float>()), keep(keep_mask.has_value() ? keep_mask->data_ptr<uint8_t>() : nullptr),
+        summed(summed_out.has_value() ? summed_out->data_ptr<float>() : nullptr),
+        probs(probs_out.has_value() ? probs_out->data_ptr<float>() : nullptr) {
+    const int64_t width = pieces.width;
+    TORCH_CHECK(first_values.size(2) == pieces.first_rows && second_values.size(2) == pieces.second_rows,
+                "keys and values differ in length");
+    TORCH_CHECK(context_out.size(2) == rows, "context_out must have the query's rows");
+    check(mask_bias, "mask_bias", at::kFloat, 3);
+    TORCH_CHECK(mask_bias.sizes() == at::IntArrayRef({batch, rows, width}), "mask_bias must be [B, M, N]");
+    check_scores(carried_scores, "carried", query, width);
+    check_scores(summed_out, "summed_out", query, width);
+    check_scores(probs_out, "probs_out", query, width);
+    check_scores(keep_mask, "keep", query, width, at::kByte);
+    TORCH_CHECK(!keep_mask.has_value() || probs_out.has_value(), "dropout's keep mask comes with probs_out");
+    TORCH_CHECK(relative_terms.has_value() == relative_ids.has_value(), "relative and ids come together");
+    if (relative_terms.has_value()) {
+      check(*relative_terms, "relative", at::kFloat, 4);
+      check(*relative_ids, "ids", at::kInt, 3);
+      vocab = relative_terms->size(3);
+      TORCH_CHECK(relative_terms->size(2) == rows, "relative must be [B, h, M, R]");
+      TORCH_CHECK(relative_ids->sizes() == mask_bias.sizes(), "ids must be [B, M, N]");
+    }
+  }
+
+  static const at::Tensor& checked(const at::Tensor& tensor, const char* name, const at::Tensor& query) {
+    check_rows(tensor, name, query);
+    return tensor;
+  }
+};
+
 // Dropped weights for the values: probs * keep * keep_scale.
 void drop(const float* __restrict probs, const uint8_t* __restrict keep, float keep_scale, int64_t width,
           float* __restrict dropped) {
@@ -325,90 +385,52 @@ void attention_forward(const at::Tensor& query, double query_scale, const at::Te
                        const at::Tensor& mask_bias, double scale, const c10::optional<at::Tensor>& keep,
                        double keep_scale, const c10::optional<at::Tensor>& summed_out,
                        const c10::optional<at::Tensor>& probs_out, const at::Tensor& context_out) {
-  // query [B, h, M, d] (unscaled: query_scale multiplies q.k); keys and values [B, h, N1 | N2, d];
-  // context_out [B, h, M, d]: all at their strides. relative [B, h, M, R]; ids (int32), mask_bias
-  // [B, M, N]; carried, summed_out, probs_out (the weights autograd keeps, before dropout), keep
-  // (uint8, dropout's mask, with probs_out): [B, h, M, N], contiguous. summed_out may be carried.
-  for (const auto& [tensor, name] : {std::pair{&first_keys, "first_keys"}, {&first_values, "first_values"},
-                                     {&second_keys, "second_keys"}, {&second_values, "second_values"},
-                                     {&context_out, "context_out"}, {&query, "query"}}) {
-    check_rows(*tensor, name, query);
-  }
-  const int64_t batch = query.size(0), heads = query.size(1), rows = query.size(2), size = query.size(3);
-  const Pieces pieces(window_block, first_keys.size(2), second_keys.size(2));
-  const int64_t width = pieces.width;
-  TORCH_CHECK(first_values.size(2) == pieces.first_rows && second_values.size(2) == pieces.second_rows,
-              "keys and values differ in length");
-  TORCH_CHECK(context_out.size(2) == rows, "context_out must have the query's rows");
-  check(mask_bias, "mask_bias", at::kFloat, 3);
-  TORCH_CHECK(mask_bias.sizes() == at::IntArrayRef({batch, rows, width}), "mask_bias must be [B, M, N]");
-  check_scores(carried, "carried", query, width);
-  check_scores(summed_out, "summed_out", query, width);
-  check_scores(probs_out, "probs_out", query, width);
-  check_scores(keep, "keep", query, width, at::kByte);
-  TORCH_CHECK(!keep.has_value() || probs_out.has_value(), "dropout's keep mask comes with probs_out");
-  TORCH_CHECK(relative.has_value() == ids.has_value(), "relative and ids come together");
-  int64_t vocab = 0;
-  if (relative.has_value()) {
-    check(*relative, "relative", at::kFloat, 4);
-    check(*ids, "ids", at::kInt, 3);
-    vocab = relative->size(3);
-    TORCH_CHECK(relative->size(2) == rows, "relative must be [B, h, M, R]");
-    TORCH_CHECK(ids->sizes() == mask_bias.sizes(), "ids must be [B, M, N]");
-  }
-
-  const Rows<const float> q(query), k1(first_keys), v1(first_values), k2(second_keys), v2(second_values);
-  const Rows<float> context(context_out);
-  const float* relative_data = data_or_null(relative);
-  const int32_t* ids_data = ids.has_value() ? ids->data_ptr<int32_t>() : nullptr;
-  const float* carried_data = data_or_null(carried);
-  const float* mask_data = mask_bias.data_ptr<float>();
-  const uint8_t* keep_data = keep.has_value() ? keep->data_ptr<uint8_t>() : nullptr;
-  float* summed_data = summed_out.has_value() ? summed_out->data_ptr<float>() : nullptr;
-  float* probs_data = probs_out.has_value() ? probs_out->data_ptr<float>() : nullptr;
+  const ForwardOperands f(query, first_keys, first_values, window_block, second_keys, second_values, relative, ids,
+                          carried, mask_bias, keep, summed_out, probs_out, context_out);
+  const int64_t width = f.pieces.width;
   const float factor = static_cast<float>(scale), alpha = static_cast<float>(query_scale);
   const float dropped_scale = static_cast<float>(keep_scale);
-  const RowFunction process = row_function(relative_data != nullptr, carried_data != nullptr, summed_data != nullptr,
+  const RowFunction process = row_function(f.relative != nullptr, f.carried != nullptr, f.summed != nullptr,
                                            true);
-  const int64_t chunk = pieces.chunk(), chunks = (rows + chunk - 1) / chunk;
+  const int64_t chunk = f.pieces.chunk(), chunks = (f.rows + chunk - 1) / chunk;
 
   // Heads innermost: consecutive tasks of a thread share the chunk's ids and mask.
-  at::parallel_for(0, batch * chunks * heads, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, f.batch * chunks * f.heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(chunk * width), x(width), inverse_sums(chunk);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t head = task % heads, c = (task / heads) % chunks, b = task / heads / chunks;
-      const int64_t first = c * chunk, count = std::min(chunk, rows - first);
-      const float* query_rows = q.at(b, head, first);
-      const auto span = pieces.keys_of(first);
+      const int64_t head = task % f.heads, c = (task / f.heads) % chunks, b = task / f.heads / chunks;
+      const int64_t first = c * chunk, count = std::min(chunk, f.rows - first);
+      const float* query_rows = f.q.at(b, head, first);
+      const auto span = f.pieces.keys_of(first);
       float* s = scores.data();
-      pieces.zero_padding(span, count, s);
-      gemm(false, true, count, span.end - span.begin, size, alpha, query_rows, q.row_stride,
-           k1.at(b, head, span.begin), k1.row_stride, 0.0f, s + span.column, width);
-      gemm(false, true, count, pieces.second_rows, size, alpha, query_rows, q.row_stride, k2.at(b, head, 0),
-           k2.row_stride, 0.0f, s + pieces.first_width, width);
+      f.pieces.zero_padding(span, count, s);
+      gemm(false, true, count, span.end - span.begin, f.size, alpha, query_rows, f.q.row_stride,
+           f.k1.at(b, head, span.begin), f.k1.row_stride, 0.0f, s + span.column, width);
+      gemm(false, true, count, f.pieces.second_rows, f.size, alpha, query_rows, f.q.row_stride, f.k2.at(b, head, 0),
+           f.k2.row_stride, 0.0f, s + f.pieces.first_width, width);
 
       // Weights kept for autograd are normalised; otherwise the context rows are scaled instead.
-      const int64_t row0 = (b * heads + head) * rows + first, shared0 = b * rows + first;
-      float* p = probs_data ? probs_data + row0 * width : s;  // (the row pass may write over its scores)
+      const int64_t row0 = (b * f.heads + head) * f.rows + first, shared0 = b * f.rows + first;
+      float* p = f.probs ? f.probs + row0 * width : s;  // (the row pass may write over its scores)
       for (int64_t i = 0; i < count; ++i) {
         const int64_t row = row0 + i, shared = shared0 + i;
         inverse_sums[i] = process(
-            s + i * width, relative_data ? relative_data + row * vocab : nullptr, vocab,
-            ids_data ? ids_data + shared * width : nullptr, carried_data ? carried_data + row * width : nullptr,
-            mask_data + shared * width, factor, width, x.data(), summed_data ? summed_data + row * width : nullptr,
-            p + i * width, probs_data != nullptr);
-        if (keep_data) drop(p + i * width, keep_data + row * width, dropped_scale, width, s + i * width);
+            s + i * width, f.relative ? f.relative + row * f.vocab : nullptr, f.vocab,
+            f.ids ? f.ids + shared * width : nullptr, f.carried ? f.carried + row * width : nullptr,
+            f.mask + shared * width, factor, width, x.data(), f.summed ? f.summed + row * width : nullptr,
+            p + i * width, f.probs != nullptr);
+        if (f.keep) drop(p + i * width, f.keep + row * width, dropped_scale, width, s + i * width);
       }
-      const float* weights = keep_data ? s : p;
+      const float* weights = f.keep ? s : p;
 
-      float* out = context.at(b, head, first);
-      gemm(false, false, count, size, span.end - span.begin, 1.0f, weights + span.column, width,
-           v1.at(b, head, span.begin), v1.row_stride, 0.0f, out, context.row_stride);
-      gemm(false, false, count, size, pieces.second_rows, 1.0f, weights + pieces.first_width, width,
-           v2.at(b, head, 0), v2.row_stride, 1.0f, out, context.row_stride);
-      if (!probs_data) {
+      float* out = f.context.at(b, head, first);
+      gemm(false, false, count, f.size, span.end - span.begin, 1.0f, weights + span.column, width,
+           f.v1.at(b, head, span.begin), f.v1.row_stride, 0.0f, out, f.context.row_stride);
+      gemm(false, false, count, f.size, f.pieces.second_rows, 1.0f, weights + f.pieces.first_width, width,
+           f.v2.at(b, head, 0), f.v2.row_stride, 1.0f, out, f.context.row_stride);
+      if (!f.probs) {
         for (int64_t i = 0; i < count; ++i) {
-          for (int64_t j = 0; j < size; ++j) out[i * context.row_stride + j] *= inverse_sums[i];
+          for (int64_t j = 0; j < f.size; ++j) out[i * f.context.row_stride + j] *= inverse_sums[i];
         }
       }
     }
@@ -417,11 +439,43 @@ void attention_forward(const at::Tensor& query, double query_scale, const at::Te
 
 namespace {
 
-// The tensors of one softmax's backward, each [B, h, N, d] at its strides.
+// The tensors of one softmax's backward, [B, h, N, d] at their strides, and its shape.
 struct Operands {
   Rows<const float> q, k1, v1, k2, v2, grad_out;
   Rows<float> dq, dk1, dv1, dk2, dv2;
+  int64_t batch, heads, rows, size;
+  Pieces pieces;
 };
+
+// The operands of a backward, checked: [B, h, N, d] like the query, rows contiguous; probs, keep,
+// grad_summed and grad_scores_out [B, h, M, N].
+Operands backward_operands(const at::Tensor& query, const at::Tensor& first_keys, const at::Tensor& first_values,
+                           int64_t window_block, const at::Tensor& second_keys, const at::Tensor& second_values,
+                           const at::Tensor& probs, const c10::optional<at::Tensor>& keep,
+                           const at::Tensor& grad_context, const c10::optional<at::Tensor>& grad_summed,
+                           const at::Tensor& grad_scores_out, const at::Tensor& grad_query,
+                           const at::Tensor& grad_first_keys, const at::Tensor& grad_first_values,
+                           const at::Tensor& grad_second_keys, const at::Tensor& grad_second_values) {
+  for (const auto& [tensor, name] : {std::pair{&first_keys, "first_keys"}, {&first_values, "first_values"},
+                                     {&second_keys, "second_keys"}, {&second_values, "second_values"},
+                                     {&grad_context, "grad_context"}, {&grad_query, "grad_query"},
+                                     {&grad_first_keys, "grad_first_keys"}, {&grad_first_values, "grad_first_values"},
+                                     {&grad_second_keys, "grad_second_keys"},
+                                     {&grad_second_values, "grad_second_values"}}) {
+    check_rows(*tensor, name, query);
+  }
+  check_rows(query, "query", query);
+  const Pieces pieces(window_block, first_keys.size(2), second_keys.size(2));
+  check_scores(probs, "probs", query, pieces.width);
+  check_scores(keep, "keep", query, pieces.width, at::kByte);
+  check_scores(grad_summed, "grad_summed", query, pieces.width);
+  check_scores(grad_scores_out, "grad_scores_out", query, pieces.width);
+  return Operands{Rows<const float>(query), Rows<const float>(first_keys), Rows<const float>(first_values),
+                  Rows<const float>(second_keys), Rows<const float>(second_values), Rows<const float>(grad_context),
+                  Rows<float>(grad_query), Rows<float>(grad_first_keys), Rows<float>(grad_first_values),
+                  Rows<float>(grad_second_keys), Rows<float>(grad_second_values), query.size(0), query.size(1),
+                  query.size(2), query.size(3), pieces};
+}
 
 // For the chunk of `count` queries from `first` (keys `span` of the first piece): from g, the
 // gradient of its scores, and the weights that multiplied the values (rows of `width`):
@@ -483,51 +537,36 @@ void attention_backward(const at::Tensor& query, double query_scale, const at::T
   // relative terms and the carried scores alike) is written and the gradients of query, keys and
   // values (views at their strides, as their inputs) are added to. Tasks are (batch, head), the
   // chunks of one head in turn: overlapping windows add to the same key rows.
-  for (const auto& [tensor, name] : {std::pair{&first_keys, "first_keys"}, {&first_values, "first_values"},
-                                     {&second_keys, "second_keys"}, {&second_values, "second_values"},
-                                     {&grad_context, "grad_context"}, {&grad_query, "grad_query"},
-                                     {&grad_first_keys, "grad_first_keys"}, {&grad_first_values, "grad_first_values"},
-                                     {&grad_second_keys, "grad_second_keys"},
-                                     {&grad_second_values, "grad_second_values"}}) {
-    check_rows(*tensor, name, query);
-  }
-  const int64_t batch = query.size(0), heads = query.size(1), rows = query.size(2), size = query.size(3);
-  const Pieces pieces(window_block, first_keys.size(2), second_keys.size(2));
-  const int64_t width = pieces.width;
-  check_scores(probs, "probs", query, width);
-  check_scores(keep, "keep", query, width, at::kByte);
-  check_scores(grad_summed, "grad_summed", query, width);
-  check_scores(grad_scores_out, "grad_scores_out", query, width);
+  const Operands o = backward_operands(query, first_keys, first_values, window_block, second_keys, second_values, probs,
+                                       keep, grad_context, grad_summed, grad_scores_out, grad_query, grad_first_keys,
+                                       grad_first_values, grad_second_keys, grad_second_values);
+  const int64_t width = o.pieces.width;
 
-  const Operands o{Rows<const float>(query), Rows<const float>(first_keys), Rows<const float>(first_values),
-                   Rows<const float>(second_keys), Rows<const float>(second_values), Rows<const float>(grad_context),
-                   Rows<float>(grad_query), Rows<float>(grad_first_keys), Rows<float>(grad_first_values),
-                   Rows<float>(grad_second_keys), Rows<float>(grad_second_values)};
   const float* probs_data = probs.data_ptr<float>();
   const uint8_t* keep_data = keep.has_value() ? keep->data_ptr<uint8_t>() : nullptr;
   const float* grad_summed_data = data_or_null(grad_summed);
   float* grad_scores = grad_scores_out.data_ptr<float>();
   const float factor = static_cast<float>(scale), alpha = static_cast<float>(query_scale);
   const float dropped_scale = static_cast<float>(keep_scale);
-  const int64_t chunk = pieces.chunk(), chunks = (rows + chunk - 1) / chunk;
+  const int64_t chunk = o.pieces.chunk(), chunks = (o.rows + chunk - 1) / chunk;
 
-  at::parallel_for(0, batch * heads, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, o.batch * o.heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> grad_weights(chunk * width), dropped(keep_data ? chunk * width : 0);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t head = task % heads, b = task / heads;
+      const int64_t head = task % o.heads, b = task / o.heads;
       for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t first = c * chunk, count = std::min(chunk, rows - first);
-        const auto span = pieces.keys_of(first);
+        const int64_t first = c * chunk, count = std::min(chunk, o.rows - first);
+        const auto span = o.pieces.keys_of(first);
         const float* grad_rows = o.grad_out.at(b, head, first);
-        const int64_t row0 = (b * heads + head) * rows + first;
+        const int64_t row0 = (b * o.heads + head) * o.rows + first;
         const float* p = probs_data + row0 * width;
         // grad of the (dropped) weights = grad_context @ values^T.
         float* g = grad_weights.data();
-        pieces.zero_padding(span, count, g);
-        gemm(false, true, count, span.end - span.begin, size, 1.0f, grad_rows, o.grad_out.row_stride,
+        o.pieces.zero_padding(span, count, g);
+        gemm(false, true, count, span.end - span.begin, o.size, 1.0f, grad_rows, o.grad_out.row_stride,
              o.v1.at(b, head, span.begin), o.v1.row_stride, 0.0f, g + span.column, width);
-        gemm(false, true, count, pieces.second_rows, size, 1.0f, grad_rows, o.grad_out.row_stride, o.v2.at(b, head, 0),
-             o.v2.row_stride, 0.0f, g + pieces.first_width, width);
+        gemm(false, true, count, o.pieces.second_rows, o.size, 1.0f, grad_rows, o.grad_out.row_stride, o.v2.at(b, head, 0),
+             o.v2.row_stride, 0.0f, g + o.pieces.first_width, width);
         const float* weights = p;  // what the values were multiplied with
         if (keep_data) {
           for (int64_t i = 0; i < count; ++i) {
@@ -541,7 +580,8 @@ void attention_backward(const at::Tensor& query, double query_scale, const at::T
                        grad_summed_data ? grad_summed_data + row * width : nullptr, factor, width,
                        grad_scores + row * width);
         }
-        add_chunk_gradients(o, pieces, span, b, head, first, count, alpha, g, weights);  // (g: the scores' gradient now)
+        // g now holds the scores' gradient.
+        add_chunk_gradients(o, o.pieces, span, b, head, first, count, alpha, g, weights);
       }
     }
   });
@@ -561,104 +601,76 @@ void talking_heads_forward(const at::Tensor& query, double query_scale, const at
                            const c10::optional<at::Tensor>& keep, double keep_scale,
                            const c10::optional<at::Tensor>& summed_out, const c10::optional<at::Tensor>& probs_out,
                            const at::Tensor& context_out) {
-  for (const auto& [tensor, name] : {std::pair{&first_keys, "first_keys"}, {&first_values, "first_values"},
-                                     {&second_keys, "second_keys"}, {&second_values, "second_values"},
-                                     {&context_out, "context_out"}, {&query, "query"}}) {
-    check_rows(*tensor, name, query);
-  }
-  const int64_t batch = query.size(0), heads = query.size(1), rows = query.size(2), size = query.size(3);
-  const Pieces pieces(window_block, first_keys.size(2), second_keys.size(2));
-  const int64_t width = pieces.width;
-  check(mask_bias, "mask_bias", at::kFloat, 3);
-  TORCH_CHECK(mask_bias.sizes() == at::IntArrayRef({batch, rows, width}), "mask_bias must be [B, M, N]");
+  const ForwardOperands f(query, first_keys, first_values, window_block, second_keys, second_values, relative, ids,
+                          carried, mask_bias, keep, summed_out, probs_out, context_out);
+  const int64_t width = f.pieces.width;
   for (const auto* mix : {&pre, &post}) {
     check(*mix, "pre/post", at::kFloat, 2);
-    TORCH_CHECK(mix->size(0) == heads && mix->size(1) == heads, "the head mixes must be [h, h]");
+    TORCH_CHECK(mix->size(0) == f.heads && mix->size(1) == f.heads, "the head mixes must be [h, h]");
   }
-  check_scores(carried, "carried", query, width);
-  check_scores(summed_out, "summed_out", query, width);
-  check_scores(probs_out, "probs_out", query, width);
-  check_scores(keep, "keep", query, width, at::kByte);
-  TORCH_CHECK(relative.has_value() == ids.has_value(), "relative and ids come together");
-  int64_t vocab = 0;
-  if (relative.has_value()) {
-    check(*relative, "relative", at::kFloat, 4);
-    check(*ids, "ids", at::kInt, 3);
-    vocab = relative->size(3);
-  }
-
-  const Rows<const float> q(query), k1(first_keys), v1(first_values), k2(second_keys), v2(second_values);
-  const Rows<float> context(context_out);
-  const float* relative_data = data_or_null(relative);
-  const int32_t* ids_data = ids.has_value() ? ids->data_ptr<int32_t>() : nullptr;
-  const float* carried_data = data_or_null(carried);
-  const float* mask_data = mask_bias.data_ptr<float>();
   const float* pre_data = pre.data_ptr<float>();
   const float* post_data = post.data_ptr<float>();
-  const uint8_t* keep_data = keep.has_value() ? keep->data_ptr<uint8_t>() : nullptr;
-  float* summed_data = summed_out.has_value() ? summed_out->data_ptr<float>() : nullptr;
-  float* probs_data = probs_out.has_value() ? probs_out->data_ptr<float>() : nullptr;
   const float factor = static_cast<float>(scale), alpha = static_cast<float>(query_scale);
   const float dropped_scale = static_cast<float>(keep_scale);
-  const bool sums = relative_data != nullptr || carried_data != nullptr;
-  const RowFunction add_terms = row_function(relative_data != nullptr, carried_data != nullptr, true, false);
+  const bool sums = f.relative != nullptr || f.carried != nullptr;
+  const RowFunction add_terms = row_function(f.relative != nullptr, f.carried != nullptr, true, false);
   const RowFunction softmax = row_function(false, false, false, true);
-  const Chunks parts(pieces, heads, rows);
-  const int64_t chunk = parts.rows, stride = chunk * width, head_stride = rows * width;
+  const Chunks parts(f.pieces, f.heads, f.rows);
+  const int64_t chunk = parts.rows, stride = chunk * width, head_stride = f.rows * width;
 
-  at::parallel_for(0, batch * parts.count, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores_buffer(heads * stride), mixed_buffer(heads * stride), x(width);
+  at::parallel_for(0, f.batch * parts.count, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores_buffer(f.heads * stride), mixed_buffer(f.heads * stride), x(width);
     float* scores = scores_buffer.data();
     float* mixed = mixed_buffer.data();
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / parts.count;
       const auto [first, count, span] = parts.at(task % parts.count);
-      const int64_t n = count * width, shared0 = b * rows + first, offset = (b * heads * rows + first) * width;
+      const int64_t n = count * width, shared0 = b * f.rows + first, offset = (b * f.heads * f.rows + first) * width;
       // Per head: the scores, and their sum with the relative terms and the carried scores, written
       // where they are kept (summed_out) or in place.
-      float* sums_at = summed_data ? summed_data + offset : scores;
-      const int64_t sums_stride = summed_data ? head_stride : stride;
-      for (int64_t head = 0; head < heads; ++head) {
+      float* sums_at = f.summed ? f.summed + offset : scores;
+      const int64_t sums_stride = f.summed ? head_stride : stride;
+      for (int64_t head = 0; head < f.heads; ++head) {
         float* s = scores + head * stride;
-        const float* query_rows = q.at(b, head, first);
-        pieces.zero_padding(span, count, s);
-        gemm(false, true, count, span.end - span.begin, size, alpha, query_rows, q.row_stride,
-             k1.at(b, head, span.begin), k1.row_stride, 0.0f, s + span.column, width);
-        gemm(false, true, count, pieces.second_rows, size, alpha, query_rows, q.row_stride, k2.at(b, head, 0),
-             k2.row_stride, 0.0f, s + pieces.first_width, width);
-        for (int64_t i = 0; i < count && (sums || summed_data); ++i) {
-          const int64_t row = (b * heads + head) * rows + first + i;
-          add_terms(s + i * width, relative_data ? relative_data + row * vocab : nullptr, vocab,
-                    ids_data ? ids_data + (shared0 + i) * width : nullptr,
-                    carried_data ? carried_data + row * width : nullptr, nullptr, 1.0f, width, x.data(),
+        const float* query_rows = f.q.at(b, head, first);
+        f.pieces.zero_padding(span, count, s);
+        gemm(false, true, count, span.end - span.begin, f.size, alpha, query_rows, f.q.row_stride,
+             f.k1.at(b, head, span.begin), f.k1.row_stride, 0.0f, s + span.column, width);
+        gemm(false, true, count, f.pieces.second_rows, f.size, alpha, query_rows, f.q.row_stride, f.k2.at(b, head, 0),
+             f.k2.row_stride, 0.0f, s + f.pieces.first_width, width);
+        for (int64_t i = 0; i < count && (sums || f.summed); ++i) {
+          const int64_t row = (b * f.heads + head) * f.rows + first + i;
+          add_terms(s + i * width, f.relative ? f.relative + row * f.vocab : nullptr, f.vocab,
+                    f.ids ? f.ids + (shared0 + i) * width : nullptr,
+                    f.carried ? f.carried + row * width : nullptr, nullptr, 1.0f, width, x.data(),
                     sums_at + head * sums_stride + i * width, nullptr, false);
         }
       }
       // The mixes as GEMMs over the chunk: [h, h] @ [h, chunk x N] (measured faster than mixing
       // query by query in L1).
-      gemm(false, false, heads, n, heads, 1.0f, pre_data, heads, sums_at, sums_stride, 0.0f, mixed, stride);
-      for (int64_t head = 0; head < heads; ++head) {
+      gemm(false, false, f.heads, n, f.heads, 1.0f, pre_data, f.heads, sums_at, sums_stride, 0.0f, mixed, stride);
+      for (int64_t head = 0; head < f.heads; ++head) {
         float* m = mixed + head * stride;
         for (int64_t i = 0; i < count; ++i) {
-          softmax(m + i * width, nullptr, 0, nullptr, nullptr, mask_data + (shared0 + i) * width, factor, width,
+          softmax(m + i * width, nullptr, 0, nullptr, nullptr, f.mask + (shared0 + i) * width, factor, width,
                   x.data(), nullptr, m + i * width, true);
         }
-        if (probs_data) std::memcpy(probs_data + offset + head * head_stride, m, n * sizeof(float));
+        if (f.probs) std::memcpy(f.probs + offset + head * head_stride, m, n * sizeof(float));
       }
       float* weights = scores;  // (the scores are spent)
-      gemm(false, false, heads, n, heads, 1.0f, post_data, heads, mixed, stride, 0.0f, weights, stride);
-      for (int64_t head = 0; head < heads; ++head) {
+      gemm(false, false, f.heads, n, f.heads, 1.0f, post_data, f.heads, mixed, stride, 0.0f, weights, stride);
+      for (int64_t head = 0; head < f.heads; ++head) {
         float* w = weights + head * stride;
-        if (keep_data) {
-          const uint8_t* kept = keep_data + offset + head * head_stride;
+        if (f.keep) {
+          const uint8_t* kept = f.keep + offset + head * head_stride;
 #pragma omp simd
           for (int64_t e = 0; e < n; ++e) w[e] = kept[e] ? w[e] * dropped_scale : 0.0f;
         }
-        float* out = context.at(b, head, first);
-        gemm(false, false, count, size, span.end - span.begin, 1.0f, w + span.column, width,
-             v1.at(b, head, span.begin), v1.row_stride, 0.0f, out, context.row_stride);
-        gemm(false, false, count, size, pieces.second_rows, 1.0f, w + pieces.first_width, width, v2.at(b, head, 0),
-             v2.row_stride, 1.0f, out, context.row_stride);
+        float* out = f.context.at(b, head, first);
+        gemm(false, false, count, f.size, span.end - span.begin, 1.0f, w + span.column, width,
+             f.v1.at(b, head, span.begin), f.v1.row_stride, 0.0f, out, f.context.row_stride);
+        gemm(false, false, count, f.size, f.pieces.second_rows, 1.0f, w + f.pieces.first_width, width, f.v2.at(b, head, 0),
+             f.v2.row_stride, 1.0f, out, f.context.row_stride);
       }
     }
   });
@@ -676,34 +688,20 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
                             const c10::optional<at::Tensor>& keep, double keep_scale, const at::Tensor& pre,
                             const at::Tensor& post, const at::Tensor& grad_context,
                             const c10::optional<at::Tensor>& grad_summed, double scale,
-                            const at::Tensor& grad_scores_out, const at::Tensor& grad_pre, const at::Tensor& grad_post, const at::Tensor& grad_query,
-                            const at::Tensor& grad_first_keys, const at::Tensor& grad_first_values,
-                            const at::Tensor& grad_second_keys, const at::Tensor& grad_second_values) {
-  for (const auto& [tensor, name] : {std::pair{&first_keys, "first_keys"}, {&first_values, "first_values"},
-                                     {&second_keys, "second_keys"}, {&second_values, "second_values"},
-                                     {&grad_context, "grad_context"}, {&grad_query, "grad_query"},
-                                     {&grad_first_keys, "grad_first_keys"}, {&grad_first_values, "grad_first_values"},
-                                     {&grad_second_keys, "grad_second_keys"},
-                                     {&grad_second_values, "grad_second_values"}}) {
-    check_rows(*tensor, name, query);
-  }
-  const int64_t batch = query.size(0), heads = query.size(1), rows = query.size(2), size = query.size(3);
-  const Pieces pieces(window_block, first_keys.size(2), second_keys.size(2));
-  const int64_t width = pieces.width;
-  for (const auto* tensor : {&probs, &summed, &grad_scores_out}) {
-    check_scores(*tensor, "probs/summed/grad_scores_out", query, width);
-  }
-  check_scores(grad_summed, "grad_summed", query, width);
-  check_scores(keep, "keep", query, width, at::kByte);
+                            const at::Tensor& grad_scores_out, const at::Tensor& grad_pre, const at::Tensor& grad_post,
+                            const at::Tensor& grad_query, const at::Tensor& grad_first_keys,
+                            const at::Tensor& grad_first_values, const at::Tensor& grad_second_keys,
+                            const at::Tensor& grad_second_values) {
+  const Operands o = backward_operands(query, first_keys, first_values, window_block, second_keys, second_values, probs,
+                                       keep, grad_context, grad_summed, grad_scores_out, grad_query, grad_first_keys,
+                                       grad_first_values, grad_second_keys, grad_second_values);
+  const int64_t width = o.pieces.width;
+  check_scores(summed, "summed", query, width);
   for (const auto* mix : {&pre, &post, &grad_pre, &grad_post}) {
     check(*mix, "pre/post/grad_pre/grad_post", at::kFloat, 2);
-    TORCH_CHECK(mix->size(0) == heads && mix->size(1) == heads, "the head mixes must be [h, h]");
+    TORCH_CHECK(mix->size(0) == o.heads && mix->size(1) == o.heads, "the head mixes must be [h, h]");
   }
 
-  const Operands o{Rows<const float>(query), Rows<const float>(first_keys), Rows<const float>(first_values),
-                   Rows<const float>(second_keys), Rows<const float>(second_values), Rows<const float>(grad_context),
-                   Rows<float>(grad_query), Rows<float>(grad_first_keys), Rows<float>(grad_first_values),
-                   Rows<float>(grad_second_keys), Rows<float>(grad_second_values)};
   const float* probs_data = probs.data_ptr<float>();
   const float* summed_data = summed.data_ptr<float>();
   const uint8_t* keep_data = keep.has_value() ? keep->data_ptr<uint8_t>() : nullptr;
@@ -713,13 +711,13 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
   float* grad_scores = grad_scores_out.data_ptr<float>();
   const float factor = static_cast<float>(scale), dropped_scale = static_cast<float>(keep_scale);
   const float alpha = static_cast<float>(query_scale);
-  const Chunks parts(pieces, heads, rows);
+  const Chunks parts(o.pieces, o.heads, o.rows);
   const int64_t chunk = parts.rows, stride = chunk * width;
-  const int64_t head_stride = rows * width;  // of the [B, h, M, N] tensors
+  const int64_t head_stride = o.rows * width;  // of the [B, h, M, N] tensors
   // Per-thread sums of the shared keys' gradients: the second piece's, and the first's without a window.
   const bool shared_first = window_block == 0;
-  const int64_t first_size = shared_first ? batch * heads * pieces.first_rows * size : 0;
-  const int64_t second_size = batch * heads * pieces.second_rows * size;
+  const int64_t first_size = shared_first ? o.batch * o.heads * o.pieces.first_rows * o.size : 0;
+  const int64_t second_size = o.batch * o.heads * o.pieces.second_rows * o.size;
   std::mutex totals;
   float* grad_pre_data = grad_pre.data_ptr<float>();
   float* grad_post_data = grad_post.data_ptr<float>();
@@ -727,38 +725,38 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
   const int64_t rounds = shared_first ? 1 : 3;
   for (int64_t round = 0; round < rounds; ++round) {
     const int64_t round_chunks = (parts.count - round + rounds - 1) / rounds;
-    at::parallel_for(0, batch * round_chunks, 1, [&](int64_t begin, int64_t end) {
-      std::vector<float> upstream_buffer(heads * stride), local_buffer(heads * stride);
-      std::vector<float> weights_buffer(heads * stride);
+    at::parallel_for(0, o.batch * round_chunks, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> upstream_buffer(o.heads * stride), local_buffer(o.heads * stride);
+      std::vector<float> weights_buffer(o.heads * stride);
       std::vector<float> first_keys_sum(first_size), first_values_sum(first_size);
       std::vector<float> second_keys_sum(second_size), second_values_sum(second_size);
-      std::vector<float> pre_sum(heads * heads, 0.0f), post_sum(heads * heads, 0.0f);
+      std::vector<float> pre_sum(o.heads * o.heads, 0.0f), post_sum(o.heads * o.heads, 0.0f);
       float* upstream = upstream_buffer.data();
       float* local = local_buffer.data();
       Operands own = o;  // the shared keys' gradients into this thread's sums
       const auto sums = [&](std::vector<float>& data, int64_t key_rows) {
-        return Rows<float>(data.data(), heads * key_rows * size, key_rows * size, size);
+        return Rows<float>(data.data(), o.heads * key_rows * o.size, key_rows * o.size, o.size);
       };
-      own.dk2 = sums(second_keys_sum, pieces.second_rows);
-      own.dv2 = sums(second_values_sum, pieces.second_rows);
+      own.dk2 = sums(second_keys_sum, o.pieces.second_rows);
+      own.dv2 = sums(second_values_sum, o.pieces.second_rows);
       if (shared_first) {
-        own.dk1 = sums(first_keys_sum, pieces.first_rows);
-        own.dv1 = sums(first_values_sum, pieces.first_rows);
+        own.dk1 = sums(first_keys_sum, o.pieces.first_rows);
+        own.dv1 = sums(first_values_sum, o.pieces.first_rows);
       }
       for (int64_t task = begin; task < end; ++task) {
         const int64_t b = task / round_chunks;
         const auto [first, count, span] = parts.at((task % round_chunks) * rounds + round);
         const int64_t n = count * width;
-        const int64_t offset = (b * heads * rows + first) * width;  // head 0's chunk in [B, h, M, N]
+        const int64_t offset = (b * o.heads * o.rows + first) * width;  // head 0's chunk in [B, h, M, N]
         // The gradient of the (dropped) weights, per head: grad_context @ values^T.
-        for (int64_t head = 0; head < heads; ++head) {
+        for (int64_t head = 0; head < o.heads; ++head) {
           float* g = upstream + head * stride;
           const float* grad_rows = o.grad_out.at(b, head, first);
-          pieces.zero_padding(span, count, g);
-          gemm(false, true, count, span.end - span.begin, size, 1.0f, grad_rows, o.grad_out.row_stride,
+          o.pieces.zero_padding(span, count, g);
+          gemm(false, true, count, span.end - span.begin, o.size, 1.0f, grad_rows, o.grad_out.row_stride,
                o.v1.at(b, head, span.begin), o.v1.row_stride, 0.0f, g + span.column, width);
-          gemm(false, true, count, pieces.second_rows, size, 1.0f, grad_rows, o.grad_out.row_stride,
-               o.v2.at(b, head, 0), o.v2.row_stride, 0.0f, g + pieces.first_width, width);
+          gemm(false, true, count, o.pieces.second_rows, o.size, 1.0f, grad_rows, o.grad_out.row_stride,
+               o.v2.at(b, head, 0), o.v2.row_stride, 0.0f, g + o.pieces.first_width, width);
           if (keep_data) {
             const uint8_t* kept = keep_data + offset + head * head_stride;
 #pragma omp simd
@@ -767,9 +765,9 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
         }
         // The weights again (post @ probs, dropped): they multiplied the values.
         float* weights = weights_buffer.data();
-        gemm(false, false, heads, n, heads, 1.0f, post_data, heads, probs_data + offset, head_stride, 0.0f, weights,
+        gemm(false, false, o.heads, n, o.heads, 1.0f, post_data, o.heads, probs_data + offset, head_stride, 0.0f, weights,
              stride);
-        for (int64_t head = 0; head < heads; ++head) {
+        for (int64_t head = 0; head < o.heads; ++head) {
           float* w = weights + head * stride;
           if (keep_data) {
             const uint8_t* kept = keep_data + offset + head * head_stride;
@@ -778,20 +776,20 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
           }
         }
         // post: grad += g probs^T; the probs' gradient post^T g, through the softmax.
-        gemm(false, true, heads, heads, n, 1.0f, upstream, stride, probs_data + offset, head_stride, 1.0f,
-             post_sum.data(), heads);
-        gemm(true, false, heads, n, heads, 1.0f, post_data, heads, upstream, stride, 0.0f, local, stride);
-        for (int64_t head = 0; head < heads; ++head) {
+        gemm(false, true, o.heads, o.heads, n, 1.0f, upstream, stride, probs_data + offset, head_stride, 1.0f,
+             post_sum.data(), o.heads);
+        gemm(true, false, o.heads, n, o.heads, 1.0f, post_data, o.heads, upstream, stride, 0.0f, local, stride);
+        for (int64_t head = 0; head < o.heads; ++head) {
           for (int64_t i = 0; i < count; ++i) {
             backward_row(probs_data + offset + head * head_stride + i * width, local + head * stride + i * width,
                          nullptr, 1.0f, nullptr, factor, width, nullptr);
           }
         }
         // pre: grad += (mixed logits' gradient) summed^T; the summed scores' gradient pre^T (..).
-        gemm(false, true, heads, heads, n, 1.0f, local, stride, summed_data + offset, head_stride, 1.0f,
-             pre_sum.data(), heads);
-        gemm(true, false, heads, n, heads, 1.0f, pre_data, heads, local, stride, 0.0f, upstream, stride);
-        for (int64_t head = 0; head < heads; ++head) {
+        gemm(false, true, o.heads, o.heads, n, 1.0f, local, stride, summed_data + offset, head_stride, 1.0f,
+             pre_sum.data(), o.heads);
+        gemm(true, false, o.heads, n, o.heads, 1.0f, pre_data, o.heads, local, stride, 0.0f, upstream, stride);
+        for (int64_t head = 0; head < o.heads; ++head) {
           float* g = upstream + head * stride;
           float* out = grad_scores + offset + head * head_stride;
           if (grad_summed_data) {
@@ -800,28 +798,28 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
             for (int64_t e = 0; e < n; ++e) g[e] += carried_grad[e];
           }
           std::memcpy(out, g, n * sizeof(float));
-          add_chunk_gradients(own, pieces, span, b, head, first, count, alpha, g, weights + head * stride);
+          add_chunk_gradients(own, o.pieces, span, b, head, first, count, alpha, g, weights + head * stride);
         }
       }
       const std::lock_guard<std::mutex> lock(totals);
-      for (int64_t e = 0; e < heads * heads; ++e) {
+      for (int64_t e = 0; e < o.heads * o.heads; ++e) {
         grad_pre_data[e] += pre_sum[e];
         grad_post_data[e] += post_sum[e];
       }
       const auto add = [&](const Rows<float>& total, const Rows<float>& part, int64_t key_rows) {
-        for (int64_t bh = 0; bh < batch * heads; ++bh) {
+        for (int64_t bh = 0; bh < o.batch * o.heads; ++bh) {
           for (int64_t r = 0; r < key_rows; ++r) {
-            float* into = total.at(bh / heads, bh % heads, r);
-            const float* from = part.at(bh / heads, bh % heads, r);
-            for (int64_t j = 0; j < size; ++j) into[j] += from[j];
+            float* into = total.at(bh / o.heads, bh % o.heads, r);
+            const float* from = part.at(bh / o.heads, bh % o.heads, r);
+            for (int64_t j = 0; j < o.size; ++j) into[j] += from[j];
           }
         }
       };
-      add(o.dk2, own.dk2, pieces.second_rows);
-      add(o.dv2, own.dv2, pieces.second_rows);
+      add(o.dk2, own.dk2, o.pieces.second_rows);
+      add(o.dv2, own.dv2, o.pieces.second_rows);
       if (shared_first) {
-        add(o.dk1, own.dk1, pieces.first_rows);
-        add(o.dv1, own.dv1, pieces.first_rows);
+        add(o.dk1, own.dk1, o.pieces.first_rows);
+        add(o.dv1, own.dv1, o.pieces.first_rows);
       }
     });
   }
