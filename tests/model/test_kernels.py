@@ -88,10 +88,13 @@ def test_kernel_gradients_equal_dense_gradients(kernel, overrides):
         torch.testing.assert_close(kernel_gradients[name], dense_gradients[name], atol=1e-4, rtol=1e-3, msg=name)
 
 
-def test_kernel_matches_eager_path_at_a_realistic_width(kernel, monkeypatch):
-    # Rows of 3b + G = 87 keys (not a multiple of the vector width), 4 heads: the kernel against
-    # the eager float32 path, which LONGDOC_KERNELS=0 selects.
-    config = tiny_config(local_radius=20, long_max_len=256, max_position_embeddings=256, global_max_len=32)
+@pytest.mark.parametrize("talking_heads", [False, True], ids=["plain", "talking-heads"])
+def test_kernel_matches_eager_path_at_a_realistic_width(kernel, monkeypatch, talking_heads):
+    # Rows of 3b + G = 87 keys (not a multiple of the vector width), 10 blocks (the backward's
+    # tasks and talking heads' rounds of blocks three apart), 4 heads: outputs and gradients of the
+    # kernel against the eager float32 path, which LONGDOC_KERNELS=0 selects.
+    config = tiny_config(local_radius=20, long_max_len=256, max_position_embeddings=256, global_max_len=32,
+                         talking_heads=talking_heads)
     inputs = make_inputs(2, 200, 24, padding=True, structure=True)
     model = make_model(config).float()
     with torch.no_grad():
@@ -100,6 +103,18 @@ def test_kernel_matches_eager_path_at_a_realistic_width(kernel, monkeypatch):
         eager = model(**inputs)
     torch.testing.assert_close(fused.long_hidden_state, eager.long_hidden_state, atol=1e-5, rtol=0)
     torch.testing.assert_close(fused.global_hidden_state, eager.global_hidden_state, atol=1e-5, rtol=0)
+
+    def gradients(kernels_on: bool) -> dict:
+        monkeypatch.setenv(kernels.ENVIRONMENT_VARIABLE, "1" if kernels_on else "0")
+        model.zero_grad()
+        output = model(**inputs)
+        (output.long_hidden_state.square().mean() + output.global_hidden_state.square().mean()).backward()
+        return {name: parameter.grad.clone() for name, parameter in model.named_parameters()
+                if parameter.grad is not None}
+
+    compiled, eager_gradients = gradients(True), gradients(False)
+    for name, grad in eager_gradients.items():
+        torch.testing.assert_close(compiled[name], grad, atol=1e-5, rtol=1e-3, msg=name)
 
 
 def test_a_kernel_that_cannot_be_built_warns_once_and_the_eager_path_serves(monkeypatch, tmp_path):
