@@ -26,6 +26,7 @@ Shapes below: B batch, h heads, d head size, Lp padded long length (a multiple o
 W = 3b window keys, G global tokens, R relative vocabulary.
 """
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ from torch import Tensor, nn
 from longdoc.cpu_memory import configure_allocator
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model import kernels
-from longdoc.model.dropout import Dropout, keep_mask
+from longdoc.model.dropout import Dropout, keep_mask, kept_scale
 from longdoc.model.side_inputs import RelativeIdLayout, SideInputs
 
 # Training at 4k tokens is 2x slower when freed 40-100 MB tensors go back to the kernel; every
@@ -103,16 +104,13 @@ class _MaskedSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_probs: Tensor):
         (probs,) = ctx.saved_tensors
-        return _softmax_gradient(grad_probs, probs, ctx.scale), None, None, None
-
-
-def _softmax_gradient(grad_probs: Tensor, probs: Tensor, scale: float) -> Tensor:
-    """The gradient of softmax(scale * x + mask) with respect to x, from the weights."""
-    # No public op computes the softmax's backward from its output in one kernel; written out
-    # with public ops, probs * (grad - (grad * probs).sum(-1, keepdim=True)) took 2.7-3x as long
-    # (165 against 55-60 ms on a 4096-token long-softmax tensor, 2 CPU threads, contended).
-    grad = torch.ops.aten._softmax_backward_data(grad_probs, probs, -1, probs.dtype)
-    return grad if scale == 1.0 else grad * scale
+        # No public op computes the softmax's backward from its output in one kernel; written out
+        # with public ops, probs * (grad - (grad * probs).sum(-1, keepdim=True)) took 2.7-3x as long
+        # (165 against 55-60 ms on a 4096-token long-softmax tensor, 2 CPU threads, contended).
+        grad_scores = torch.ops.aten._softmax_backward_data(grad_probs, probs, -1, probs.dtype)
+        if ctx.scale != 1.0:
+            grad_scores = grad_scores * ctx.scale
+        return grad_scores, None, None, None
 
 
 def masked_softmax(scores: Tensor, mask_bias: Tensor, scale: float = 1.0, out: Tensor | None = None) -> Tensor:
@@ -172,6 +170,11 @@ def _head_views(qkv: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor]:
     return qkv.view(batch, length, 3, heads, width // (3 * heads)).permute(2, 0, 3, 1, 4).unbind(0)
 
 
+def _query_rows(tensor: Tensor | None, batch: int, num_queries: int) -> Tensor | None:
+    """[B, h, ..., Nq, N] (blocked or not) -> [B, h, Nq, N], as the kernels read per-head tensors."""
+    return None if tensor is None else tensor.view(batch, -1, num_queries, tensor.shape[-1])
+
+
 class CompiledSoftmax(torch.autograd.Function):
     """One softmax from projections to context in the compiled kernels (CPU float32; see
     longdoc.model.kernels): the queries of `own_qkv` [B, Nq, 3H] over the first keys (its own) and
@@ -201,10 +204,10 @@ class CompiledSoftmax(torch.autograd.Function):
         keep, keep_scale = None, 1.0
         if training and attention.drop_probability > 0:
             keep, realised = keep_mask(scores_shape, attention.drop_probability)
-            keep, keep_scale = keep.view(torch.uint8), (0.0 if realised >= 1.0 else 1.0 / (1.0 - realised))
+            keep, keep_scale = keep.view(torch.uint8), kept_scale(realised)
         context = own_qkv.new_empty(batch, num_queries, heads, width // (3 * heads))
         # Per-head tensors as [B, h, Nq, N]; the ids and the mask, shared by the heads, as [B, Nq, N].
-        rows = lambda tensor: None if tensor is None else tensor.view(batch, -1, num_queries, tensor.shape[-1])
+        rows = functools.partial(_query_rows, batch=batch, num_queries=num_queries)
         shared = lambda tensor: None if tensor is None else tensor.view(batch, num_queries, -1)
         arguments = (query, 1.0 / math.sqrt(query.shape[-1]), first_keys, first_values, attention.block_size,
                      second_keys, second_values, rows(relative), shared(attention.int32_relative_ids), rows(carried),
@@ -230,7 +233,7 @@ class CompiledSoftmax(torch.autograd.Function):
         _, second_keys, second_values = _head_views(other_qkv, heads)
         grads = (*_head_views(grad_own, heads), *_head_views(grad_other, heads)[1:])  # q, k1, v1, k2, v2
         grad_scores = torch.empty_like(probs)
-        rows = lambda tensor: None if tensor is None else tensor.view(batch, -1, num_queries, tensor.shape[-1])
+        rows = functools.partial(_query_rows, batch=batch, num_queries=num_queries)
         grad_context = grad_context.contiguous().view(batch, num_queries, heads, -1).transpose(1, 2)
         grad_summed = rows(None if grad_summed is None else grad_summed.contiguous())
         keys = (query, 1.0 / math.sqrt(query.shape[-1]), first_keys, first_values, attention.block_size, second_keys,

@@ -33,6 +33,11 @@ def keep_mask(shape: torch.Size, drop_probability: float) -> tuple[Tensor, float
     return lanes.bitwise_and_(_LANE_VALUES - 1) >= threshold, threshold / _LANE_VALUES
 
 
+def kept_scale(realised: float) -> float:
+    """What kept elements are multiplied by, for a realised drop probability: 1 / (1 - p), 0 when all drop."""
+    return 0.0 if realised >= 1.0 else 1.0 / (1.0 - realised)
+
+
 class Dropout(nn.Dropout):
     """`torch.nn.Dropout` with the cheap mask above on CPU in training."""
 
@@ -41,4 +46,5 @@ class Dropout(nn.Dropout):
             return super().forward(input)
         keep, realised = keep_mask(input.shape, self.p)
         dropped = torch.where(keep, input, 0.0)
-        return dropped.mul_(1.0 / (1.0 - realised)) if realised < 1.0 else dropped
+        scale = kept_scale(realised)
+        return dropped.mul_(scale) if scale else dropped
