@@ -8,6 +8,9 @@ Lp = ceil(L / b) * b, so every per-token matmul runs on N = Lp + G positions. Pe
 - long softmax (ETC l2l + l2g, blocked): each of the Lp padded queries scores the 3b keys of its own
   and neighbouring blocks plus the G globals, 2 Lp (3b + G) H, and the same again for the values;
 - global softmax (g2g + g2l): G queries over G + Lp keys, 2 G (G + Lp) H for scores and for values;
+  where the compiled kernel skips the long keys hard g2l hides from a sentence's global token, G
+  queries over G + K keys, K the long tokens each owns (`long_keys_per_global`): only the pairs the
+  mask allows count, not the neighbours' keys a chunk of queries also scores;
 - relative positions (ETC): every query is multiplied with the relative key table, 2 (Lp + G) R H;
 - talking heads (Shazeer et al., 2020): an h x h head mix before and after the softmax for every
   (query, key) pair, 2 h^2 per pair each.
@@ -27,14 +30,17 @@ class FlopCount:
         return sum(self.parts.values())
 
 
-def encoder_forward_flops(config, long_length: int, global_length: int) -> FlopCount:
-    """FLOPs of GlobalLocalModel(config) on one example of `long_length` long and `global_length` global tokens."""
+def encoder_forward_flops(
+    config, long_length: int, global_length: int, long_keys_per_global: int | None = None
+) -> FlopCount:
+    """FLOPs of GlobalLocalModel(config) on one example of `long_length` long and `global_length` global
+    tokens; `long_keys_per_global`: the long keys each global query's softmax covers (None: all)."""
     hidden, heads, layers = config.hidden_size, config.num_attention_heads, config.num_hidden_layers
     block = min(config.block_size, long_length)
     padded = -(-long_length // block) * block
     tokens = padded + global_length
     long_pairs = padded * (3 * block + global_length)
-    global_pairs = global_length * (global_length + padded)
+    global_pairs = global_length * (global_length + (padded if long_keys_per_global is None else long_keys_per_global))
 
     per_layer = {
         "qkv projections": 2 * tokens * hidden * 3 * hidden,

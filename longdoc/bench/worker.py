@@ -21,6 +21,7 @@ from longdoc.bench.models import build_runner
 from longdoc.bench.results import MatmulMeasurement, Measurement
 from longdoc.bench.settings import FORWARD, BenchSettings, Job
 from longdoc.cpu_memory import configure_allocator
+from longdoc.model import kernels
 
 
 def timed(step, device: torch.device) -> float:
@@ -52,10 +53,14 @@ def step_for(runner, mode: str):
 
 
 def forward_flops(job: Job, runner) -> int | None:
-    """Our encoder's analytic forward FLOPs for the job (None for a peer)."""
+    """Our encoder's analytic forward FLOPs for the job (None for a peer). Under hard g2l the compiled
+    kernel skips the long keys a global token does not own, and they are not counted."""
     if not job.variant.is_ours:
         return None
-    return encoder_forward_flops(runner.model.config, job.length, job.settings.shape.global_tokens).total
+    config, shape = runner.model.config, job.settings.shape
+    skips = config.hard_g2l and kernels.available_for(next(runner.model.parameters()))
+    long_keys = shape.tokens_per_global(job.length) if skips else None
+    return encoder_forward_flops(config, job.length, shape.global_tokens, long_keys).total
 
 
 def measure_job(job: Job) -> Measurement:

@@ -162,6 +162,7 @@ class _KernelAttention:
     scale: float  # of the summed scores in the softmax (the running mean's)
     keep_summed: bool  # residual attention: return the summed scores
     drop_probability: float  # attention dropout, applied to the weights that multiply the values
+    key_ranges: Tensor | None = None  # [B, Nq, 2] int32: the second keys each query may see (SideInputs.global_key_ranges)
 
 
 def _head_views(qkv: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -216,7 +217,7 @@ class CompiledSoftmax(torch.autograd.Function):
         if talking:
             kernels.compiled().talking_heads_forward(*arguments, pre.contiguous(), post.contiguous(), *outputs)
         else:
-            kernels.compiled().attention_forward(*arguments, *outputs)
+            kernels.compiled().attention_forward(*arguments, *outputs, attention.key_ranges)
         if training:
             ctx.save_for_backward(own_qkv, other_qkv, probs, keep, summed if talking else None, pre, post)
             ctx.attention, ctx.keep_scale = attention, keep_scale
@@ -425,7 +426,7 @@ class GlobalLocalAttention(nn.Module):
         long_ids, global_ids = side.int32_relative_ids
         long_context, long_scores = self._attend_compiled(
             long_qkv, global_qkv, side.block_size, self.long_softmax, side.long_mask_bias,
-            side.long_relative_ids, long_ids, side, carry.long_scores, layer_number,
+            side.long_relative_ids, long_ids, side, carry.long_scores, layer_number, key_ranges=None,
         )
         long_out = self.long_output(long_context)
         if global_qkv.shape[1] == 0:
@@ -434,6 +435,7 @@ class GlobalLocalAttention(nn.Module):
         global_context, global_scores = self._attend_compiled(
             global_qkv, long_qkv, 0, self.global_softmax, side.global_mask_bias,
             side.global_relative_ids, global_ids, side, carry.global_scores, layer_number,
+            key_ranges=side.global_key_ranges,
         )
         global_out = (self.global_output or self.long_output)(global_context)
         return long_out, global_out, AttentionCarry(long_scores, global_scores)
@@ -450,10 +452,12 @@ class GlobalLocalAttention(nn.Module):
         side: SideInputs,
         carried: Tensor | None,
         layer_number: int,
+        key_ranges: Tensor | None,
     ) -> tuple[Tensor, Tensor | None]:
         """One softmax in the compiled kernel: the queries of `own_qkv` [B, Nq, 3H] over [its keys
-        (with `block_size` b: the window of 3b around each block of b queries) | all keys of
-        `other_qkv`] -> (context [B, Nq, H], the summed scores to carry or None)."""
+        (with `block_size` b: the window of 3b around each block of b queries) | the keys of
+        `other_qkv` (with `key_ranges`: those each query may see, the rest skipped)] -> (context
+        [B, Nq, H], the summed scores to carry or None)."""
         relative = None
         if relative_ids is not None:
             query = _head_views(own_qkv, self.num_heads)[0]  # [B, h, Nq, d], unscaled: the kernel scales q.k
@@ -464,6 +468,7 @@ class GlobalLocalAttention(nn.Module):
             scale=1.0 / layer_number if self.residual_attention_mean else 1.0,
             keep_summed=self.residual_attention,
             drop_probability=self.dropout.p if self.training else 0.0,
+            key_ranges=key_ranges,
         )
         return CompiledSoftmax.apply(own_qkv, other_qkv, relative, carried, softmax.talking_heads_pre,
                                      softmax.talking_heads_post, attention)

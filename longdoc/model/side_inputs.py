@@ -120,6 +120,25 @@ class SideInputs:
         return tuple(None if ids is None else ids.to(torch.int32)
                      for ids in (self.long_relative_ids, self.global_relative_ids))
 
+    @functools.cached_property
+    def global_key_ranges(self) -> Tensor | None:
+        """[B, G, 2] int32: the long keys [first, last + 1) each global query may attend to (hard g2l
+        leaves a sentence's global token its own tokens), so that the compiled kernel skips the rest;
+        a query that sees no long key gets (0, 0), one that sees no key at all every key (its softmax
+        is uniform over them, as in the eager path); None when the ranges leave little to skip (the
+        kernel then takes wider chunks of queries). Once per forward pass."""
+        if self.global_mask_bias is None:
+            return None
+        allowed = self.global_mask_bias[:, 0] == 0  # [B, G, G + Lp]
+        long_allowed = allowed[..., allowed.shape[1]:].to(torch.int8)
+        length = long_allowed.shape[-1]
+        sees_long, sees_nothing = long_allowed.any(-1), ~allowed.any(-1)
+        first = long_allowed.argmax(-1).masked_fill(~sees_long, 0)
+        last = (length - long_allowed.flip(-1).argmax(-1)).masked_fill(~sees_long, 0).masked_fill(sees_nothing, length)
+        if (last - first).float().mean() > length / 2:  # little to skip: the kernel's wider chunks do better
+            return None
+        return torch.stack([first, last], dim=-1).to(torch.int32)
+
 
 def local_relative_ids(block_size: int, layout: RelativeIdLayout) -> Tensor:
     """[b, 3b]: the id of query p of a block and key c of its window [previous | own | next block],

@@ -163,3 +163,44 @@ def test_kernel_dropout_draws_the_eager_paths_masks(kernel, monkeypatch, talking
         torch.testing.assert_close(compiled_grads[name], grad, atol=1e-4, rtol=1e-4, msg=name)
     other_seed_hidden, _ = run(True, seed=6)
     assert (other_seed_hidden - compiled_hidden).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3], ids=["no-dropout", "dropout"])
+def test_kernel_skips_the_long_keys_hard_g2l_hides_from_sentence_globals(kernel, monkeypatch, dropout):
+    # 250 globals (two chunks of 128 global queries), each the sentence of 4 long tokens; under
+    # hard g2l it sees only those, except the first three, which see every long token. The first chunk
+    # holds the three and computes every long key; the second skips all but its sentences' tokens.
+    # Outputs (residual attention carries the scores between layers) and gradients against the eager path.
+    from longdoc.model.side_inputs import SideInputs
+
+    config = tiny_config(long_max_len=1024, max_position_embeddings=1024, global_max_len=256,
+                         attention_probs_dropout_prob=dropout)
+    inputs = make_inputs(2, 1000, 250, padding=True, structure=False)
+    inputs["sentence_ids"] = (torch.arange(1000) // 4).expand(2, -1).clone()
+    inputs["sentence_ids"][1, 600:] = -1  # row 1's padding
+    inputs["global_attention_mask"][1, 150:] = 0
+    inputs["global_sees_all"] = torch.zeros(2, 250, dtype=torch.bool)
+    inputs["global_sees_all"][:, :3] = True
+    model = make_model(config).float().train(dropout > 0)
+
+    ranges = []
+    real_ranges = SideInputs.__dict__["global_key_ranges"].func
+    monkeypatch.setattr(SideInputs, "global_key_ranges", property(lambda side: ranges.append(real_ranges(side)) or ranges[-1]))
+
+    def run(kernels_on: bool):
+        monkeypatch.setenv(kernels.ENVIRONMENT_VARIABLE, "1" if kernels_on else "0")
+        model.zero_grad()
+        torch.manual_seed(3)
+        output = model(**inputs)
+        (output.long_hidden_state.square().mean() + output.global_hidden_state.square().mean()).backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        return output.long_hidden_state, output.global_hidden_state, grads
+
+    compiled, eager = run(True), run(False)
+    assert ranges[0][0, 200].tolist() == [800, 804]  # global 200 owns long tokens 800-803
+    assert ranges[0][0, 1].tolist() == [0, 1000] and ranges[0][1, 1].tolist() == [0, 667]  # sees all (but padding)
+    assert ranges[0][1, 200].tolist() == [0, 0]  # a padding global: no long token
+    torch.testing.assert_close(compiled[0], eager[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(compiled[1], eager[1], atol=1e-5, rtol=0)
+    for name, grad in eager[2].items():
+        torch.testing.assert_close(compiled[2][name], grad, atol=1e-4, rtol=1e-3, msg=name)
