@@ -167,9 +167,9 @@ def test_kernel_dropout_draws_the_eager_paths_masks(kernel, monkeypatch, talking
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3], ids=["no-dropout", "dropout"])
 def test_kernel_skips_the_long_keys_hard_g2l_hides_from_sentence_globals(kernel, monkeypatch, dropout):
-    # 250 globals (two chunks of 128 global queries), each the sentence of 4 long tokens; under
-    # hard g2l it sees only those, except the first three, which see every long token. The first chunk
-    # holds the three and computes every long key; the second skips all but its sentences' tokens.
+    # 250 globals, each the sentence of 4 long tokens; under hard g2l it sees only those, except the
+    # first three, which see every long token. The first chunk of global queries holds the three and
+    # computes every long key; the others skip all but their sentences' tokens.
     # Outputs (residual attention carries the scores between layers) and gradients against the eager path.
     from longdoc.model.side_inputs import SideInputs
 

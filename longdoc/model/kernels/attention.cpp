@@ -37,8 +37,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <utility>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 // BLAS's single-precision GEMM (column-major, Fortran calling convention), exported by torch's CPU build.
@@ -368,6 +368,11 @@ struct ForwardOperands {
   }
 };
 
+// Global queries a task holds when ranges narrow their keys: a chunk's keys are the union of its
+// rows' ranges, so chunks of a few consecutive sentences stay narrow (at 4096 tokens and 256
+// sentences, 6 layers: 22 ms at 16 rows, 26 at 32, 37 at 64, 65 at 128; 98 ms without ranges).
+constexpr int64_t kChunkWithRanges = 16;
+
 // Hard g2l: a sentence's global token sees its own long tokens only, so most of a global row's
 // second piece is masked (15 of 16 columns at 4096 tokens and 256 sentences). `key_ranges` [B, M, 2]
 // gives the second keys [low, high) each query may see; a chunk computes the union of its rows'
@@ -376,11 +381,6 @@ struct ForwardOperands {
 // pass, which then needs no gaps; what it writes goes back to the full rows (weights kept for
 // autograd with zeros in the skipped columns; summed scores only where computed: the skipped ones
 // are masked in every layer, and no layer reads them).
-// Global queries a task holds when ranges narrow their keys: a chunk's keys are the union of its
-// rows' ranges, so chunks of a few consecutive sentences stay narrow (at 4096 tokens and 256
-// sentences, 6 layers: 22 ms at 16 rows, 26 at 32, 37 at 64, 65 at 128; 98 ms without ranges).
-constexpr int64_t kChunkWithRanges = 16;
-
 std::pair<int64_t, int64_t> chunk_range(const int32_t* ranges, int64_t count) {
   int64_t low = std::numeric_limits<int64_t>::max(), high = 0;
   for (int64_t i = 0; i < count; ++i) {
@@ -400,12 +400,12 @@ struct CompactRow {
       std::copy(full, full + first_width, out);
       std::copy(full + first_width + low, full + first_width + high, out + first_width);
     }
-    void scatter(const float* compact, float* full, int64_t) const {
+    void scatter(const float* compact, float* full) const {
       std::copy(compact, compact + first_width, full);
       std::copy(compact + first_width, compact + first_width + high - low, full + first_width + low);
     }
     void scatter_with_zeros(const float* compact, float* full, int64_t width) const {
-      scatter(compact, full, width);
+      scatter(compact, full);
       std::fill(full + first_width, full + first_width + low, 0.0f);
       std::fill(full + first_width + high, full + width, 0.0f);
     }
@@ -472,6 +472,7 @@ void attention_forward(const at::Tensor& query, double query_scale, const at::Te
                                       : std::pair<int64_t, int64_t>{0, f.pieces.second_rows};
       const bool gaps = high - low < f.pieces.second_rows;
       const int64_t used = f.pieces.first_width + high - low;  // a row's columns in `scores`
+      const CompactRow::Layout layout{f.pieces.first_width, low, high};
       float* s = scores.data();
       f.pieces.zero_padding(span, count, s, used);
       gemm(false, true, count, span.end - span.begin, f.size, alpha, query_rows, f.q.row_stride,
@@ -490,7 +491,6 @@ void attention_forward(const at::Tensor& query, double query_scale, const at::Te
         const uint8_t* keep = f.keep ? f.keep + row * width : nullptr;
         float* summed = f.summed ? f.summed + row * width : nullptr;
         if (gaps) {  // the row's used columns gathered, so that the row pass reads them in one run
-          const CompactRow::Layout layout{f.pieces.first_width, low, high};
           carried = compact.gather(layout, carried, compact.carried);
           row_ids = compact.gather(layout, row_ids, compact.ids);
           mask = compact.gather(layout, mask, compact.mask);
@@ -501,8 +501,7 @@ void attention_forward(const at::Tensor& query, double query_scale, const at::Te
             s + i * used, f.relative ? f.relative + row * f.vocab : nullptr, f.vocab, row_ids, carried, mask, factor,
             used, x.data(), row_summed, p + i * used, f.probs != nullptr);
         if (gaps) {
-          const CompactRow::Layout layout{f.pieces.first_width, low, high};
-          if (summed) layout.scatter(row_summed, summed, width);
+          if (summed) layout.scatter(row_summed, summed);
           if (f.probs) layout.scatter_with_zeros(p + i * used, f.probs + row * width, width);
         }
         if (keep) drop(p + i * used, keep, dropped_scale, used, s + i * used);
