@@ -163,6 +163,9 @@ class _KernelAttention:
     keep_summed: bool  # residual attention: return the summed scores
     drop_probability: float  # attention dropout, applied to the weights that multiply the values
     key_ranges: Tensor | None = None  # [B, Nq, 2] int32: the second keys each query may see (SideInputs.global_key_ranges)
+    # The caller's grad mode: autograd marks inputs that require grad in ctx.needs_input_grad under
+    # no_grad and inference_mode too, so only this says whether a backward can follow.
+    records_graph: bool = True
 
 
 def _head_views(qkv: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -184,9 +187,10 @@ class CompiledSoftmax(torch.autograd.Function):
     [B, Nq, H], summed scores or None).
 
     q, k and v are read where the projection wrote them, the context is written where the output
-    projection reads it, and nothing score-sized is allocated but the carried sum, and in training
-    what the backward (compiled too) needs: the weights, dropout's mask, and with talking heads the
-    summed scores. Without autograd the summed scores are written over the carried ones.
+    projection reads it, and nothing score-sized is allocated but the carried sum, and when autograd
+    records the call what the backward (compiled too) needs: the weights, dropout's mask, and with
+    talking heads the summed scores. Without autograd the summed scores are written over the carried
+    ones.
     """
 
     @staticmethod
@@ -194,16 +198,18 @@ class CompiledSoftmax(torch.autograd.Function):
                 pre: Tensor | None, post: Tensor | None, attention: _KernelAttention):
         batch, num_queries, width = own_qkv.shape
         heads, talking = attention.num_heads, pre is not None
-        training = any(ctx.needs_input_grad[:6])
+        for_backward = attention.records_graph and any(ctx.needs_input_grad[:6])
+        # The kernel applies dropout to the weights it keeps: kept in train mode without autograd too.
+        keeps_weights = for_backward or attention.drop_probability > 0
         query, first_keys, first_values = _head_views(own_qkv, heads)
         _, second_keys, second_values = _head_views(other_qkv, heads)
         scores_shape = torch.Size((batch, heads, *attention.mask_bias.shape[2:]))
         summed = None
-        if attention.keep_summed or (training and talking):  # (talking heads' backward reads them)
-            summed = carried if carried is not None and not training else own_qkv.new_empty(scores_shape)
-        probs = own_qkv.new_empty(scores_shape) if training else None
+        if attention.keep_summed or (for_backward and talking):  # (talking heads' backward reads them)
+            summed = carried if carried is not None and not for_backward else own_qkv.new_empty(scores_shape)
+        probs = own_qkv.new_empty(scores_shape) if keeps_weights else None
         keep, keep_scale = None, 1.0
-        if training and attention.drop_probability > 0:
+        if attention.drop_probability > 0:
             keep, realised = keep_mask(scores_shape, attention.drop_probability)
             keep, keep_scale = keep.view(torch.uint8), kept_scale(realised)
         context = own_qkv.new_empty(batch, num_queries, heads, width // (3 * heads))
@@ -215,10 +221,11 @@ class CompiledSoftmax(torch.autograd.Function):
                      shared(attention.mask_bias), attention.scale)
         outputs = (rows(keep), keep_scale, rows(summed), rows(probs), context.transpose(1, 2))
         if talking:
-            kernels.compiled().talking_heads_forward(*arguments, pre.contiguous(), post.contiguous(), *outputs)
+            kernels.compiled().talking_heads_forward(*arguments, pre.contiguous(), post.contiguous(), *outputs,
+                                                     attention.key_ranges)
         else:
             kernels.compiled().attention_forward(*arguments, *outputs, attention.key_ranges)
-        if training:
+        if for_backward:
             ctx.save_for_backward(own_qkv, other_qkv, probs, keep, summed if talking else None, pre, post)
             ctx.attention, ctx.keep_scale = attention, keep_scale
             ctx.relative_shape = None if relative is None else relative.shape
@@ -243,13 +250,14 @@ class CompiledSoftmax(torch.autograd.Function):
         if pre is None:
             kernels.compiled().attention_backward(
                 *keys, rows(probs), rows(keep), ctx.keep_scale, grad_context, grad_summed, attention.scale,
-                rows(grad_scores), *grads,
+                rows(grad_scores), *grads, attention.key_ranges,
             )
         else:
             grad_pre, grad_post = torch.zeros_like(pre), torch.zeros_like(post)
             kernels.compiled().talking_heads_backward(
                 *keys, rows(probs), rows(summed), rows(keep), ctx.keep_scale, pre.contiguous(), post.contiguous(),
                 grad_context, grad_summed, attention.scale, rows(grad_scores), grad_pre, grad_post, *grads,
+                attention.key_ranges,
             )
         grad_relative = None
         if ctx.relative_shape is not None and ctx.needs_input_grad[2]:
@@ -469,6 +477,7 @@ class GlobalLocalAttention(nn.Module):
             keep_summed=self.residual_attention,
             drop_probability=self.dropout.p if self.training else 0.0,
             key_ranges=key_ranges,
+            records_graph=torch.is_grad_enabled(),
         )
         return CompiledSoftmax.apply(own_qkv, other_qkv, relative, carried, softmax.talking_heads_pre,
                                      softmax.talking_heads_post, attention)

@@ -283,8 +283,9 @@ struct Chunks {
   const Pieces& pieces;
   int64_t queries, rows, count;
 
-  Chunks(const Pieces& pieces, int64_t heads, int64_t queries)
-      : pieces(pieces), queries(queries), rows(pieces.chunk(heads)), count((queries + rows - 1) / rows) {}
+  Chunks(const Pieces& pieces, int64_t heads, int64_t queries, int64_t most)
+      : pieces(pieces), queries(queries), rows(std::min(pieces.chunk(heads), most)),
+        count((queries + rows - 1) / rows) {}
 
   struct Task { int64_t first, count; Pieces::Span span; };
   Task at(int64_t index) const {
@@ -380,7 +381,9 @@ constexpr int64_t kChunkWithRanges = 16;
 // used columns, [first piece | second keys low .. high), are gathered into one run for the row
 // pass, which then needs no gaps; what it writes goes back to the full rows (weights kept for
 // autograd with zeros in the skipped columns; summed scores only where computed: the skipped ones
-// are masked in every layer, and no layer reads them).
+// are masked in every layer, and no layer reads them; with talking heads, whose backward reads
+// them, 0 in training). The backwards skip the same columns: their gradient of the scores is the
+// one carried back from the next layer (0 without), as no weight reached them.
 std::pair<int64_t, int64_t> chunk_range(const int32_t* ranges, int64_t count) {
   int64_t low = std::numeric_limits<int64_t>::max(), high = 0;
   for (int64_t i = 0; i < count; ++i) {
@@ -391,9 +394,21 @@ std::pair<int64_t, int64_t> chunk_range(const int32_t* ranges, int64_t count) {
   return low < high ? std::pair<int64_t, int64_t>{low, high} : std::pair<int64_t, int64_t>{0, 0};
 }
 
+// key_ranges [B, M, 2] int32 (see chunk_range), or null without.
+const int32_t* checked_ranges(const c10::optional<at::Tensor>& key_ranges, int64_t batch, int64_t rows,
+                              int64_t window_block) {
+  if (!key_ranges.has_value()) return nullptr;
+  check(*key_ranges, "key_ranges", at::kInt, 3);
+  TORCH_CHECK(key_ranges->sizes() == at::IntArrayRef({batch, rows, 2}), "key_ranges must be [B, M, 2]");
+  TORCH_CHECK(window_block == 0, "key_ranges narrow the keys of global queries only");
+  return key_ranges->data_ptr<int32_t>();
+}
+
 struct CompactRow {
   struct Layout {
     int64_t first_width, low, high;
+
+    int64_t used() const { return first_width + high - low; }
 
     template <typename T>
     void gather(const T* full, T* out) const {
@@ -408,6 +423,13 @@ struct CompactRow {
       scatter(compact, full);
       std::fill(full + first_width, full + first_width + low, 0.0f);
       std::fill(full + first_width + high, full + width, 0.0f);
+    }
+    // A row's gradient of the summed scores: in the skipped columns (no weight) only the gradient
+    // carried back from the next layer passes (0 without).
+    void scatter_gradient(const float* compact, const float* carried_grad, float* full, int64_t width) const {
+      if (!carried_grad) return scatter_with_zeros(compact, full, width);
+      std::memcpy(full, carried_grad, width * sizeof(float));
+      scatter(compact, full);
     }
   };
 
@@ -424,6 +446,12 @@ struct CompactRow {
     return buffer.data();
   }
 };
+
+// Dropout in place on n values: kept ones scaled by keep_scale, the others 0.
+void apply_keep(const uint8_t* __restrict keep, float keep_scale, int64_t n, float* __restrict values) {
+#pragma omp simd
+  for (int64_t e = 0; e < n; ++e) values[e] = keep[e] ? values[e] * keep_scale : 0.0f;
+}
 
 // Dropped weights for the values: probs * keep * keep_scale.
 void drop(const float* __restrict probs, const uint8_t* __restrict keep, float keep_scale, int64_t width,
@@ -444,12 +472,7 @@ void attention_forward(const at::Tensor& query, double query_scale, const at::Te
                        const c10::optional<at::Tensor>& key_ranges) {
   const ForwardOperands f(query, first_keys, first_values, window_block, second_keys, second_values, relative, ids,
                           carried, mask_bias, keep, summed_out, probs_out, context_out);
-  const int32_t* ranges = nullptr;
-  if (key_ranges.has_value()) {
-    check(*key_ranges, "key_ranges", at::kInt, 3);
-    TORCH_CHECK(key_ranges->sizes() == at::IntArrayRef({f.batch, f.rows, 2}), "key_ranges must be [B, M, 2]");
-    ranges = key_ranges->data_ptr<int32_t>();
-  }
+  const int32_t* ranges = checked_ranges(key_ranges, f.batch, f.rows, window_block);
   const int64_t width = f.pieces.width;
   const float factor = static_cast<float>(scale), alpha = static_cast<float>(query_scale);
   const float dropped_scale = static_cast<float>(keep_scale);
@@ -563,29 +586,29 @@ Operands backward_operands(const at::Tensor& query, const at::Tensor& first_keys
                   query.size(2), query.size(3), pieces};
 }
 
-// For the chunk of `count` queries from `first` (keys `span` of the first piece): from g, the
-// gradient of its scores, and the weights that multiplied the values (rows of `width`):
-// dq += alpha g k, dk += alpha g^T q, dv += weights^T grad_out, over both pieces.
-void add_chunk_gradients(const Operands& o, const Pieces::Span& span, int64_t b, int64_t head,
-                         int64_t first, int64_t count, float alpha, const float* g, const float* weights) {
-  const Pieces& pieces = o.pieces;
-  const int64_t width = pieces.width, d = o.size;
-  const int64_t real_keys = span.end - span.begin, second = pieces.second_rows, at = pieces.first_width;
+// For the chunk of `count` queries from `first` (keys `span` of the first piece, second keys
+// `layout.low .. high`): from g, the gradient of its scores, and the weights that multiplied the
+// values (rows of the layout's used columns): dq += alpha g k, dk += alpha g^T q, dv += weights^T
+// grad_out, over both pieces.
+void add_chunk_gradients(const Operands& o, const Pieces::Span& span, const CompactRow::Layout& layout, int64_t b,
+                         int64_t head, int64_t first, int64_t count, float alpha, const float* g, const float* weights) {
+  const int64_t used = layout.used(), d = o.size;
+  const int64_t real_keys = span.end - span.begin, second = layout.high - layout.low, at = layout.first_width;
   const float* query_rows = o.q.at(b, head, first);
   const float* grad_rows = o.grad_out.at(b, head, first);
   float* dq = o.dq.at(b, head, first);
-  gemm(false, false, count, d, real_keys, alpha, g + span.column, width, o.k1.at(b, head, span.begin),
+  gemm(false, false, count, d, real_keys, alpha, g + span.column, used, o.k1.at(b, head, span.begin),
        o.k1.row_stride, 1.0f, dq, o.dq.row_stride);
-  gemm(false, false, count, d, second, alpha, g + at, width, o.k2.at(b, head, 0), o.k2.row_stride, 1.0f, dq,
+  gemm(false, false, count, d, second, alpha, g + at, used, o.k2.at(b, head, layout.low), o.k2.row_stride, 1.0f, dq,
        o.dq.row_stride);
-  gemm(true, false, real_keys, d, count, alpha, g + span.column, width, query_rows, o.q.row_stride, 1.0f,
+  gemm(true, false, real_keys, d, count, alpha, g + span.column, used, query_rows, o.q.row_stride, 1.0f,
        o.dk1.at(b, head, span.begin), o.dk1.row_stride);
-  gemm(true, false, second, d, count, alpha, g + at, width, query_rows, o.q.row_stride, 1.0f, o.dk2.at(b, head, 0),
-       o.dk2.row_stride);
-  gemm(true, false, real_keys, d, count, 1.0f, weights + span.column, width, grad_rows, o.grad_out.row_stride, 1.0f,
+  gemm(true, false, second, d, count, alpha, g + at, used, query_rows, o.q.row_stride, 1.0f,
+       o.dk2.at(b, head, layout.low), o.dk2.row_stride);
+  gemm(true, false, real_keys, d, count, 1.0f, weights + span.column, used, grad_rows, o.grad_out.row_stride, 1.0f,
        o.dv1.at(b, head, span.begin), o.dv1.row_stride);
-  gemm(true, false, second, d, count, 1.0f, weights + at, width, grad_rows, o.grad_out.row_stride, 1.0f,
-       o.dv2.at(b, head, 0), o.dv2.row_stride);
+  gemm(true, false, second, d, count, 1.0f, weights + at, used, grad_rows, o.grad_out.row_stride, 1.0f,
+       o.dv2.at(b, head, layout.low), o.dv2.row_stride);
 }
 
 // One row of the softmax's backward: grad_scores = factor * p * (grad_p - sum(grad_p * p)) + grad_summed,
@@ -593,10 +616,7 @@ void add_chunk_gradients(const Operands& o, const Pieces::Span& span, int64_t b,
 void backward_row(const float* __restrict p, float* __restrict grad_p, const uint8_t* __restrict keep,
                   float keep_scale, const float* __restrict grad_summed, float factor, int64_t width,
                   float* __restrict grad_scores) {
-  if (keep) {
-#pragma omp simd
-    for (int64_t c = 0; c < width; ++c) grad_p[c] = keep[c] ? grad_p[c] * keep_scale : 0.0f;
-  }
+  if (keep) apply_keep(keep, keep_scale, width, grad_p);
   float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
   for (int64_t c = 0; c < width; ++c) dot += grad_p[c] * p[c];
@@ -618,7 +638,8 @@ void attention_backward(const at::Tensor& query, double query_scale, const at::T
                         double keep_scale, const at::Tensor& grad_context, const c10::optional<at::Tensor>& grad_summed,
                         double scale, const at::Tensor& grad_scores_out, const at::Tensor& grad_query,
                         const at::Tensor& grad_first_keys, const at::Tensor& grad_first_values,
-                        const at::Tensor& grad_second_keys, const at::Tensor& grad_second_values) {
+                        const at::Tensor& grad_second_keys, const at::Tensor& grad_second_values,
+                        const c10::optional<at::Tensor>& key_ranges) {
   // The gradients of attention_forward's: from grad_context [B, h, M, d] and grad_summed [B, h, M, N]
   // (that of the summed scores carried on), grad_scores_out [B, h, M, N] (of the scores, the picked
   // relative terms and the carried scores alike) is written and the gradients of query, keys and
@@ -635,40 +656,62 @@ void attention_backward(const at::Tensor& query, double query_scale, const at::T
   float* grad_scores = grad_scores_out.data_ptr<float>();
   const float factor = static_cast<float>(scale), alpha = static_cast<float>(query_scale);
   const float dropped_scale = static_cast<float>(keep_scale);
-  const int64_t chunk = o.pieces.chunk(), chunks = (o.rows + chunk - 1) / chunk;
+  const int32_t* ranges = checked_ranges(key_ranges, o.batch, o.rows, window_block);
+  const int64_t chunk = ranges ? std::min<int64_t>(o.pieces.chunk(), kChunkWithRanges) : o.pieces.chunk();
+  const int64_t chunks = (o.rows + chunk - 1) / chunk;
 
   at::parallel_for(0, o.batch * o.heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> grad_weights(chunk * width), dropped(keep_data ? chunk * width : 0);
+    std::vector<float> probs_buffer(ranges ? chunk * width : 0);
+    std::vector<uint8_t> keep_buffer(ranges && keep_data ? chunk * width : 0);
+    CompactRow compact(ranges ? width : 0);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t head = task % o.heads, b = task / o.heads;
       for (int64_t c = 0; c < chunks; ++c) {
         const int64_t first = c * chunk, count = std::min(chunk, o.rows - first);
         const auto span = o.pieces.keys_of(first);
+        const auto [low, high] = ranges ? chunk_range(ranges + 2 * (b * o.rows + first), count)
+                                        : std::pair<int64_t, int64_t>{0, o.pieces.second_rows};
+        const CompactRow::Layout layout{o.pieces.first_width, low, high};
+        const bool gaps = high - low < o.pieces.second_rows;
+        const int64_t used = layout.used();  // a row's columns
         const float* grad_rows = o.grad_out.at(b, head, first);
         const int64_t row0 = (b * o.heads + head) * o.rows + first;
+        // The kept weights and dropout's mask as [count, used] rows: in place, or the used columns gathered.
         const float* p = probs_data + row0 * width;
+        const uint8_t* kept = keep_data ? keep_data + row0 * width : nullptr;
+        if (gaps) {
+          for (int64_t i = 0; i < count; ++i) {
+            layout.gather(p + i * width, probs_buffer.data() + i * used);
+            if (kept) layout.gather(kept + i * width, keep_buffer.data() + i * used);
+          }
+          p = probs_buffer.data();
+          kept = kept ? keep_buffer.data() : nullptr;
+        }
         // grad of the (dropped) weights = grad_context @ values^T.
         float* g = grad_weights.data();
-        o.pieces.zero_padding(span, count, g);
+        o.pieces.zero_padding(span, count, g, used);
         gemm(false, true, count, span.end - span.begin, o.size, 1.0f, grad_rows, o.grad_out.row_stride,
-             o.v1.at(b, head, span.begin), o.v1.row_stride, 0.0f, g + span.column, width);
-        gemm(false, true, count, o.pieces.second_rows, o.size, 1.0f, grad_rows, o.grad_out.row_stride, o.v2.at(b, head, 0),
-             o.v2.row_stride, 0.0f, g + o.pieces.first_width, width);
+             o.v1.at(b, head, span.begin), o.v1.row_stride, 0.0f, g + span.column, used);
+        gemm(false, true, count, high - low, o.size, 1.0f, grad_rows, o.grad_out.row_stride, o.v2.at(b, head, low),
+             o.v2.row_stride, 0.0f, g + o.pieces.first_width, used);
         const float* weights = p;  // what the values were multiplied with
-        if (keep_data) {
+        if (kept) {
           for (int64_t i = 0; i < count; ++i) {
-            drop(p + i * width, keep_data + (row0 + i) * width, dropped_scale, width, dropped.data() + i * width);
+            drop(p + i * used, kept + i * used, dropped_scale, used, dropped.data() + i * used);
           }
           weights = dropped.data();
         }
         for (int64_t i = 0; i < count; ++i) {
           const int64_t row = row0 + i;
-          backward_row(p + i * width, g + i * width, keep_data ? keep_data + row * width : nullptr, dropped_scale,
-                       grad_summed_data ? grad_summed_data + row * width : nullptr, factor, width,
-                       grad_scores + row * width);
+          const float* carried_grad = grad_summed_data ? grad_summed_data + row * width : nullptr;
+          backward_row(p + i * used, g + i * used, kept ? kept + i * used : nullptr, dropped_scale,
+                       gaps ? compact.gather(layout, carried_grad, compact.carried) : carried_grad, factor, used,
+                       gaps ? nullptr : grad_scores + row * width);
+          if (gaps) layout.scatter_gradient(g + i * used, carried_grad, grad_scores + row * width, width);
         }
         // g now holds the scores' gradient.
-        add_chunk_gradients(o, span, b, head, first, count, alpha, g, weights);
+        add_chunk_gradients(o, span, layout, b, head, first, count, alpha, g, weights);
       }
     }
   });
@@ -738,9 +781,7 @@ void talking_heads_in_passes(const ForwardOperands& f, float alpha, float factor
       gemm(false, false, heads, n, heads, 1.0f, post, heads, mixed, stride, 0.0f, weights + offset, head_stride);
       for (int64_t head = 0; f.keep && head < heads; ++head) {
         float* w = weights + offset + head * head_stride;
-        const uint8_t* kept = f.keep + offset + head * head_stride;
-#pragma omp simd
-        for (int64_t e = 0; e < n; ++e) w[e] = kept[e] ? w[e] * dropped_scale : 0.0f;
+        apply_keep(f.keep + offset + head * head_stride, dropped_scale, n, w);
       }
     }
   });
@@ -766,7 +807,11 @@ void talking_heads_in_passes(const ForwardOperands& f, float alpha, float factor
 //   summed[h] = alpha q.k + relative + carried   (per head, as above; kept for the backward)
 //   probs[h'] = softmax(scale * sum_h pre[h', h] summed[h] + mask)
 //   weights[h''] = sum_h' post[h'', h'] probs[h'] (then dropout), context = weights @ values.
-// The mixes are GEMMs over the chunk's scores: [h, h] @ [h, chunk x N].
+// The mixes are GEMMs over the chunk's scores: [h, h] @ [h, chunk x N]. With `key_ranges` (global
+// queries under hard g2l, see chunk_range) a chunk of 16 queries scores only the union of its rows'
+// second keys, in compact rows of all heads that fit in cache; the mask is shared by the heads, so
+// every mixed row is masked in the same skipped columns and their weights are exactly 0 in every
+// head. In training the summed scores and weights kept for the backward are 0 there.
 void talking_heads_forward(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
                            const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
                            const at::Tensor& second_values, const c10::optional<at::Tensor>& relative,
@@ -774,9 +819,10 @@ void talking_heads_forward(const at::Tensor& query, double query_scale, const at
                            const at::Tensor& mask_bias, double scale, const at::Tensor& pre, const at::Tensor& post,
                            const c10::optional<at::Tensor>& keep, double keep_scale,
                            const c10::optional<at::Tensor>& summed_out, const c10::optional<at::Tensor>& probs_out,
-                           const at::Tensor& context_out) {
+                           const at::Tensor& context_out, const c10::optional<at::Tensor>& key_ranges) {
   const ForwardOperands f(query, first_keys, first_values, window_block, second_keys, second_values, relative, ids,
                           carried, mask_bias, keep, summed_out, probs_out, context_out);
+  const int32_t* ranges = checked_ranges(key_ranges, f.batch, f.rows, window_block);
   const int64_t width = f.pieces.width;
   for (const auto* mix : {&pre, &post}) {
     check(*mix, "pre/post", at::kFloat, 2);
@@ -786,39 +832,67 @@ void talking_heads_forward(const at::Tensor& query, double query_scale, const at
   const float* post_data = post.data_ptr<float>();
   const float factor = static_cast<float>(scale), alpha = static_cast<float>(query_scale);
   const float dropped_scale = static_cast<float>(keep_scale);
-  if (window_block == 0) return talking_heads_in_passes(f, alpha, factor, pre_data, post_data, dropped_scale);
+  if (window_block == 0 && !ranges) {
+    return talking_heads_in_passes(f, alpha, factor, pre_data, post_data, dropped_scale);
+  }
   const bool sums = f.relative != nullptr || f.carried != nullptr;
   const RowFunction add_terms = row_function(f.relative != nullptr, f.carried != nullptr, true, false);
   const RowFunction softmax = row_function(false, false, false, true);
-  const Chunks parts(f.pieces, f.heads, f.rows);
+  const Chunks parts(f.pieces, f.heads, f.rows, ranges ? kChunkWithRanges : f.rows);
   const int64_t chunk = parts.rows, stride = chunk * width, head_stride = f.rows * width;
 
   at::parallel_for(0, f.batch * parts.count, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores_buffer(f.heads * stride), mixed_buffer(f.heads * stride), x(width);
+    std::vector<float> shared_mask(ranges ? stride : 0);
+    std::vector<int32_t> shared_ids(ranges ? stride : 0);
+    CompactRow compact(ranges ? width : 0);
     float* scores = scores_buffer.data();
     float* mixed = mixed_buffer.data();
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / parts.count;
       const auto [first, count, span] = parts.at(task % parts.count);
-      const int64_t n = count * width, shared0 = b * f.rows + first, offset = (b * f.heads * f.rows + first) * width;
+      const int64_t shared0 = b * f.rows + first, offset = (b * f.heads * f.rows + first) * width;
+      const auto [low, high] = ranges ? chunk_range(ranges + 2 * shared0, count)
+                                      : std::pair<int64_t, int64_t>{0, f.pieces.second_rows};
+      const bool gaps = high - low < f.pieces.second_rows;
+      const int64_t used = f.pieces.first_width + high - low, n = count * used;  // a row's columns, a head's
+      const CompactRow::Layout layout{f.pieces.first_width, low, high};
+      // The mask and ids of the chunk's rows, shared by the heads: in place, or gathered once.
+      const float* mask = f.mask + shared0 * width;
+      const int32_t* row_ids = f.ids ? f.ids + shared0 * width : nullptr;
+      if (gaps) {
+        for (int64_t i = 0; i < count; ++i) {
+          layout.gather(mask + i * width, shared_mask.data() + i * used);
+          if (row_ids) layout.gather(row_ids + i * width, shared_ids.data() + i * used);
+        }
+        mask = shared_mask.data();
+        row_ids = row_ids ? shared_ids.data() : nullptr;
+      }
       // Per head: the scores, and their sum with the relative terms and the carried scores, written
-      // where they are kept (summed_out) or in place.
-      float* sums_at = f.summed ? f.summed + offset : scores;
-      const int64_t sums_stride = f.summed ? head_stride : stride;
+      // where they are kept (summed_out, when its rows are the chunk's) or in place.
+      const bool sums_in_place = !f.summed || gaps;
+      float* sums_at = sums_in_place ? scores : f.summed + offset;
+      const int64_t sums_stride = sums_in_place ? stride : head_stride;
       for (int64_t head = 0; head < f.heads; ++head) {
         float* s = scores + head * stride;
         const float* query_rows = f.q.at(b, head, first);
-        f.pieces.zero_padding(span, count, s);
+        f.pieces.zero_padding(span, count, s, used);
         gemm(false, true, count, span.end - span.begin, f.size, alpha, query_rows, f.q.row_stride,
-             f.k1.at(b, head, span.begin), f.k1.row_stride, 0.0f, s + span.column, width);
-        gemm(false, true, count, f.pieces.second_rows, f.size, alpha, query_rows, f.q.row_stride, f.k2.at(b, head, 0),
-             f.k2.row_stride, 0.0f, s + f.pieces.first_width, width);
+             f.k1.at(b, head, span.begin), f.k1.row_stride, 0.0f, s + span.column, used);
+        gemm(false, true, count, high - low, f.size, alpha, query_rows, f.q.row_stride, f.k2.at(b, head, low),
+             f.k2.row_stride, 0.0f, s + f.pieces.first_width, used);
         for (int64_t i = 0; i < count && (sums || f.summed); ++i) {
           const int64_t row = (b * f.heads + head) * f.rows + first + i;
-          add_terms(s + i * width, f.relative ? f.relative + row * f.vocab : nullptr, f.vocab,
-                    f.ids ? f.ids + (shared0 + i) * width : nullptr,
-                    f.carried ? f.carried + row * width : nullptr, nullptr, 1.0f, width, x.data(),
-                    sums_at + head * sums_stride + i * width, nullptr, false);
+          const float* carried = f.carried ? f.carried + row * width : nullptr;
+          if (gaps) carried = compact.gather(layout, carried, compact.carried);
+          float* summed = sums_at + head * sums_stride + i * used;
+          add_terms(s + i * used, f.relative ? f.relative + row * f.vocab : nullptr, f.vocab,
+                    row_ids ? row_ids + i * used : nullptr, carried, nullptr, 1.0f, used, x.data(), summed, nullptr,
+                    false);
+          // Kept in training (the backward reads every column: 0 where skipped); carried otherwise
+          // (the next layer reads only the columns computed here).
+          if (gaps && f.summed && f.probs) layout.scatter_with_zeros(summed, f.summed + row * width, width);
+          else if (gaps && f.summed) layout.scatter(summed, f.summed + row * width);
         }
       }
       // The mixes as GEMMs over the chunk: [h, h] @ [h, chunk x N] (measured faster than mixing
@@ -827,24 +901,26 @@ void talking_heads_forward(const at::Tensor& query, double query_scale, const at
       for (int64_t head = 0; head < f.heads; ++head) {
         float* m = mixed + head * stride;
         for (int64_t i = 0; i < count; ++i) {
-          softmax(m + i * width, nullptr, 0, nullptr, nullptr, f.mask + (shared0 + i) * width, factor, width,
-                  x.data(), nullptr, m + i * width, true);
+          softmax(m + i * used, nullptr, 0, nullptr, nullptr, mask + i * used, factor, used, x.data(), nullptr,
+                  m + i * used, true);
+          if (f.probs && gaps) layout.scatter_with_zeros(m + i * used, f.probs + offset + head * head_stride + i * width,
+                                                         width);
         }
-        if (f.probs) std::memcpy(f.probs + offset + head * head_stride, m, n * sizeof(float));
+        if (f.probs && !gaps) std::memcpy(f.probs + offset + head * head_stride, m, n * sizeof(float));
       }
       float* weights = scores;  // (the scores are spent)
       gemm(false, false, f.heads, n, f.heads, 1.0f, post_data, f.heads, mixed, stride, 0.0f, weights, stride);
       for (int64_t head = 0; head < f.heads; ++head) {
         float* w = weights + head * stride;
-        if (f.keep) {
-          const uint8_t* kept = f.keep + offset + head * head_stride;
-#pragma omp simd
-          for (int64_t e = 0; e < n; ++e) w[e] = kept[e] ? w[e] * dropped_scale : 0.0f;
+        for (int64_t i = 0; f.keep && i < count; ++i) {
+          const uint8_t* kept = f.keep + offset + head * head_stride + i * width;
+          if (gaps) kept = compact.gather(layout, kept, compact.keep);
+          apply_keep(kept, dropped_scale, used, w + i * used);
         }
         float* out = f.context.at(b, head, first);
-        gemm(false, false, count, f.size, span.end - span.begin, 1.0f, w + span.column, width,
+        gemm(false, false, count, f.size, span.end - span.begin, 1.0f, w + span.column, used,
              f.v1.at(b, head, span.begin), f.v1.row_stride, 0.0f, out, f.context.row_stride);
-        gemm(false, false, count, f.size, f.pieces.second_rows, 1.0f, w + f.pieces.first_width, width, f.v2.at(b, head, 0),
+        gemm(false, false, count, f.size, high - low, 1.0f, w + f.pieces.first_width, used, f.v2.at(b, head, low),
              f.v2.row_stride, 1.0f, out, f.context.row_stride);
       }
     }
@@ -866,7 +942,7 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
                             const at::Tensor& grad_scores_out, const at::Tensor& grad_pre, const at::Tensor& grad_post,
                             const at::Tensor& grad_query, const at::Tensor& grad_first_keys,
                             const at::Tensor& grad_first_values, const at::Tensor& grad_second_keys,
-                            const at::Tensor& grad_second_values) {
+                            const at::Tensor& grad_second_values, const c10::optional<at::Tensor>& key_ranges) {
   const Operands o = backward_operands(query, first_keys, first_values, window_block, second_keys, second_values, probs,
                                        keep, grad_context, grad_summed, grad_scores_out, grad_query, grad_first_keys,
                                        grad_first_values, grad_second_keys, grad_second_values);
@@ -886,7 +962,8 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
   float* grad_scores = grad_scores_out.data_ptr<float>();
   const float factor = static_cast<float>(scale), dropped_scale = static_cast<float>(keep_scale);
   const float alpha = static_cast<float>(query_scale);
-  const Chunks parts(o.pieces, o.heads, o.rows);
+  const int32_t* ranges = checked_ranges(key_ranges, o.batch, o.rows, window_block);
+  const Chunks parts(o.pieces, o.heads, o.rows, ranges ? kChunkWithRanges : o.rows);
   const int64_t chunk = parts.rows, stride = chunk * width;
   const int64_t head_stride = o.rows * width;  // of the [B, h, M, N] tensors
   // Per-thread sums of the shared keys' gradients: the second piece's, and the first's without a window.
@@ -903,6 +980,9 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
     at::parallel_for(0, o.batch * round_chunks, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> upstream_buffer(o.heads * stride), local_buffer(o.heads * stride);
       std::vector<float> weights_buffer(o.heads * stride);
+      std::vector<float> probs_buffer(ranges ? o.heads * stride : 0), summed_buffer(ranges ? o.heads * stride : 0);
+      std::vector<uint8_t> keep_buffer(ranges && keep_data ? o.heads * stride : 0);
+      CompactRow compact(ranges ? width : 0);
       std::vector<float> first_keys_sum(first_size), first_values_sum(first_size);
       std::vector<float> second_keys_sum(second_size), second_values_sum(second_size);
       std::vector<float> pre_sum(o.heads * o.heads, 0.0f), post_sum(o.heads * o.heads, 0.0f);
@@ -921,59 +1001,78 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
       for (int64_t task = begin; task < end; ++task) {
         const int64_t b = task / round_chunks;
         const auto [first, count, span] = parts.at((task % round_chunks) * rounds + round);
-        const int64_t n = count * width;
         const int64_t offset = (b * o.heads * o.rows + first) * width;  // head 0's chunk in [B, h, M, N]
+        const auto [low, high] = ranges ? chunk_range(ranges + 2 * (b * o.rows + first), count)
+                                        : std::pair<int64_t, int64_t>{0, o.pieces.second_rows};
+        const CompactRow::Layout layout{o.pieces.first_width, low, high};
+        const bool gaps = high - low < o.pieces.second_rows;
+        const int64_t used = layout.used(), n = count * used;
+        // What the forward kept, per head as [count, used] rows: in place, or the used columns gathered.
+        const float* p = probs_data + offset;
+        const float* summed_rows = summed_data + offset;
+        const uint8_t* kept = keep_data ? keep_data + offset : nullptr;
+        int64_t kept_stride = head_stride;  // between heads
+        if (gaps) {
+          for (int64_t head = 0; head < o.heads; ++head) {
+            for (int64_t i = 0; i < count; ++i) {
+              const int64_t full = head * head_stride + i * width, compact = head * stride + i * used;
+              layout.gather(p + full, probs_buffer.data() + compact);
+              layout.gather(summed_rows + full, summed_buffer.data() + compact);
+              if (kept) layout.gather(kept + full, keep_buffer.data() + compact);
+            }
+          }
+          p = probs_buffer.data();
+          summed_rows = summed_buffer.data();
+          kept = kept ? keep_buffer.data() : nullptr;
+          kept_stride = stride;
+        }
         // The gradient of the (dropped) weights, per head: grad_context @ values^T.
         for (int64_t head = 0; head < o.heads; ++head) {
           float* g = upstream + head * stride;
           const float* grad_rows = o.grad_out.at(b, head, first);
-          o.pieces.zero_padding(span, count, g);
+          o.pieces.zero_padding(span, count, g, used);
           gemm(false, true, count, span.end - span.begin, o.size, 1.0f, grad_rows, o.grad_out.row_stride,
-               o.v1.at(b, head, span.begin), o.v1.row_stride, 0.0f, g + span.column, width);
-          gemm(false, true, count, o.pieces.second_rows, o.size, 1.0f, grad_rows, o.grad_out.row_stride,
-               o.v2.at(b, head, 0), o.v2.row_stride, 0.0f, g + o.pieces.first_width, width);
-          if (keep_data) {
-            const uint8_t* kept = keep_data + offset + head * head_stride;
-#pragma omp simd
-            for (int64_t e = 0; e < n; ++e) g[e] = kept[e] ? g[e] * dropped_scale : 0.0f;
-          }
+               o.v1.at(b, head, span.begin), o.v1.row_stride, 0.0f, g + span.column, used);
+          gemm(false, true, count, high - low, o.size, 1.0f, grad_rows, o.grad_out.row_stride, o.v2.at(b, head, low),
+               o.v2.row_stride, 0.0f, g + o.pieces.first_width, used);
+          if (kept) apply_keep(kept + head * kept_stride, dropped_scale, n, g);
         }
         // The weights again (post @ probs, dropped): they multiplied the values.
         float* weights = weights_buffer.data();
-        gemm(false, false, o.heads, n, o.heads, 1.0f, post_data, o.heads, probs_data + offset, head_stride, 0.0f, weights,
-             stride);
-        for (int64_t head = 0; head < o.heads; ++head) {
-          float* w = weights + head * stride;
-          if (keep_data) {
-            const uint8_t* kept = keep_data + offset + head * head_stride;
-#pragma omp simd
-            for (int64_t e = 0; e < n; ++e) w[e] = kept[e] ? w[e] * dropped_scale : 0.0f;
-          }
+        gemm(false, false, o.heads, n, o.heads, 1.0f, post_data, o.heads, p, kept_stride, 0.0f, weights, stride);
+        for (int64_t head = 0; kept && head < o.heads; ++head) {
+          apply_keep(kept + head * kept_stride, dropped_scale, n, weights + head * stride);
         }
         // post: grad += g probs^T; the probs' gradient post^T g, through the softmax.
-        gemm(false, true, o.heads, o.heads, n, 1.0f, upstream, stride, probs_data + offset, head_stride, 1.0f,
-             post_sum.data(), o.heads);
+        gemm(false, true, o.heads, o.heads, n, 1.0f, upstream, stride, p, kept_stride, 1.0f, post_sum.data(),
+             o.heads);
         gemm(true, false, o.heads, n, o.heads, 1.0f, post_data, o.heads, upstream, stride, 0.0f, local, stride);
         for (int64_t head = 0; head < o.heads; ++head) {
           for (int64_t i = 0; i < count; ++i) {
-            backward_row(probs_data + offset + head * head_stride + i * width, local + head * stride + i * width,
-                         nullptr, 1.0f, nullptr, factor, width, nullptr);
+            backward_row(p + head * kept_stride + i * used, local + head * stride + i * used, nullptr, 1.0f,
+                         nullptr, factor, used, nullptr);
           }
         }
         // pre: grad += (mixed logits' gradient) summed^T; the summed scores' gradient pre^T (..).
-        gemm(false, true, o.heads, o.heads, n, 1.0f, local, stride, summed_data + offset, head_stride, 1.0f,
+        gemm(false, true, o.heads, o.heads, n, 1.0f, local, stride, summed_rows, kept_stride, 1.0f,
              pre_sum.data(), o.heads);
         gemm(true, false, o.heads, n, o.heads, 1.0f, pre_data, o.heads, local, stride, 0.0f, upstream, stride);
         for (int64_t head = 0; head < o.heads; ++head) {
           float* g = upstream + head * stride;
           float* out = grad_scores + offset + head * head_stride;
-          if (grad_summed_data) {
-            const float* carried_grad = grad_summed_data + offset + head * head_stride;
+          const float* carried_grad = grad_summed_data ? grad_summed_data + offset + head * head_stride : nullptr;
+          for (int64_t i = 0; i < count; ++i) {
+            float* row = g + i * used;
+            const float* carried_row = carried_grad ? carried_grad + i * width : nullptr;
+            if (carried_row) {
+              const float* from = gaps ? compact.gather(layout, carried_row, compact.carried) : carried_row;
 #pragma omp simd
-            for (int64_t e = 0; e < n; ++e) g[e] += carried_grad[e];
+              for (int64_t c = 0; c < used; ++c) row[c] += from[c];
+            }
+            if (gaps) layout.scatter_gradient(row, carried_row, out + i * width, width);
+            else std::memcpy(out + i * width, row, used * sizeof(float));
           }
-          std::memcpy(out, g, n * sizeof(float));
-          add_chunk_gradients(own, span, b, head, first, count, alpha, g, weights + head * stride);
+          add_chunk_gradients(own, span, layout, b, head, first, count, alpha, g, weights + head * stride);
         }
       }
       const std::lock_guard<std::mutex> lock(totals);
