@@ -415,6 +415,13 @@ struct CompactRow {
       std::copy(full, full + first_width, out);
       std::copy(full + first_width + low, full + first_width + high, out + first_width);
     }
+    // `count` rows `width` apart gathered into rows of used() columns at `buffer` (null stays null).
+    template <typename T>
+    const T* gather_rows(const T* full, int64_t count, int64_t width, T* buffer) const {
+      if (full == nullptr) return nullptr;
+      for (int64_t i = 0; i < count; ++i) gather(full + i * width, buffer + i * used());
+      return buffer;
+    }
     void scatter(const float* compact, float* full) const {
       std::copy(compact, compact + first_width, full);
       std::copy(compact + first_width, compact + first_width + high - low, full + first_width + low);
@@ -494,8 +501,8 @@ void attention_forward(const at::Tensor& query, double query_scale, const at::Te
       const auto [low, high] = ranges ? chunk_range(ranges + 2 * (b * f.rows + first), count)
                                       : std::pair<int64_t, int64_t>{0, f.pieces.second_rows};
       const bool gaps = high - low < f.pieces.second_rows;
-      const int64_t used = f.pieces.first_width + high - low;  // a row's columns in `scores`
       const CompactRow::Layout layout{f.pieces.first_width, low, high};
+      const int64_t used = layout.used();  // a row's columns in `scores`
       float* s = scores.data();
       f.pieces.zero_padding(span, count, s, used);
       gemm(false, true, count, span.end - span.begin, f.size, alpha, query_rows, f.q.row_stride,
@@ -681,12 +688,8 @@ void attention_backward(const at::Tensor& query, double query_scale, const at::T
         const float* p = probs_data + row0 * width;
         const uint8_t* kept = keep_data ? keep_data + row0 * width : nullptr;
         if (gaps) {
-          for (int64_t i = 0; i < count; ++i) {
-            layout.gather(p + i * width, probs_buffer.data() + i * used);
-            if (kept) layout.gather(kept + i * width, keep_buffer.data() + i * used);
-          }
-          p = probs_buffer.data();
-          kept = kept ? keep_buffer.data() : nullptr;
+          p = layout.gather_rows(p, count, width, probs_buffer.data());
+          kept = layout.gather_rows(kept, count, width, keep_buffer.data());
         }
         // grad of the (dropped) weights = grad_context @ values^T.
         float* g = grad_weights.data();
@@ -855,18 +858,14 @@ void talking_heads_forward(const at::Tensor& query, double query_scale, const at
       const auto [low, high] = ranges ? chunk_range(ranges + 2 * shared0, count)
                                       : std::pair<int64_t, int64_t>{0, f.pieces.second_rows};
       const bool gaps = high - low < f.pieces.second_rows;
-      const int64_t used = f.pieces.first_width + high - low, n = count * used;  // a row's columns, a head's
       const CompactRow::Layout layout{f.pieces.first_width, low, high};
+      const int64_t used = layout.used(), n = count * used;  // a row's columns, a head's
       // The mask and ids of the chunk's rows, shared by the heads: in place, or gathered once.
       const float* mask = f.mask + shared0 * width;
       const int32_t* row_ids = f.ids ? f.ids + shared0 * width : nullptr;
       if (gaps) {
-        for (int64_t i = 0; i < count; ++i) {
-          layout.gather(mask + i * width, shared_mask.data() + i * used);
-          if (row_ids) layout.gather(row_ids + i * width, shared_ids.data() + i * used);
-        }
-        mask = shared_mask.data();
-        row_ids = row_ids ? shared_ids.data() : nullptr;
+        mask = layout.gather_rows(mask, count, width, shared_mask.data());
+        row_ids = layout.gather_rows(row_ids, count, width, shared_ids.data());
       }
       // Per head: the scores, and their sum with the relative terms and the carried scores, written
       // where they are kept (summed_out, when its rows are the chunk's) or in place.
@@ -1014,12 +1013,9 @@ void talking_heads_backward(const at::Tensor& query, double query_scale, const a
         int64_t kept_stride = head_stride;  // between heads
         if (gaps) {
           for (int64_t head = 0; head < o.heads; ++head) {
-            for (int64_t i = 0; i < count; ++i) {
-              const int64_t full = head * head_stride + i * width, compact = head * stride + i * used;
-              layout.gather(p + full, probs_buffer.data() + compact);
-              layout.gather(summed_rows + full, summed_buffer.data() + compact);
-              if (kept) layout.gather(kept + full, keep_buffer.data() + compact);
-            }
+            layout.gather_rows(p + head * head_stride, count, width, probs_buffer.data() + head * stride);
+            layout.gather_rows(summed_rows + head * head_stride, count, width, summed_buffer.data() + head * stride);
+            if (kept) layout.gather_rows(kept + head * head_stride, count, width, keep_buffer.data() + head * stride);
           }
           p = probs_buffer.data();
           summed_rows = summed_buffer.data();
