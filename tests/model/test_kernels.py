@@ -211,3 +211,31 @@ def test_kernel_skips_the_long_keys_hard_g2l_hides_from_sentence_globals(kernel,
     torch.testing.assert_close(compiled[1], eager[1], atol=1e-5, rtol=0)
     for name, grad in eager[2].items():  # (the mixes' gradients are ~1e-5: the tolerance is relative to each's scale)
         torch.testing.assert_close(compiled[2][name], grad, atol=1e-4 * grad.abs().max().item(), rtol=1e-3, msg=name)
+
+
+@pytest.mark.parametrize("talking_heads", [False, True], ids=["plain", "talking-heads"])
+def test_inference_keeps_no_weights_for_a_backward(kernel, monkeypatch, talking_heads):
+    # A custom autograd function sees ctx.needs_input_grad True for parameters under no_grad too:
+    # the kernels must still be handed no weights to keep (probs_out) there, and some with autograd.
+    forward_name = "talking_heads_forward" if talking_heads else "attention_forward"
+    probs_position = 17 if talking_heads else 15  # (arguments, [pre, post], keep, keep_scale, summed, probs)
+    handed = []
+
+    class Spy:
+        def __getattr__(self, name):
+            function = getattr(kernel, name)
+            if name != forward_name:
+                return function
+            return lambda *arguments: handed.append(arguments[probs_position]) or function(*arguments)
+
+    monkeypatch.setattr(kernels, "compiled", lambda: Spy())
+    monkeypatch.setenv(kernels.ENVIRONMENT_VARIABLE, "1")
+    model = make_model(tiny_config(talking_heads=talking_heads)).float()
+    inputs = make_inputs(2, 30, 7, padding=True, structure=True)
+    for mode in (torch.no_grad, torch.inference_mode):
+        with mode():
+            model(**inputs)
+        assert len(handed) == 6 and all(probs is None for probs in handed), mode.__name__  # 3 layers x 2 softmaxes
+        handed.clear()
+    model(**inputs)
+    assert len(handed) == 6 and all(probs is not None and probs.shape[-1] > 0 for probs in handed)
