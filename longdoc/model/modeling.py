@@ -163,6 +163,17 @@ class GlobalLocalPreTrainedModel(PreTrainedModel):
         kwargs.setdefault("save_original_format", False)
         return super().save_pretrained(*args, **kwargs)
 
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
+        """transformers' activation checkpointing (also reached from the deprecated
+        `gradient_checkpointing_enable`), non-reentrant only: reentrant checkpointing gave wrong
+        gradients here (against no checkpointing, with and without residual attention), so it is
+        refused rather than left to train silently on them."""
+        if (activation_checkpointing_kwargs or {}).get("use_reentrant", False):
+            raise ValueError(f"{type(self).__name__} supports non-reentrant activation checkpointing only: pass "
+                             "use_reentrant=False (transformers' default); reentrant checkpointing gives wrong "
+                             "gradients for this model")
+        super().activation_checkpointing_enable(activation_checkpointing_kwargs, **kwargs)
+
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, SoftmaxParameters):

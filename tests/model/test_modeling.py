@@ -58,6 +58,17 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         torch.testing.assert_close(plain[name], checkpointed[name], msg=name)
 
 
+def test_reentrant_checkpointing_is_refused_with_a_clear_error():
+    # It gave wrong gradients (against no checkpointing); both entry points reach the refusal.
+    model = GlobalLocalModel(tiny_config())
+    with pytest.raises(ValueError, match="use_reentrant=False"):
+        model.activation_checkpointing_enable({"use_reentrant": True})
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="use_reentrant=False"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    model.activation_checkpointing_enable()
+    assert model.is_activation_checkpointing
+
+
 def test_bfloat16_forward_and_backward_stay_close_to_float32():
     torch.manual_seed(0)
     model = GlobalLocalModel(tiny_config(talking_heads=True)).eval()
