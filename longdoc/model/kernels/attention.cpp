@@ -379,11 +379,12 @@ constexpr int64_t kChunkWithRanges = 16;
 // gives the second keys [low, high) each query may see; a chunk computes the union of its rows'
 // ranges and skips the rest, whose weights are exactly 0 (their mask underflows exp). Its rows'
 // used columns, [first piece | second keys low .. high), are gathered into one run for the row
-// pass, which then needs no gaps; what it writes goes back to the full rows (weights kept for
-// autograd with zeros in the skipped columns; summed scores only where computed: the skipped ones
-// are masked in every layer, and no layer reads them; with talking heads, whose backward reads
-// them, 0 in training). The backwards skip the same columns: their gradient of the scores is the
-// one carried back from the next layer (0 without), as no weight reached them.
+// pass, which then needs no gaps; what it writes goes back to the full rows, only where computed
+// (the weights kept for autograd and the summed scores: the skipped columns are masked in every
+// layer, and neither the next layer nor the backward reads them). The backwards take the same
+// chunks of queries as the forwards, so they read exactly the columns the forward wrote; their
+// gradient of the scores in the skipped columns is the one carried back from the next layer (0
+// without), as no weight reached them.
 std::pair<int64_t, int64_t> chunk_range(const int32_t* ranges, int64_t count) {
   int64_t low = std::numeric_limits<int64_t>::max(), high = 0;
   for (int64_t i = 0; i < count; ++i) {
@@ -448,9 +449,7 @@ struct CompactRow {
 
   template <typename T>
   const T* gather(const Layout& layout, const T* full, std::vector<T>& buffer) const {
-    if (full == nullptr) return nullptr;
-    layout.gather(full, buffer.data());
-    return buffer.data();
+    return layout.gather_rows(full, 1, 0, buffer.data());
   }
 };
 
@@ -532,7 +531,7 @@ void attention_forward(const at::Tensor& query, double query_scale, const at::Te
             used, x.data(), row_summed, p + i * used, f.probs != nullptr);
         if (gaps) {
           if (summed) layout.scatter(row_summed, summed);
-          if (f.probs) layout.scatter_with_zeros(p + i * used, f.probs + row * width, width);
+          if (f.probs) layout.scatter(p + i * used, f.probs + row * width);
         }
         if (keep) drop(p + i * used, keep, dropped_scale, used, s + i * used);
       }
@@ -814,7 +813,7 @@ void talking_heads_in_passes(const ForwardOperands& f, float alpha, float factor
 // queries under hard g2l, see chunk_range) a chunk of 16 queries scores only the union of its rows'
 // second keys, in compact rows of all heads that fit in cache; the mask is shared by the heads, so
 // every mixed row is masked in the same skipped columns and their weights are exactly 0 in every
-// head. In training the summed scores and weights kept for the backward are 0 there.
+// head.
 void talking_heads_forward(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
                            const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
                            const at::Tensor& second_values, const c10::optional<at::Tensor>& relative,
@@ -888,10 +887,7 @@ void talking_heads_forward(const at::Tensor& query, double query_scale, const at
           add_terms(s + i * used, f.relative ? f.relative + row * f.vocab : nullptr, f.vocab,
                     row_ids ? row_ids + i * used : nullptr, carried, nullptr, 1.0f, used, x.data(), summed, nullptr,
                     false);
-          // Kept in training (the backward reads every column: 0 where skipped); carried otherwise
-          // (the next layer reads only the columns computed here).
-          if (gaps && f.summed && f.probs) layout.scatter_with_zeros(summed, f.summed + row * width, width);
-          else if (gaps && f.summed) layout.scatter(summed, f.summed + row * width);
+          if (gaps && f.summed) layout.scatter(summed, f.summed + row * width);
         }
       }
       // The mixes as GEMMs over the chunk: [h, h] @ [h, chunk x N] (measured faster than mixing
@@ -902,8 +898,7 @@ void talking_heads_forward(const at::Tensor& query, double query_scale, const at
         for (int64_t i = 0; i < count; ++i) {
           softmax(m + i * used, nullptr, 0, nullptr, nullptr, mask + i * used, factor, used, x.data(), nullptr,
                   m + i * used, true);
-          if (f.probs && gaps) layout.scatter_with_zeros(m + i * used, f.probs + offset + head * head_stride + i * width,
-                                                         width);
+          if (f.probs && gaps) layout.scatter(m + i * used, f.probs + offset + head * head_stride + i * width);
         }
         if (f.probs && !gaps) std::memcpy(f.probs + offset + head * head_stride, m, n * sizeof(float));
       }
