@@ -155,8 +155,7 @@ class _KernelAttention:
     num_heads: int
     block_size: int  # b: the first keys are a window of 3b around each block of b queries; 0: all of them
     mask_bias: Tensor  # [B, 1, ..., Nq, N]
-    relative_ids: Tensor | None  # int64, for the relative terms' gradient
-    int32_relative_ids: Tensor | None  # the same, as the kernel reads them
+    relative_ids: Tensor | None  # int32 (SideInputs)
     links: Tensor | None
     layout: RelativeIdLayout | None
     scale: float  # of the summed scores in the softmax (the running mean's)
@@ -217,7 +216,7 @@ class CompiledSoftmax(torch.autograd.Function):
         rows = functools.partial(_query_rows, batch=batch, num_queries=num_queries)
         shared = lambda tensor: None if tensor is None else tensor.view(batch, num_queries, -1)
         arguments = (query, 1.0 / math.sqrt(query.shape[-1]), first_keys, first_values, attention.block_size,
-                     second_keys, second_values, rows(relative), shared(attention.int32_relative_ids), rows(carried),
+                     second_keys, second_values, rows(relative), shared(attention.relative_ids), rows(carried),
                      shared(attention.mask_bias), attention.scale)
         outputs = (rows(keep), keep_scale, rows(summed), rows(probs), context.transpose(1, 2))
         if talking:
@@ -400,12 +399,13 @@ class GlobalLocalAttention(nn.Module):
         long_q, long_k, long_v = self._split_heads(long_qkv)  # [B, h, Lp, d] each
         global_q, global_k, global_v = self._split_heads(global_qkv)
 
+        long_ids, global_ids = side.int64_relative_ids
         # Long queries, in blocks, over [previous | own | next block | all globals].
         window_k = self._window_keys(long_k, global_k, b, nb, workspace, ("long", "keys"))  # [B, h, nb, W + G, d]
         window_v = self._window_keys(long_v, global_v, b, nb, workspace, ("long", "values"))
         long_context, long_scores = self._attend(
             long_q.reshape(batch, self.num_heads, nb, b, self.head_size), window_k, window_v, self.long_softmax,
-            side.long_mask_bias, side.long_relative_ids, side, b, carry.long_scores, layer_number, workspace,
+            side.long_mask_bias, long_ids, side, b, carry.long_scores, layer_number, workspace,
         )
         long_context = long_context.view(batch, self.num_heads, padded_length, self.head_size)
         long_out = self.long_output(self._merge_heads(long_context))
@@ -419,7 +419,7 @@ class GlobalLocalAttention(nn.Module):
         all_v = self._concat(global_v, long_v, workspace, ("global", "values"))
         global_context, global_scores = self._attend(
             global_q, all_k, all_v, self.global_softmax,
-            side.global_mask_bias, side.global_relative_ids, side, None, carry.global_scores, layer_number, workspace,
+            side.global_mask_bias, global_ids, side, None, carry.global_scores, layer_number, workspace,
         )
         global_out = (self.global_output or self.long_output)(self._merge_heads(global_context))
         workspace.give(("global", "keys"), all_k)
@@ -431,10 +431,9 @@ class GlobalLocalAttention(nn.Module):
     ) -> tuple[Tensor, Tensor, AttentionCarry]:
         """`forward` on CPU in float32 without talking heads: each softmax whole in one compiled kernel
         (`CompiledSoftmax`)."""
-        long_ids, global_ids = side.int32_relative_ids
         long_context, long_scores = self._attend_compiled(
             long_qkv, global_qkv, side.block_size, self.long_softmax, side.long_mask_bias,
-            side.long_relative_ids, long_ids, side, carry.long_scores, layer_number, key_ranges=None,
+            side.long_relative_ids, side, carry.long_scores, layer_number, key_ranges=None,
         )
         long_out = self.long_output(long_context)
         if global_qkv.shape[1] == 0:
@@ -442,7 +441,7 @@ class GlobalLocalAttention(nn.Module):
             return long_out, no_globals, AttentionCarry(long_scores)
         global_context, global_scores = self._attend_compiled(
             global_qkv, long_qkv, 0, self.global_softmax, side.global_mask_bias,
-            side.global_relative_ids, global_ids, side, carry.global_scores, layer_number,
+            side.global_relative_ids, side, carry.global_scores, layer_number,
             key_ranges=side.global_key_ranges,
         )
         global_out = (self.global_output or self.long_output)(global_context)
@@ -456,7 +455,6 @@ class GlobalLocalAttention(nn.Module):
         softmax: SoftmaxParameters,
         mask_bias: Tensor,
         relative_ids: Tensor | None,
-        int32_relative_ids: Tensor | None,
         side: SideInputs,
         carried: Tensor | None,
         layer_number: int,
@@ -472,7 +470,7 @@ class GlobalLocalAttention(nn.Module):
             blocked_query = query if block_size == 0 else query.unflatten(2, (-1, block_size))
             relative = self._relative_terms(blocked_query, softmax, 1.0 / math.sqrt(self.head_size))
         attention = _KernelAttention(
-            self.num_heads, block_size, mask_bias, relative_ids, int32_relative_ids, side.links, side.relative_layout,
+            self.num_heads, block_size, mask_bias, relative_ids, side.links, side.relative_layout,
             scale=1.0 / layer_number if self.residual_attention_mean else 1.0,
             keep_summed=self.residual_attention,
             drop_probability=self.dropout.p if self.training else 0.0,

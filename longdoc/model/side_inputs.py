@@ -105,8 +105,9 @@ class SideInputs:
     num_blocks: int
     long_mask_bias: Tensor  # [B, 1, nb, b, W + G], compute dtype
     global_mask_bias: Tensor | None  # [B, 1, G, G + Lp]; None when G = 0
-    long_relative_ids: Tensor | None  # [B, 1, nb, b, W + G] int64; None without relative positions
-    global_relative_ids: Tensor | None  # [B, 1, G, G + Lp] int64
+    # int32, the compiled kernels' index type (the eager path's gathers take int64_relative_ids)
+    long_relative_ids: Tensor | None  # [B, 1, nb, b, W + G]; None without relative positions
+    global_relative_ids: Tensor | None  # [B, 1, G, G + Lp]
     relative_layout: RelativeIdLayout | None = None
     links: Tensor | None = None  # [B, Lp, 2] int64: the global tokens each long token links to, -1 for none
 
@@ -115,9 +116,10 @@ class SideInputs:
         return self.block_size * self.num_blocks
 
     @functools.cached_property
-    def int32_relative_ids(self) -> tuple[Tensor | None, Tensor | None]:
-        """(long, global) relative ids as int32, the compiled kernels' index type: once per forward pass."""
-        return tuple(None if ids is None else ids.to(torch.int32)
+    def int64_relative_ids(self) -> tuple[Tensor | None, Tensor | None]:
+        """(long, global) relative ids as int64, the index type of the eager path's gathers on every
+        device: once per forward pass."""
+        return tuple(None if ids is None else ids.long()
                      for ids in (self.long_relative_ids, self.global_relative_ids))
 
     @functools.cached_property
@@ -140,12 +142,16 @@ class SideInputs:
         return torch.stack([first, last], dim=-1).to(torch.int32)
 
 
+def _window_distances(block_size: int, device=None) -> Tensor:
+    """[b, 3b]: the distance from query p of a block to key c of its window [previous | own | next
+    block], c - b - p, the same for every block."""
+    query = torch.arange(block_size, device=device).view(-1, 1)
+    return torch.arange(3 * block_size, device=device) - block_size - query
+
+
 def local_relative_ids(block_size: int, layout: RelativeIdLayout) -> Tensor:
-    """[b, 3b]: the id of query p of a block and key c of its window [previous | own | next block],
-    the same for every block (distance c - b - p)."""
-    query = torch.arange(block_size).view(-1, 1)
-    key = torch.arange(3 * block_size)
-    return layout.distance_ids(key - block_size - query)
+    """[b, 3b]: the id of query p of a block and key c of its window [previous | own | next block]."""
+    return layout.distance_ids(_window_distances(block_size))
 
 
 def _windows(per_token: Tensor, block_size: int, num_blocks: int, fill) -> Tensor:
@@ -195,11 +201,7 @@ def build_side_inputs(
     layout = None if max_relative_distance is None else RelativeIdLayout(max_relative_distance)
 
     # --- the long softmax: [B, nb, b, W + G] ---
-    query = torch.arange(padded_length, device=device).view(num_blocks, block_size, 1)
-    key = (torch.arange(num_blocks, device=device).view(num_blocks, 1, 1) - 1) * block_size + torch.arange(
-        window, device=device
-    )
-    delta = key - query  # [nb, b, W]
+    delta = _window_distances(block_size, device)  # [b, W], the same in every block
     key_valid = _windows(long_mask, block_size, num_blocks, False)  # [B, nb, W]
     local_allowed = (delta.abs() <= local_radius) & key_valid.unsqueeze(2)  # [B, nb, b, W]
     if local_attention_within_paragraph and structure.long_paragraph_ids is not None:
@@ -216,16 +218,15 @@ def build_side_inputs(
     )
 
     long_relative_ids = links = None
+    long_linked = _pad_to(linked, padded_length, False) if has_links else None  # [B, Lp, G]
     if layout is not None:
-        local_ids = local_relative_ids(block_size, layout).to(device).expand(batch, num_blocks, block_size, window)
-        long_linked = (
-            _pad_to(linked, padded_length, False) if has_links
-            else torch.zeros(batch, padded_length, num_globals, dtype=torch.bool, device=device)
-        )
-        global_ids = torch.where(long_linked, layout.linked, layout.unlinked)
-        long_relative_ids = torch.cat(
-            [local_ids, global_ids.view(batch, num_blocks, block_size, num_globals)], dim=-1
-        ).unsqueeze(1)
+        long_relative_ids = torch.empty(batch, num_blocks, block_size, window + num_globals, dtype=torch.int32,
+                                        device=device)
+        long_relative_ids[..., :window] = local_relative_ids(block_size, layout).to(device)
+        _write_pair_ids(long_relative_ids[..., window:],
+                        None if long_linked is None else long_linked.view(batch, num_blocks, block_size, num_globals),
+                        layout)
+        long_relative_ids = long_relative_ids.unsqueeze(1)
         if has_links:
             mentions = structure.mention_ids
             # a mention of the token's own sentence token is one link, not two
@@ -242,7 +243,7 @@ def build_side_inputs(
         )
         if hard_g2l and has_links:
             sees_all = structure.global_sees_all
-            own_tokens = _pad_to(linked, padded_length, False).transpose(1, 2)
+            own_tokens = long_linked.transpose(1, 2)
             if sees_all is not None:
                 own_tokens = own_tokens | sees_all.unsqueeze(-1)
             global_to_long_allowed = global_to_long_allowed & own_tokens
@@ -251,16 +252,18 @@ def build_side_inputs(
         )
         global_mask_bias = _mask_bias(global_allowed, dtype)
         if layout is not None:
+            global_relative_ids = torch.empty(batch, num_globals, num_globals + padded_length, dtype=torch.int32,
+                                              device=device)
+            global_global_ids = global_relative_ids[..., :num_globals]
             position = torch.arange(num_globals, device=device)
-            global_global_ids = layout.distance_ids(position - position.view(-1, 1)).expand(
-                batch, num_globals, num_globals
-            )
+            global_global_ids[:] = layout.distance_ids(position - position.view(-1, 1))
             if structure.global_paragraph_ids is not None:
                 paragraphs = structure.global_paragraph_ids
-                other_paragraph = paragraphs.unsqueeze(-1) != paragraphs.unsqueeze(1)
-                global_global_ids = global_global_ids.masked_fill(other_paragraph, layout.other_paragraph)
-            global_long_ids = torch.where(long_linked.transpose(1, 2), layout.linked, layout.unlinked)
-            global_relative_ids = torch.cat([global_global_ids, global_long_ids], dim=-1).unsqueeze(1)
+                global_global_ids.masked_fill_(paragraphs.unsqueeze(-1) != paragraphs.unsqueeze(1),
+                                               layout.other_paragraph)
+            _write_pair_ids(global_relative_ids[..., num_globals:],
+                            None if long_linked is None else long_linked.transpose(1, 2), layout)
+            global_relative_ids = global_relative_ids.unsqueeze(1)
 
     return SideInputs(
         block_size=block_size,
@@ -272,6 +275,13 @@ def build_side_inputs(
         relative_layout=layout,
         links=links,
     )
+
+
+def _write_pair_ids(out: Tensor, linked: Tensor | None, layout: RelativeIdLayout) -> None:
+    """The ids of long-global pairs into `out`: linked where `linked` (None: no pair is), else unlinked."""
+    out.fill_(layout.unlinked)
+    if linked is not None:
+        out.masked_fill_(linked, layout.linked)
 
 
 def _pad_to(per_token: Tensor, padded_length: int, fill) -> Tensor:
@@ -289,6 +299,5 @@ def _mask_bias(allowed: Tensor, dtype: torch.dtype) -> Tensor:
     The value is finite (half the dtype's minimum) so that a query with no allowed key (padding)
     gives a uniform softmax instead of NaN, and adding it to any score cannot overflow.
     """
-    bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-    bias.masked_fill_(~allowed, torch.finfo(dtype).min / 2)
-    return bias.unsqueeze(1)
+    allowed_bias = torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, allowed_bias, torch.finfo(dtype).min / 2).unsqueeze(1)  # (one pass)
