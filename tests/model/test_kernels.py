@@ -239,3 +239,21 @@ def test_inference_keeps_no_weights_for_a_backward(kernel, monkeypatch, talking_
         handed.clear()
     model(**inputs)
     assert len(handed) == 6 and all(probs is not None and probs.shape[-1] > 0 for probs in handed)
+
+
+@pytest.mark.parametrize("talking_heads", [False, True], ids=["plain", "talking-heads"])
+def test_a_nan_score_reaches_the_output_as_in_the_eager_path(kernel, monkeypatch, talking_heads):
+    # NaN in every long key (one dimension of one head), values finite: the long queries' scores over
+    # long keys are NaN, those over the globals are not. A softmax that read NaN as a weight of 0
+    # would attend to the globals alone and return finite, silently wrong outputs.
+    model = make_model(tiny_config(talking_heads=talking_heads)).float()
+    with torch.no_grad():
+        model.encoder.layers[0].attention.long_qkv.bias[model.config.hidden_size] = float("nan")
+    inputs = make_inputs(2, 30, 7, padding=True, structure=True)
+    outputs = {}
+    for kernels_on in ("1", "0"):
+        monkeypatch.setenv(kernels.ENVIRONMENT_VARIABLE, kernels_on)
+        with torch.no_grad():
+            outputs[kernels_on] = model(**inputs).long_hidden_state.isnan()
+    assert outputs["0"].any()
+    assert torch.equal(outputs["1"], outputs["0"])
