@@ -175,6 +175,7 @@ float exponentials(const float* x, float largest, int64_t width, float* probs) {
 // template per combination of terms, so that the first loop has no branches: it reads the row's
 // inputs once into x (in L1). Restrict-qualified and outside the parallel loop's closure, so that
 // every loop vectorises; summed and probs may alias s or carry (each row is read before it is written).
+// `stream_summed`: the sums bypass the cache where the small-table pass writes them (see there).
 template <bool kRelative, bool kCarry, bool kSummed, bool kSoftmax>
 float one_row(const float* s, const float* __restrict table, const int64_t vocab, const int32_t* __restrict id,
               const float* carry, const float* __restrict mask, const float factor, const int64_t width,
