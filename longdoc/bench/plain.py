@@ -5,7 +5,11 @@ A user's script imports longdoc, builds the models and calls them; nothing is pr
 is handled as importing the model sets it (longdoc.cpu_memory). Here every model is built once per
 length, then each round times every model's forward and then its forward+backward in turn, so that
 load on the machine falls on all of them alike; the first round is a warm-up. Each peer reads the
-same L-token document our encoder reads as L long tokens plus G global ones. Peak memory is not
+same L-token document our encoder reads as L long tokens plus G global ones. The matmul baseline is
+sampled the same way, once before every timed step, so that the share of its rate our forward
+reaches compares two speeds of the same minutes (five matmuls in a row at the start measured 338,
+350 and 380 GFLOP/s in three runs of the same code within an hour, while our forward ran at 212-217
+in all three). Peak memory is not
 measured (in one process, memory freed by one model stays mapped for the next); the fresh-process
 run (longdoc.bench.run) measures it.
 """
@@ -16,10 +20,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from longdoc.bench.models import build_runner
-from longdoc.bench.results import BenchResult, Measurement
+from longdoc.bench.results import BenchResult, MatmulMeasurement, Measurement
 from longdoc.bench.run import machine_info
 from longdoc.bench.settings import FORWARD, MODES, REFERENCE, BenchSettings, Job
-from longdoc.bench.worker import forward_flops, measure_matmul, step_for, timed
+from longdoc.bench.worker import forward_flops, matmul_timer, step_for, timed
 from longdoc.cpu_memory import configure_allocator
 
 BATCH_SIZES = (1, 4, 16)
@@ -29,11 +33,11 @@ LONG_TOKENS_PER_GLOBAL = 16
 
 
 def run_plain(settings: BenchSettings, progress: Callable[[Measurement], None] | None = None) -> BenchResult:
-    """The matmul baseline, then every (variant, length, mode) of `settings`, interleaved in this process."""
+    """Every (variant, length, mode) of `settings` and the matmul baseline, interleaved in this process."""
     allocator = configure_allocator()  # what importing the model does; the matmul runs under it too
     if settings.threads:
         torch.set_num_threads(settings.threads)
-    matmul = measure_matmul(settings)
+    time_matmul, matmul_seconds = matmul_timer(settings), []
     device = torch.device(settings.device)
     measurements = []
     for length in settings.lengths:
@@ -46,13 +50,15 @@ def run_plain(settings: BenchSettings, progress: Callable[[Measurement], None] |
             for key in jobs:
                 if key in errors:
                     continue
+                if round_number:  # round 0 is the warm-up
+                    matmul_seconds.append(time_matmul())
                 # One failure (a peer out of memory, say) is reported in its row; the run goes on.
                 try:
                     took = timed(step_for(runners[key[0]], key[1]), device)
                 except RuntimeError as error:
                     errors[key] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
                     continue
-                if round_number:  # round 0 is the warm-up
+                if round_number:
                     seconds[key].append(took)
         for key, job in jobs.items():
             if key in errors:
@@ -63,6 +69,8 @@ def run_plain(settings: BenchSettings, progress: Callable[[Measurement], None] |
             if progress:
                 progress(measurement)
         del runners
+    matmul = MatmulMeasurement(settings.matmul_size, settings.dtype, matmul_seconds or [time_matmul()],
+                               torch.get_num_threads())
     machine = machine_info(settings, matmul.threads)
     machine["allocator"] = f"in-process ({allocator})"
     return BenchResult(settings, machine, matmul, measurements)

@@ -12,6 +12,7 @@ model and inputs exist (memory.PeakMemory).
 import json
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -75,14 +76,20 @@ def measure_job(job: Job) -> Measurement:
     return Measurement(job.variant.name, job.length, job.mode, seconds, memory.peak_mib, forward_flops(job, runner))
 
 
-def measure_matmul(settings: BenchSettings) -> MatmulMeasurement:
-    """Seconds of an n x n by n x n torch.matmul in the run's dtype and device, after one warm-up."""
+def matmul_timer(settings: BenchSettings) -> Callable[[], float]:
+    """A function that times one n x n by n x n torch.matmul in the run's dtype and device (warmed up once)."""
     device, n = torch.device(settings.device), settings.matmul_size
     generator = torch.Generator().manual_seed(settings.seed)
     left, right = (torch.randn(n, n, generator=generator).to(device, getattr(torch, settings.dtype)) for _ in range(2))
     torch.matmul(left, right)
-    seconds = [timed(lambda: torch.matmul(left, right), device) for _ in range(settings.matmul_repeats)]
-    return MatmulMeasurement(n, settings.dtype, seconds, torch.get_num_threads())
+    return lambda: timed(lambda: torch.matmul(left, right), device)
+
+
+def measure_matmul(settings: BenchSettings) -> MatmulMeasurement:
+    """Seconds of `settings.matmul_repeats` n x n by n x n matmuls in a row."""
+    time_one = matmul_timer(settings)
+    seconds = [time_one() for _ in range(settings.matmul_repeats)]
+    return MatmulMeasurement(settings.matmul_size, settings.dtype, seconds, torch.get_num_threads())
 
 
 def main() -> int:

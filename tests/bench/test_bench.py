@@ -321,6 +321,7 @@ def test_plain_run_interleaves_every_model_in_this_process():
         (name, mode) for name in ("ours(res)", "ours(res,th)", "longformer", "bigbird", "bert") for mode in MODES
     }
     assert all(len(m.seconds) == 2 and m.peak_mib is None and not m.error for m in result.measurements)
+    assert len(result.matmul.seconds) == 2 * len(result.measurements)  # sampled before every timed step
     assert result.machine["allocator"].startswith("in-process")
     table = render_table(result)
     assert "process: every model in this one process" in table and "peers: L tokens (the same document)" in table
