@@ -9,9 +9,8 @@ same L-token document our encoder reads as L long tokens plus G global ones. The
 sampled the same way, once before every timed step, so that the share of its rate our forward
 reaches compares two speeds of the same minutes (five matmuls in a row at the start measured 338,
 350 and 380 GFLOP/s in three runs of the same code within an hour, while our forward ran at 212-217
-in all three). Peak memory is not
-measured (in one process, memory freed by one model stays mapped for the next); the fresh-process
-run (longdoc.bench.run) measures it.
+in all three). Peak memory is not measured (in one process, memory freed by one model stays mapped
+for the next); the fresh-process run (longdoc.bench.run) measures it.
 """
 
 from collections.abc import Callable

@@ -50,24 +50,28 @@ namespace {
 
 // exp(x) as pure arithmetic (Cephes' expf: Cody-Waite range reduction, degree-6 polynomial,
 // relative error below 2e-7), so that the compiler vectorises the loops that call it; 0 below
-// -87 (where float's exp underflows), which is where masked keys land.
+// -87 (where float's exp underflows), which is where masked keys land. One set of constants for
+// exp_approx and its AVX-512 form exp_vector.
+struct Cephes {
+  static constexpr float kLowest = -87.0f, kHighest = 88.0f, kLog2e = 1.44269504088896341f;
+  static constexpr float kLn2High = 0.693359375f, kLn2Low = -2.12194440e-4f;  // ln 2 = high + low
+  static constexpr float kPolynomial[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                           4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+};
+
 inline float exp_approx(float x) {
-  const float low = x < -87.0f ? -87.0f : x;  // (comparisons, not fmin/fmax, which must honour NaN and do not vectorise)
-  const float clamped = low > 88.0f ? 88.0f : low;
-  const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
-  float r = clamped - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  const float low = x < Cephes::kLowest ? Cephes::kLowest : x;  // (comparisons, not fmin/fmax, which must honour NaN and do not vectorise)
+  const float clamped = low > Cephes::kHighest ? Cephes::kHighest : low;
+  const float n = std::floor(clamped * Cephes::kLog2e + 0.5f);
+  float r = clamped - n * Cephes::kLn2High;
+  r = r - n * Cephes::kLn2Low;
+  float p = Cephes::kPolynomial[0];
+  for (int i = 1; i < 6; ++i) p = p * r + Cephes::kPolynomial[i];
   p = p * r * r + r + 1.0f;
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float power;
   std::memcpy(&power, &bits, sizeof(power));
-  return x < -87.0f ? 0.0f : p * power;
+  return x < Cephes::kLowest ? 0.0f : p * power;
 }
 
 #if defined(__AVX512F__)
@@ -138,20 +142,16 @@ int64_t first_pass_with_small_table(const float* s, const float* table, int64_t 
 // on its comparisons: clamped by min/max (the bound first, so that NaN propagates as there), 2^n
 // by scalef (the long softmax's call 10% faster at 4096 tokens).
 inline __m512 exp_vector(__m512 x) {
-  const __m512 clamped = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(clamped, _mm512_set1_ps(1.44269504088896341f),
-                                                        _mm512_set1_ps(0.5f)),
+  const __m512 lowest = _mm512_set1_ps(Cephes::kLowest);
+  const __m512 clamped = _mm512_min_ps(_mm512_set1_ps(Cephes::kHighest), _mm512_max_ps(lowest, x));
+  const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(clamped, _mm512_set1_ps(Cephes::kLog2e), _mm512_set1_ps(0.5f)),
                                         _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), clamped);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(Cephes::kLn2High), clamped);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(Cephes::kLn2Low), r);
+  __m512 p = _mm512_set1_ps(Cephes::kPolynomial[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(Cephes::kPolynomial[i]));
   p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
-  const __mmask16 above = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_NLT_UQ);  // (NaN included)
+  const __mmask16 above = _mm512_cmp_ps_mask(x, lowest, _CMP_NLT_UQ);  // (NaN included)
   return _mm512_maskz_scalef_ps(above, p, n);
 }
 
