@@ -16,3 +16,17 @@ def shared_data() -> Path:
             pytest.fail(f"CI=true but the real data samples are missing: {SHARED_DATA}")
         pytest.skip(f"real data samples not found at {SHARED_DATA} (they live beside the checkout, in ../shared/data)")
     return SHARED_DATA
+
+
+@pytest.fixture
+def linear_backend(monkeypatch):
+    """A function that forces LONGDOC_LINEAR for the test: the choice is cached per process, so the
+    cache is cleared on the way in and out."""
+    from longdoc.model import linear
+
+    def use(name: str) -> None:
+        monkeypatch.setenv(linear.ENVIRONMENT_VARIABLE, name)
+        linear.backend.cache_clear()
+
+    yield use
+    linear.backend.cache_clear()

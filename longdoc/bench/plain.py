@@ -24,6 +24,7 @@ from longdoc.bench.run import machine_info
 from longdoc.bench.settings import FORWARD, MODES, REFERENCE, BenchSettings, Job
 from longdoc.bench.worker import forward_flops, matmul_timer, step_for, timed
 from longdoc.cpu_memory import configure_allocator
+from longdoc.model import linear
 
 BATCH_SIZES = (1, 4, 16)
 BATCH_LENGTHS = (512, 2048, 4096)
@@ -69,7 +70,7 @@ def run_plain(settings: BenchSettings, progress: Callable[[Measurement], None] |
                 progress(measurement)
         del runners
     matmul = MatmulMeasurement(settings.matmul_size, settings.dtype, matmul_seconds or [time_matmul()],
-                               torch.get_num_threads())
+                               torch.get_num_threads(), linear.backend())
     machine = machine_info(settings, matmul.threads)
     machine["allocator"] = f"in-process ({allocator})"
     return BenchResult(settings, machine, matmul, measurements)

@@ -83,7 +83,8 @@ def _header(result: BenchResult) -> list[str]:
         f"peers: {peer_tokens}; Longformer: first {shape.global_tokens} global, window "
         f"{settings.longformer_window}; BigBird: block {settings.bigbird_block_size}, "
         f"{settings.bigbird_random_blocks} random blocks; BERT: SDPA",
-        f"matmul: {result.matmul.size}^3 {result.matmul.dtype}, {result.matmul.gflops:.1f} GFLOP/s "
+        f"matmul: {result.matmul.size}^3 {result.matmul.dtype} on {result.matmul.backend} (our linear layers' "
+        f"GEMM), {result.matmul.gflops:.1f} GFLOP/s "
         f"(median of {len(result.matmul.seconds)})",
         f"{times}; x: time over {REFERENCE.name}'s at the same length",
     ]

@@ -22,7 +22,7 @@ from longdoc.bench.models import build_runner
 from longdoc.bench.results import MatmulMeasurement, Measurement
 from longdoc.bench.settings import FORWARD, BenchSettings, Job
 from longdoc.cpu_memory import configure_allocator
-from longdoc.model import kernels
+from longdoc.model import kernels, linear
 
 
 def timed(step, device: torch.device) -> float:
@@ -77,19 +77,20 @@ def measure_job(job: Job) -> Measurement:
 
 
 def matmul_timer(settings: BenchSettings) -> Callable[[], float]:
-    """A function that times one n x n by n x n torch.matmul in the run's dtype and device (warmed up once)."""
+    """A function that times one n x n by n x n product in the run's dtype and device (warmed up once),
+    on the backend our linear layers use (longdoc.model.linear.product)."""
     device, n = torch.device(settings.device), settings.matmul_size
     generator = torch.Generator().manual_seed(settings.seed)
     left, right = (torch.randn(n, n, generator=generator).to(device, getattr(torch, settings.dtype)) for _ in range(2))
-    torch.matmul(left, right)
-    return lambda: timed(lambda: torch.matmul(left, right), device)
+    linear.product(left, right)
+    return lambda: timed(lambda: linear.product(left, right), device)
 
 
 def measure_matmul(settings: BenchSettings) -> MatmulMeasurement:
     """Seconds of `settings.matmul_repeats` n x n by n x n matmuls in a row."""
     time_one = matmul_timer(settings)
     seconds = [time_one() for _ in range(settings.matmul_repeats)]
-    return MatmulMeasurement(settings.matmul_size, settings.dtype, seconds, torch.get_num_threads())
+    return MatmulMeasurement(settings.matmul_size, settings.dtype, seconds, torch.get_num_threads(), linear.backend())
 
 
 def main() -> int:

@@ -38,6 +38,7 @@ from longdoc.cpu_memory import configure_allocator
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model import kernels
 from longdoc.model.dropout import Dropout, keep_mask, kept_scale
+from longdoc.model.linear import Linear
 from longdoc.model.side_inputs import RelativeIdLayout, SideInputs
 
 # Training at 4k tokens is 2x slower when freed 40-100 MB tensors go back to the kernel; every
@@ -364,10 +365,10 @@ class GlobalLocalAttention(nn.Module):
         self.dropout = Dropout(config.attention_probs_dropout_prob)
 
         # Q, K and V in one matmul per stream; the global stream may share the long one's weights.
-        self.long_qkv = nn.Linear(hidden, 3 * hidden)
-        self.global_qkv = None if config.share_qkv else nn.Linear(hidden, 3 * hidden)
-        self.long_output = nn.Linear(hidden, hidden)
-        self.global_output = None if config.share_attention_output else nn.Linear(hidden, hidden)
+        self.long_qkv = Linear(hidden, 3 * hidden)
+        self.global_qkv = None if config.share_qkv else Linear(hidden, 3 * hidden)
+        self.long_output = Linear(hidden, hidden)
+        self.global_output = None if config.share_attention_output else Linear(hidden, hidden)
         # One set of relative tables and head mixes per softmax (ETC).
         self.long_softmax = SoftmaxParameters(config, "long")
         self.global_softmax = SoftmaxParameters(config, "global")

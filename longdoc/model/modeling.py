@@ -14,7 +14,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
-from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
@@ -24,6 +23,7 @@ from longdoc.model.attention import (
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.dropout import Dropout
 from longdoc.model.inputs import check_and_collect
+from longdoc.model.linear import Linear
 from longdoc.model.side_inputs import SideInputs, build_side_inputs
 
 
@@ -65,27 +65,15 @@ class GlobalLocalEmbeddings(nn.Module):
         return self.dropout(self.layer_norm(embeddings))
 
 
-# Activations that may overwrite their input when nothing is kept for a backward.
-_IN_PLACE_ACTIVATIONS = {"gelu": torch.ops.aten.gelu_, "relu": torch.relu_}
-
-
 class FeedForward(nn.Module):
     def __init__(self, config: GlobalLocalConfig):
         super().__init__()
-        self.intermediate = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.activation = ACT2FN[config.hidden_act]
-        self.in_place_activation = _IN_PLACE_ACTIVATIONS.get(config.hidden_act)
-        self.output = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.intermediate = Linear(config.hidden_size, config.intermediate_size)
+        self.activation = config.hidden_act
+        self.output = Linear(config.intermediate_size, config.hidden_size)
 
     def forward(self, hidden: Tensor) -> Tensor:
-        hidden = self.intermediate(hidden)
-        if self.in_place_activation is not None and not torch.is_grad_enabled():
-            # Writing a fresh [L, 4H] tensor costs more than the activation itself: in place, a
-            # 4096-token forward took 1.5% less (median of 10, interleaved in one process).
-            self.in_place_activation(hidden)
-        else:
-            hidden = self.activation(hidden)
-        return self.output(hidden)
+        return self.output(self.intermediate(hidden, activation=self.activation))
 
 
 class GlobalLocalLayer(GradientCheckpointingLayer):

@@ -13,7 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from longdoc import GlobalLocalConfig, GlobalLocalModel
 from longdoc.bench import BenchSettings, Shape, render_table, run_benchmark, to_json
 from longdoc.bench.checks import FAIL, PASS, SKIP, target_checks
-from longdoc.model import kernels
+from longdoc.model import kernels, linear
 from longdoc.bench.flops import encoder_forward_flops
 from longdoc.bench.report import table_rows
 from longdoc.bench.results import BenchResult, MatmulMeasurement, Measurement
@@ -65,11 +65,13 @@ def test_flops_hand_count():
 @pytest.mark.parametrize("position_embedding_type", ["relative", "absolute"])
 @pytest.mark.parametrize("long_length,global_length", [(1, 1), (5, 2), (6, 2), (37, 8)])
 def test_flops_match_what_the_encoder_computes(talking_heads, position_embedding_type, long_length, global_length,
-                                               monkeypatch):
+                                               monkeypatch, linear_backend):
     # Lengths: shorter than one block (r = 1: blocks of 2), padded to whole blocks, whole blocks.
     # torch's own FLOP counter sees every mm/bmm/baddbmm the forward pass actually runs: on the eager
-    # path, whose matmuls the compiled kernels run as the same GEMMs, out of the counter's sight.
+    # path, whose matmuls the compiled kernels run as the same GEMMs, out of the counter's sight, and
+    # with torch's own linear (it does not count oneDNN's).
     monkeypatch.setenv(kernels.ENVIRONMENT_VARIABLE, "0")
+    linear_backend("torch")
     config = tiny_config(talking_heads=talking_heads, position_embedding_type=position_embedding_type, num_hidden_layers=2)
     model = GlobalLocalModel(config).eval()
     sentence_ids = torch.arange(long_length) // -(-long_length // global_length)
@@ -146,7 +148,7 @@ def made_up_result() -> BenchResult:
     """A run at 4096 and 16384 with hand-picked numbers (see the expectations in the tests)."""
     settings = BenchSettings(lengths=(4096, 16384), variants=(OURS_RESIDUAL, OURS_PLAIN) + PEERS)
     # median 0.2 s for 2 * 2048^3 FLOPs: 85.899 GFLOP/s
-    matmul = MatmulMeasurement(size=2048, dtype="float32", seconds=[0.2, 0.1, 0.3], threads=2)
+    matmul = MatmulMeasurement(size=2048, dtype="float32", seconds=[0.2, 0.1, 0.3], threads=2, backend="torch")
     forward = {"ours(res)": 2.0, "ours(plain)": 1.9, "longformer": 4.0, "bigbird": 3.0, "bert": 5.0}
     train = {"ours(res)": 6.0, "ours(plain)": 5.5, "longformer": 12.0, "bigbird": 5.0, "bert": 18.0}
     measurements = []
@@ -259,6 +261,7 @@ def test_quick_like_run_on_a_tiny_shape(monkeypatch):
     long_keys = 5 if kernels.available_for(torch.zeros(1)) else None
     assert len(ours.seconds) == 1 and ours.flops == encoder_forward_flops(config, 80, 16, long_keys).total
     assert result.matmul.gflops > 0 and result.machine["allocator"] == "keep"
+    assert result.matmul.backend == linear.backend()  # the fresh process chose as this one does
     assert result.machine["threads"] == torch.get_num_threads()
     table = render_table(result)
     assert "failed: bert L=80 forward+backward: RuntimeError: out of memory" in table
@@ -280,7 +283,7 @@ def test_a_measurement_in_a_fresh_process():
 def plain_result(talking_forward: float, talking_train: float) -> BenchResult:
     """A plain-process run at 4096 with hand-picked medians (see test_plain_checks_judge_the_targets)."""
     settings = BenchSettings.plain_quick(lengths=(4096,))
-    matmul = MatmulMeasurement(size=2048, dtype="float32", seconds=[0.2], threads=2)  # 85.9 GFLOP/s
+    matmul = MatmulMeasurement(size=2048, dtype="float32", seconds=[0.2], threads=2, backend="torch")  # 85.9 GFLOP/s
     forward = {"ours(res)": 1.0, "ours(res,th)": talking_forward, "longformer": 2.0, "bigbird": 0.9, "bert": 1.8}
     train = {"ours(res)": 3.0, "ours(res,th)": talking_train, "longformer": 8.0, "bigbird": 4.0, "bert": 4.0}
     measurements = [
@@ -322,6 +325,8 @@ def test_plain_run_interleaves_every_model_in_this_process():
     }
     assert all(len(m.seconds) == 2 and m.peak_mib is None and not m.error for m in result.measurements)
     assert len(result.matmul.seconds) == 2 * len(result.measurements)  # sampled before every timed step
+    assert result.matmul.backend == linear.backend()
+    assert f"on {linear.backend()} (our linear layers' GEMM)" in render_table(result)
     assert result.machine["allocator"].startswith("in-process")
     table = render_table(result)
     assert "process: every model in this one process" in table and "peers: L tokens (the same document)" in table

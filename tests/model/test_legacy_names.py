@@ -81,6 +81,11 @@ def test_old_names_load_into_task_models(trained, tmp_path):
     started.save_pretrained(tmp_path / "toy")
     rewrite_to_old_names(tmp_path / "toy" / "model.safetensors")
     restored = ToyModel.from_pretrained(tmp_path / "toy")
+    for name, value in started.state_dict().items():
+        assert torch.equal(restored.state_dict()[name], value), name
     batch = make_inputs(1, 11, 3, padding=False, structure=True)
     with torch.no_grad():
-        assert torch.equal(restored.eval()(**batch), started.eval()(**batch))
+        # Close, not equal: MKL's float32 GEMM rounds differently for the same weights at another
+        # address (seen on an AMD EPYC for the head's weights, read from safetensors 20 bytes off a
+        # 64-byte boundary); the weights themselves are equal above.
+        torch.testing.assert_close(restored.eval()(**batch), started.eval()(**batch), rtol=1e-6, atol=1e-7)

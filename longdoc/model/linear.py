@@ -1,0 +1,130 @@
+"""The encoder's linear layers, on the faster of the two float32 GEMMs torch's CPU build carries.
+
+F.linear calls torch's BLAS, MKL on x86, which keeps to its AVX2 code on CPUs not made by Intel.
+torch also carries oneDNN, which picks its code by instruction set alone. On an AMD EPYC (Zen 5,
+AVX-512, 2 cores) a 4096 x 384 by 384 x 1536 product took 22.4 ms through F.linear and 10.0 ms through
+oneDNN; the bench model's forward at 4096 tokens went from 0.689 to 0.438 s and its forward+backward
+from 2.46 to 1.59 s (interleaved in one process). On Intel CPUs MKL is as fast, and stays.
+
+`Linear` is nn.Linear (the same parameters, the same state dict) whose float32 CPU products, forward
+and backward, go through oneDNN when `backend()` is "onednn", and which can apply its activation
+(fused into oneDNN's product where it can). LONGDOC_LINEAR picks the backend: "auto" (the default:
+oneDNN on x86 CPUs not made by Intel, torch's own elsewhere), "onednn" or "torch". A value that
+cannot be used gives one warning that says what is used instead.
+"""
+
+import functools
+import os
+import platform
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+from transformers.activations import ACT2FN
+
+ENVIRONMENT_VARIABLE = "LONGDOC_LINEAR"
+AUTO, ONEDNN, TORCH = "auto", "onednn", "torch"
+
+# Activations oneDNN applies to the product as it writes it: name -> (its post-op, its algorithm).
+_ONEDNN_ACTIVATIONS = {"gelu": ("gelu", "none"), "relu": ("relu", "")}  # "none": erf's gelu, as ACT2FN's
+# Activations that may overwrite their input when nothing is kept for a backward: writing a fresh
+# [L, 4H] tensor costs more than the activation itself (a 4096-token forward took 1.5% less in place).
+_IN_PLACE_ACTIVATIONS = {"gelu": torch.ops.aten.gelu_, "relu": torch.relu_}
+
+
+def _cpu_vendor() -> str:
+    """The x86 vendor string (GenuineIntel, AuthenticAMD, ...), or "" where it cannot be read."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+        return ""
+    return platform.processor()  # Windows names the vendor here ("... AuthenticAMD")
+
+
+def _onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+@functools.cache
+def backend() -> str:
+    """"onednn" or "torch": the backend of Linear's float32 CPU products in this process."""
+    wanted = os.environ.get(ENVIRONMENT_VARIABLE, AUTO).strip().lower() or AUTO
+    if wanted not in (AUTO, ONEDNN, TORCH):
+        warnings.warn(f"{ENVIRONMENT_VARIABLE}={wanted!r} is not one of {AUTO!r}, {ONEDNN!r}, {TORCH!r}; "
+                      f"using {AUTO!r}", RuntimeWarning, stacklevel=2)
+        wanted = AUTO
+    if wanted == AUTO:
+        vendor = _cpu_vendor()
+        x86 = platform.machine().lower() in ("x86_64", "amd64")
+        wanted = ONEDNN if x86 and vendor and "GenuineIntel" not in vendor and _onednn_available() else TORCH
+    elif wanted == ONEDNN and not _onednn_available():
+        warnings.warn(f"{ENVIRONMENT_VARIABLE}={ONEDNN!r}: this torch build has no oneDNN linear; using "
+                      f"torch's own", RuntimeWarning, stacklevel=2)
+        wanted = TORCH
+    return wanted
+
+
+def _on_onednn(x: Tensor, weight: Tensor) -> bool:
+    return (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and x.dim() >= 2
+            and x.numel() > 0 and not torch.is_autocast_enabled("cpu") and backend() == ONEDNN)
+
+
+def _onednn_product(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None = None) -> Tensor:
+    """x [..., in] @ weight [out, in]^T (+ bias) (then the activation), in oneDNN."""
+    post_op, algorithm = _ONEDNN_ACTIVATIONS[activation] if activation else ("none", "")
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, post_op, [], algorithm)
+
+
+def product(left: Tensor, right: Tensor) -> Tensor:
+    """left [m, k] @ right [k, n] on the backend Linear uses for these tensors (the benchmark's
+    matmul baseline)."""
+    if _on_onednn(left, right):
+        return _onednn_product(left, right.t(), None)
+    return torch.matmul(left, right)
+
+
+class _OneDnnLinear(torch.autograd.Function):
+    """x @ weight^T + bias with its backward's two products in oneDNN too."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _onednn_product(x, weight, bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        x, weight = ctx.saved_tensors
+        grad = grad.reshape(-1, grad.shape[-1]).contiguous()  # [N, out]
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _onednn_product(grad, weight.t(), None).view(x.shape)  # grad @ weight
+        if ctx.needs_input_grad[1]:
+            grad_weight = _onednn_product(grad.t(), x.reshape(-1, x.shape[-1]).t(), None)  # grad^T @ x
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad.sum(0)
+        return grad_x, grad_weight, grad_bias
+
+
+class Linear(nn.Linear):
+    """nn.Linear on `backend()`, with an optional activation (a name in transformers' ACT2FN)."""
+
+    def forward(self, x: Tensor, activation: str | None = None) -> Tensor:
+        grad = torch.is_grad_enabled()
+        if _on_onednn(x, self.weight):
+            if not grad and activation in _ONEDNN_ACTIVATIONS:
+                return _onednn_product(x, self.weight, self.bias, activation)
+            out = _OneDnnLinear.apply(x, self.weight, self.bias) if grad else _onednn_product(x, self.weight, self.bias)
+        else:
+            out = F.linear(x, self.weight, self.bias)
+        if activation is None:
+            return out
+        if not grad and activation in _IN_PLACE_ACTIVATIONS:
+            return _IN_PLACE_ACTIVATIONS[activation](out)
+        return ACT2FN[activation](out)

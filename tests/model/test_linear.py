@@ -1,0 +1,119 @@
+"""Linear on both backends against nn.Linear (outputs and gradients), the activation it applies,
+and how LONGDOC_LINEAR and the CPU choose the backend."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers.activations import ACT2FN
+
+from longdoc import GlobalLocalModel
+from longdoc.model import linear
+from tests.model.conftest import make_inputs, tiny_config
+
+needs_onednn = pytest.mark.skipif(not linear._onednn_available(), reason="this torch build has no oneDNN linear")
+BACKENDS = [pytest.param(linear.ONEDNN, marks=needs_onednn), linear.TORCH]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(2, 7, 12), (5, 12), (0, 12)])
+def test_outputs_and_gradients_match_nn_linear(linear_backend, backend, shape):
+    linear_backend(backend)
+    assert linear.backend() == backend
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(12, 9)
+    layer = linear.Linear(12, 9)
+    layer.load_state_dict(reference.state_dict())
+    x = torch.randn(*shape, requires_grad=True)
+    x_reference = x.detach().clone().requires_grad_()
+    out, expected = layer(x), reference(x_reference)
+    torch.testing.assert_close(out, expected)
+    grad = torch.randn_like(expected)
+    out.backward(grad)
+    expected.backward(grad)
+    torch.testing.assert_close(x.grad, x_reference.grad)
+    torch.testing.assert_close(layer.weight.grad, reference.weight.grad)
+    torch.testing.assert_close(layer.bias.grad, reference.bias.grad)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_non_contiguous_inputs_and_expanded_gradients(linear_backend, backend):
+    linear_backend(backend)
+    torch.manual_seed(0)
+    layer = linear.Linear(6, 4, bias=False)
+    x = torch.randn(8, 3, 6).transpose(0, 1).requires_grad_()  # [3, 8, 6], not contiguous
+    layer(x).sum().backward()  # sum's backward hands an expanded (stride 0) gradient
+    torch.testing.assert_close(x.grad, layer.weight.sum(0).expand(3, 8, 6))
+    torch.testing.assert_close(layer.weight.grad, x.detach().sum((0, 1)).expand(4, 6))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("activation", ["gelu", "relu", "gelu_new"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_the_activation_is_the_transformers_one(linear_backend, backend, activation, grad):
+    # Fused into oneDNN's product, in place, or applied as a module: the same values.
+    linear_backend(backend)
+    torch.manual_seed(0)
+    layer = linear.Linear(16, 32)
+    x = torch.randn(3, 10, 16)
+    with torch.set_grad_enabled(grad):
+        out = layer(x, activation=activation)
+        expected = ACT2FN[activation](F.linear(x, layer.weight, layer.bias))
+    torch.testing.assert_close(out, expected)
+
+
+def test_the_model_gives_the_same_outputs_and_gradients_on_both_backends(linear_backend):
+    if not linear._onednn_available():
+        pytest.skip("this torch build has no oneDNN linear")
+    torch.manual_seed(0)
+    model = GlobalLocalModel(tiny_config(residual_attention=True)).train()
+    inputs = make_inputs(2, 30, 5, padding=True, structure=True)
+    results = {}
+    for backend in (linear.TORCH, linear.ONEDNN):
+        linear_backend(backend)
+        model.zero_grad()
+        output = model(**inputs)
+        (output.long_hidden_state.pow(2).sum() + output.global_hidden_state.sum()).backward()
+        with torch.no_grad():
+            inference = model(**inputs).long_hidden_state
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        results[backend] = (output.long_hidden_state.detach(), inference, grads)
+    (torch_out, torch_inference, torch_grads), (onednn_out, onednn_inference, onednn_grads) = results.values()
+    torch.testing.assert_close(onednn_out, torch_out)
+    torch.testing.assert_close(onednn_inference, torch_inference)
+    assert onednn_grads.keys() == torch_grads.keys()
+    for name in torch_grads:
+        torch.testing.assert_close(onednn_grads[name], torch_grads[name], msg=name, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("machine", "vendor", "expected"), [
+    ("x86_64", "AuthenticAMD", linear.ONEDNN),
+    ("x86_64", "GenuineIntel", linear.TORCH),
+    ("aarch64", "", linear.TORCH),
+    ("AMD64", "AMD64 Family 25 Model 1 Stepping 1, AuthenticAMD", linear.ONEDNN),  # Windows
+])
+def test_auto_picks_onednn_on_x86_cpus_not_made_by_intel(linear_backend, monkeypatch, machine, vendor, expected):
+    monkeypatch.setattr(linear.platform, "machine", lambda: machine)
+    monkeypatch.setattr(linear, "_cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(linear, "_onednn_available", lambda: True)
+    linear_backend("auto")
+    assert linear.backend() == expected
+
+
+def test_a_setting_that_cannot_be_used_warns_once_and_says_what_is_used(linear_backend, monkeypatch):
+    linear_backend("fastest")
+    with pytest.warns(RuntimeWarning, match="LONGDOC_LINEAR='fastest' is not one of .* using 'auto'"):
+        assert linear.backend() in (linear.ONEDNN, linear.TORCH)
+    monkeypatch.setattr(linear, "_onednn_available", lambda: False)
+    linear_backend("onednn")
+    with pytest.warns(RuntimeWarning, match="no oneDNN linear; using torch's own"):
+        assert linear.backend() == linear.TORCH
+
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_product_is_the_matrix_product(linear_backend, backend):
+    # The benchmark's matmul baseline times this product on the backend Linear uses.
+    linear_backend(backend)
+    torch.manual_seed(0)
+    left, right = torch.randn(33, 20), torch.randn(20, 17)
+    torch.testing.assert_close(linear.product(left, right), left @ right)
