@@ -20,7 +20,7 @@ def shared_data() -> Path:
 
 @pytest.fixture
 def linear_backend(monkeypatch):
-    """A function that forces LONGDOC_LINEAR for the test: the choice is cached per process, so the
+    """A function that forces LONGDOC_GEMM for the test: the choice is cached per process, so the
     cache is cleared on the way in and out."""
     from longdoc.model import linear
 

@@ -42,7 +42,7 @@ class Measurement:
 @dataclass(frozen=True)
 class MatmulMeasurement:
     """The machine's matmul speed in the same run: an n x n by n x n product, 2 n^3 FLOPs, on the
-    backend our linear layers use (longdoc.model.linear.backend(): "onednn" or "torch")."""
+    backend our linear layers use (longdoc.model.linear.backend(): "onednn" or "blas")."""
 
     size: int
     dtype: str

@@ -1,4 +1,4 @@
-"""The encoder's linear layers, on the faster of the two float32 GEMMs torch's CPU build carries.
+"""The encoder's float32 CPU products on the faster of the GEMMs torch's CPU build carries.
 
 F.linear calls torch's BLAS, MKL on x86, which keeps to its AVX2 code on CPUs not made by Intel.
 torch also carries oneDNN, which picks its code by instruction set alone. On an AMD EPYC (Zen 5,
@@ -6,11 +6,12 @@ AVX-512, 2 cores) a 4096 x 384 by 384 x 1536 product took 22.4 ms through F.line
 oneDNN; the bench model's forward at 4096 tokens went from 0.689 to 0.438 s and its forward+backward
 from 2.46 to 1.59 s (interleaved in one process). On Intel CPUs MKL is as fast, and stays.
 
-`Linear` is nn.Linear (the same parameters, the same state dict) whose float32 CPU products, forward
-and backward, go through oneDNN when `backend()` is "onednn", and which can apply its activation
-(fused into oneDNN's product where it can). LONGDOC_LINEAR picks the backend: "auto" (the default:
-oneDNN on x86 CPUs not made by Intel, torch's own elsewhere), "onednn" or "torch". A value that
-cannot be used gives one warning that says what is used instead.
+`backend()` is the process's choice, from LONGDOC_GEMM: "auto" (the default: "onednn" on x86 CPUs
+not made by Intel, "blas" elsewhere), "onednn" or "blas". With "onednn", `Linear` (nn.Linear: the
+same parameters, the same state dict) runs its float32 CPU products, forward and backward, on oneDNN,
+and the compiled attention (longdoc.model.kernels) its small products on its own AVX-512 code
+instead of BLAS's sgemm. A value that cannot be used gives one warning that says what is used instead.
+`Linear` also applies its activation, fused into oneDNN's product where it can.
 """
 
 import functools
@@ -25,8 +26,8 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 from transformers.activations import ACT2FN
 
-ENVIRONMENT_VARIABLE = "LONGDOC_LINEAR"
-AUTO, ONEDNN, TORCH = "auto", "onednn", "torch"
+ENVIRONMENT_VARIABLE = "LONGDOC_GEMM"
+AUTO, ONEDNN, BLAS = "auto", "onednn", "blas"
 
 # Activations oneDNN applies to the product as it writes it: name -> (its post-op, its algorithm).
 _ONEDNN_ACTIVATIONS = {"gelu": ("gelu", "none"), "relu": ("relu", "")}  # "none": erf's gelu, as ACT2FN's
@@ -52,20 +53,20 @@ def _onednn_available() -> bool:
 
 @functools.cache
 def backend() -> str:
-    """"onednn" or "torch": the backend of Linear's float32 CPU products in this process."""
+    """"onednn" or "blas": where this process's float32 CPU products run (see the module's docstring)."""
     wanted = os.environ.get(ENVIRONMENT_VARIABLE, AUTO).strip().lower() or AUTO
-    if wanted not in (AUTO, ONEDNN, TORCH):
-        warnings.warn(f"{ENVIRONMENT_VARIABLE}={wanted!r} is not one of {AUTO!r}, {ONEDNN!r}, {TORCH!r}; "
+    if wanted not in (AUTO, ONEDNN, BLAS):
+        warnings.warn(f"{ENVIRONMENT_VARIABLE}={wanted!r} is not one of {AUTO!r}, {ONEDNN!r}, {BLAS!r}; "
                       f"using {AUTO!r}", RuntimeWarning, stacklevel=2)
         wanted = AUTO
     if wanted == AUTO:
         vendor = _cpu_vendor()
         x86 = platform.machine().lower() in ("x86_64", "amd64")
-        wanted = ONEDNN if x86 and vendor and "GenuineIntel" not in vendor and _onednn_available() else TORCH
+        wanted = ONEDNN if x86 and vendor and "GenuineIntel" not in vendor and _onednn_available() else BLAS
     elif wanted == ONEDNN and not _onednn_available():
         warnings.warn(f"{ENVIRONMENT_VARIABLE}={ONEDNN!r}: this torch build has no oneDNN linear; using "
-                      f"torch's own", RuntimeWarning, stacklevel=2)
-        wanted = TORCH
+                      f"{BLAS!r}", RuntimeWarning, stacklevel=2)
+        wanted = BLAS
     return wanted
 
 

@@ -71,7 +71,7 @@ def test_flops_match_what_the_encoder_computes(talking_heads, position_embedding
     # path, whose matmuls the compiled kernels run as the same GEMMs, out of the counter's sight, and
     # with torch's own linear (it does not count oneDNN's).
     monkeypatch.setenv(kernels.ENVIRONMENT_VARIABLE, "0")
-    linear_backend("torch")
+    linear_backend("blas")
     config = tiny_config(talking_heads=talking_heads, position_embedding_type=position_embedding_type, num_hidden_layers=2)
     model = GlobalLocalModel(config).eval()
     sentence_ids = torch.arange(long_length) // -(-long_length // global_length)
@@ -148,7 +148,7 @@ def made_up_result() -> BenchResult:
     """A run at 4096 and 16384 with hand-picked numbers (see the expectations in the tests)."""
     settings = BenchSettings(lengths=(4096, 16384), variants=(OURS_RESIDUAL, OURS_PLAIN) + PEERS)
     # median 0.2 s for 2 * 2048^3 FLOPs: 85.899 GFLOP/s
-    matmul = MatmulMeasurement(size=2048, dtype="float32", seconds=[0.2, 0.1, 0.3], threads=2, backend="torch")
+    matmul = MatmulMeasurement(size=2048, dtype="float32", seconds=[0.2, 0.1, 0.3], threads=2, backend="blas")
     forward = {"ours(res)": 2.0, "ours(plain)": 1.9, "longformer": 4.0, "bigbird": 3.0, "bert": 5.0}
     train = {"ours(res)": 6.0, "ours(plain)": 5.5, "longformer": 12.0, "bigbird": 5.0, "bert": 18.0}
     measurements = []
@@ -283,7 +283,7 @@ def test_a_measurement_in_a_fresh_process():
 def plain_result(talking_forward: float, talking_train: float) -> BenchResult:
     """A plain-process run at 4096 with hand-picked medians (see test_plain_checks_judge_the_targets)."""
     settings = BenchSettings.plain_quick(lengths=(4096,))
-    matmul = MatmulMeasurement(size=2048, dtype="float32", seconds=[0.2], threads=2, backend="torch")  # 85.9 GFLOP/s
+    matmul = MatmulMeasurement(size=2048, dtype="float32", seconds=[0.2], threads=2, backend="blas")  # 85.9 GFLOP/s
     forward = {"ours(res)": 1.0, "ours(res,th)": talking_forward, "longformer": 2.0, "bigbird": 0.9, "bert": 1.8}
     train = {"ours(res)": 3.0, "ours(res,th)": talking_train, "longformer": 8.0, "bigbird": 4.0, "bert": 4.0}
     measurements = [

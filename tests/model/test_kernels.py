@@ -257,3 +257,44 @@ def test_a_nan_score_reaches_the_output_as_in_the_eager_path(kernel, monkeypatch
             outputs[kernels_on] = model(**inputs).long_hidden_state.isnan()
     assert outputs["0"].any()
     assert torch.equal(outputs["1"], outputs["0"])
+
+
+@pytest.fixture
+def own_products(kernel):
+    """A function that turns the kernel's own AVX-512 products on or off (True if they are on);
+    the process's choice is restored afterwards."""
+    from longdoc.model import linear
+
+    yield kernel.use_own_products
+    kernel.use_own_products(linear.backend() == linear.ONEDNN)
+
+
+# Head sizes: below one vector (the packing's masked lanes), whole vectors (d = 16 .. 64: the
+# context product's own path), and between (the context product falls back to BLAS).
+@pytest.mark.parametrize("head_size", [4, 16, 20, 32, 64])
+@pytest.mark.parametrize("talking_heads", [False, True])
+def test_own_products_equal_dense_reference_and_blas(kernel, own_products, head_size, talking_heads):
+    if not own_products(True):
+        pytest.skip("the kernel was built without AVX-512: its own products are not compiled")
+    # Blocks of 14 queries (radius 13): a 12-row tile and a 2-row rest; 31 keys: a 32-column tile's mask.
+    overrides = dict(hidden_size=2 * head_size, num_attention_heads=2, local_radius=13, max_relative_distance=4,
+                     relative_vocab_size=12, residual_attention=True, talking_heads=talking_heads)
+    inputs = make_inputs(2, 41, 6, padding=True, structure=True)
+    long_mask, global_mask = inputs["long_attention_mask"].bool(), inputs["global_attention_mask"].bool()
+    long_reference, global_reference = dense_forward(make_model(tiny_config(**overrides)), inputs)
+    results = {}
+    for own in (True, False):
+        own_products(own)
+        model = make_model(tiny_config(**overrides)).float().train()
+        output = model(**inputs)
+        (output.long_hidden_state.pow(2).sum() + output.global_hidden_state.sum()).backward()
+        results[own] = output, {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+        torch.testing.assert_close(output.long_hidden_state[long_mask].double(), long_reference[long_mask],
+                                   atol=2e-5, rtol=0)
+        torch.testing.assert_close(output.global_hidden_state[global_mask].double(), global_reference[global_mask],
+                                   atol=2e-5, rtol=0)
+    (own_output, own_grads), (blas_output, blas_grads) = results[True], results[False]
+    torch.testing.assert_close(own_output.long_hidden_state, blas_output.long_hidden_state, atol=1e-5, rtol=1e-5)
+    assert own_grads.keys() == blas_grads.keys()
+    for name in own_grads:
+        torch.testing.assert_close(own_grads[name], blas_grads[name], atol=1e-4, rtol=1e-4, msg=name)

@@ -1,5 +1,5 @@
 """Linear on both backends against nn.Linear (outputs and gradients), the activation it applies,
-and how LONGDOC_LINEAR and the CPU choose the backend."""
+and how LONGDOC_GEMM and the CPU choose the backend."""
 
 import pytest
 import torch
@@ -11,7 +11,7 @@ from longdoc.model import linear
 from tests.model.conftest import make_inputs, tiny_config
 
 needs_onednn = pytest.mark.skipif(not linear._onednn_available(), reason="this torch build has no oneDNN linear")
-BACKENDS = [pytest.param(linear.ONEDNN, marks=needs_onednn), linear.TORCH]
+BACKENDS = [pytest.param(linear.ONEDNN, marks=needs_onednn), linear.BLAS]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -68,7 +68,7 @@ def test_the_model_gives_the_same_outputs_and_gradients_on_both_backends(linear_
     model = GlobalLocalModel(tiny_config(residual_attention=True)).train()
     inputs = make_inputs(2, 30, 5, padding=True, structure=True)
     results = {}
-    for backend in (linear.TORCH, linear.ONEDNN):
+    for backend in (linear.BLAS, linear.ONEDNN):
         linear_backend(backend)
         model.zero_grad()
         output = model(**inputs)
@@ -87,8 +87,8 @@ def test_the_model_gives_the_same_outputs_and_gradients_on_both_backends(linear_
 
 @pytest.mark.parametrize(("machine", "vendor", "expected"), [
     ("x86_64", "AuthenticAMD", linear.ONEDNN),
-    ("x86_64", "GenuineIntel", linear.TORCH),
-    ("aarch64", "", linear.TORCH),
+    ("x86_64", "GenuineIntel", linear.BLAS),
+    ("aarch64", "", linear.BLAS),
     ("AMD64", "AMD64 Family 25 Model 1 Stepping 1, AuthenticAMD", linear.ONEDNN),  # Windows
 ])
 def test_auto_picks_onednn_on_x86_cpus_not_made_by_intel(linear_backend, monkeypatch, machine, vendor, expected):
@@ -101,12 +101,12 @@ def test_auto_picks_onednn_on_x86_cpus_not_made_by_intel(linear_backend, monkeyp
 
 def test_a_setting_that_cannot_be_used_warns_once_and_says_what_is_used(linear_backend, monkeypatch):
     linear_backend("fastest")
-    with pytest.warns(RuntimeWarning, match="LONGDOC_LINEAR='fastest' is not one of .* using 'auto'"):
-        assert linear.backend() in (linear.ONEDNN, linear.TORCH)
+    with pytest.warns(RuntimeWarning, match="LONGDOC_GEMM='fastest' is not one of .* using 'auto'"):
+        assert linear.backend() in (linear.ONEDNN, linear.BLAS)
     monkeypatch.setattr(linear, "_onednn_available", lambda: False)
     linear_backend("onednn")
-    with pytest.warns(RuntimeWarning, match="no oneDNN linear; using torch's own"):
-        assert linear.backend() == linear.TORCH
+    with pytest.warns(RuntimeWarning, match="no oneDNN linear; using 'blas'"):
+        assert linear.backend() == linear.BLAS
 
 
 
