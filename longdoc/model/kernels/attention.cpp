@@ -24,7 +24,7 @@
 // The GEMMs are BLAS's sgemm, which torch's CPU build carries (MKL or OpenBLAS), called
 // single-threaded inside the parallel loops; or, where `use_own_products(true)` was called (CPUs on
 // which MKL keeps to its AVX2 code: longdoc.model.linear decides), this file's own AVX-512 code for
-// the two shapes attention has: scores = q k^T over a head's d columns, and weights @ values into d.
+// the products attention has: q k^T over a head's d columns, and op(A) @ B (weights @ values).
 
 #include <torch/extension.h>
 
@@ -295,6 +295,7 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
+// A mask of the first `count` of 16 lanes (all for 16 or more, none for 0 or fewer).
 inline __mmask16 first_lanes(int64_t count) {
   return count >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << std::max<int64_t>(count, 0)) - 1);
 }
@@ -361,8 +362,7 @@ void own_gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const float* a, i
 
 // R rows of C [.., 16 V columns; with `Masked`, only the last vector's `last` lanes of its last 16] =
 // alpha * op(A) [R, k] @ B [k, ..] (+ C where `accumulate`); op(A) = A, or A^T with A stored [k, R]
-// (`TransposeA`). Whole vectors take plain loads and stores: masked ones there (all lanes set) made
-// the bench model's forward at 4096 tokens 15-20% slower.
+// (`TransposeA`). (Whole vectors take no masks: masked loads and stores there cost 15% of a forward.)
 template <int V, int R, bool TransposeA, bool Masked>
 inline void product_tile(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t k, float alpha,
                          bool accumulate, float* c, int64_t ldc, __mmask16 last) {
