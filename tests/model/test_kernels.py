@@ -298,3 +298,22 @@ def test_own_products_equal_dense_reference_and_blas(kernel, own_products, head_
     assert own_grads.keys() == blas_grads.keys()
     for name in own_grads:
         torch.testing.assert_close(own_grads[name], blas_grads[name], atol=1e-4, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("setting", ["blas", "onednn"])
+def test_the_kernel_takes_its_products_from_the_process_gemm_setting(kernel, setting):
+    # A fresh process (the kernel reads the setting once, when it is loaded): its own products with
+    # LONGDOC_GEMM=onednn where the build has AVX-512, BLAS's with LONGDOC_GEMM=blas.
+    import subprocess
+    import sys
+
+    from longdoc.model import linear
+
+    if setting == "onednn" and not linear._onednn_available():
+        pytest.skip("this torch build has no oneDNN linear")
+    script = "from longdoc.model import kernels; print(kernels.compiled().uses_own_products())"
+    env = {**os.environ, linear.ENVIRONMENT_VARIABLE: setting}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    built_with_avx512 = "-mavx512f" in kernels._compile_flags()
+    assert run.stdout.split()[-1] == str(setting == "onednn" and built_with_avx512)

@@ -1356,6 +1356,7 @@ bool use_own_products(bool on) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("use_own_products", &use_own_products, "q k^T and weights @ values on this file's AVX-512 code, not BLAS");
+  module.def("uses_own_products", [] { return own_products; }, "Whether use_own_products(true) is in effect");
   module.def("attention_forward", &attention_forward, "One softmax of global-local attention, scores to context");
   module.def("attention_backward", &attention_backward, "The gradients of attention_forward's inputs");
   module.def("talking_heads_forward", &talking_heads_forward, "attention_forward with talking heads");
