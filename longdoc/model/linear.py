@@ -106,8 +106,9 @@ class _OneDnnLinear(torch.autograd.Function):
         grad_x = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_x = _onednn_product(grad, weight.t(), None).view(x.shape)  # grad @ weight
-        if ctx.needs_input_grad[1]:
-            grad_weight = _onednn_product(grad.t(), x.reshape(-1, x.shape[-1]).t(), None)  # grad^T @ x
+        if ctx.needs_input_grad[1]:  # grad^T @ x, both read transposed where they lie (a copy cost more)
+            grad_weight = torch.ops.mkldnn._linear_pointwise(grad.t(), x.reshape(-1, x.shape[-1]).t(), None, "none",
+                                                             [], "")
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad.sum(0)
         return grad_x, grad_weight, grad_bias
