@@ -78,7 +78,7 @@ def _on_onednn(x: Tensor, weight: Tensor) -> bool:
 def _onednn_product(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None = None) -> Tensor:
     """x [..., in] @ weight [out, in]^T (+ bias) (then the activation), in oneDNN."""
     post_op, algorithm = _ONEDNN_ACTIVATIONS[activation] if activation else ("none", "")
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, post_op, [], algorithm)
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, post_op, [], algorithm)  # (any strides)
 
 
 def product(left: Tensor, right: Tensor) -> Tensor:
@@ -107,8 +107,7 @@ class _OneDnnLinear(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_x = _onednn_product(grad, weight.t(), None).view(x.shape)  # grad @ weight
         if ctx.needs_input_grad[1]:  # grad^T @ x, both read transposed where they lie (a copy cost more)
-            grad_weight = torch.ops.mkldnn._linear_pointwise(grad.t(), x.reshape(-1, x.shape[-1]).t(), None, "none",
-                                                             [], "")
+            grad_weight = _onednn_product(grad.t(), x.reshape(-1, x.shape[-1]).t(), None)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_bias = grad.sum(0)
         return grad_x, grad_weight, grad_bias

@@ -316,50 +316,6 @@ void pack_transposed(const float* b, int64_t ldb, int64_t n, int64_t k, float* p
   }
 }
 
-// R rows of C [.., 32 columns, `lanes0` / `lanes1` of them written] = alpha * A [R, k] @ packed [k, 32].
-template <int R>
-inline void scores_tile(const float* a, int64_t lda, const float* packed, int64_t np, int64_t k, float alpha,
-                        float* c, int64_t ldc, __mmask16 lanes0, __mmask16 lanes1) {
-  __m512 low[R], high[R];
-  for (int r = 0; r < R; ++r) low[r] = high[r] = _mm512_setzero_ps();
-  for (int64_t depth = 0; depth < k; ++depth) {
-    const __m512 b0 = _mm512_loadu_ps(packed + depth * np), b1 = _mm512_loadu_ps(packed + depth * np + 16);
-    for (int r = 0; r < R; ++r) {
-      const __m512 x = _mm512_set1_ps(a[r * lda + depth]);
-      low[r] = _mm512_fmadd_ps(x, b0, low[r]);
-      high[r] = _mm512_fmadd_ps(x, b1, high[r]);
-    }
-  }
-  const __m512 scale = _mm512_set1_ps(alpha);
-  for (int r = 0; r < R; ++r) {
-    _mm512_mask_storeu_ps(c + r * ldc, lanes0, _mm512_mul_ps(low[r], scale));
-    _mm512_mask_storeu_ps(c + r * ldc + 16, lanes1, _mm512_mul_ps(high[r], scale));
-  }
-}
-
-template <int R>
-void scores_rows(int64_t m, const float* a, int64_t lda, const float* packed, int64_t np, int64_t k, float alpha,
-                 float* c, int64_t ldc, __mmask16 lanes0, __mmask16 lanes1) {
-  int64_t i = 0;
-  for (; i + R <= m; i += R) scores_tile<R>(a + i * lda, lda, packed, np, k, alpha, c + i * ldc, ldc, lanes0, lanes1);
-  if constexpr (R > 1) {
-    if (i < m) scores_rows<R / 2>(m - i, a + i * lda, lda, packed, np, k, alpha, c + i * ldc, ldc, lanes0, lanes1);
-  }
-}
-
-// C [m, n] = alpha * A [m, k] @ B [n, k]^T: q k^T.
-void own_gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
-                 int64_t ldb, float* c, int64_t ldc) {
-  thread_local std::vector<float> packed;
-  const int64_t np = (n + 31) / 32 * 32;
-  packed.resize(k * np);
-  pack_transposed(b, ldb, n, k, packed.data(), np);
-  for (int64_t j = 0; j < n; j += 32) {
-    const __mmask16 lanes0 = first_lanes(n - j), lanes1 = first_lanes(n - j - 16);
-    scores_rows<12>(m, a, lda, packed.data() + j, np, k, alpha, c + j, ldc, lanes0, lanes1);
-  }
-}
-
 // R rows of C [.., 16 V columns; with `Masked`, only the last vector's `last` lanes of its last 16] =
 // alpha * op(A) [R, k] @ B [k, ..] (+ C where `accumulate`); op(A) = A, or A^T with A stored [k, R]
 // (`TransposeA`). (Whole vectors take no masks: masked loads and stores there cost 15% of a forward.)
@@ -435,6 +391,16 @@ void own_gemm_nn(int64_t m, int64_t n, int64_t k, float alpha, const float* a, i
                                       first_lanes(columns % 16));
     }
   }
+}
+
+// C [m, n] = alpha * A [m, k] @ B [n, k]^T (q k^T): B packed transposed, then the product above.
+void own_gemm_nt(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                 int64_t ldb, float* c, int64_t ldc) {
+  thread_local std::vector<float> packed;
+  const int64_t np = (n + 15) / 16 * 16;
+  packed.resize(k * np);
+  pack_transposed(b, ldb, n, k, packed.data(), np);
+  own_gemm_nn<false>(m, n, k, alpha, a, lda, packed.data(), np, false, c, ldc);
 }
 #endif
 
