@@ -153,7 +153,10 @@ def test_sweep_counts_tied_scores_together():
         # R@P: P >= 0.5 holds down to threshold 0.5, but recall stops growing at threshold 2
         # (1/2 is not > 1/2), so that point is kept. P >= 0.75 and >= 0.9: only threshold 3.
         points = [(p.target, p.recall, p.precision, p.threshold) for p in sweep.recall_at_precision]
-        assert points == pytest.approx([(0.5, 1 / 2, 2 / 3, 2), (0.75, 1 / 4, 1, 3), (0.9, 1 / 4, 1, 3)])
+        expected = [(0.5, 1 / 2, 2 / 3, 2), (0.75, 1 / 4, 1, 3), (0.9, 1 / 4, 1, 3)]
+        assert len(points) == len(expected)
+        for point, expected_point in zip(points, expected):
+            assert point == pytest.approx(expected_point)
 
 
 def test_sweep_keeps_the_highest_threshold_among_equal_f1():
