@@ -47,11 +47,16 @@ class RecordFields:
         return value
 
 
-def json_list_records(path: str | os.PathLike, dataset: str, id_field: str) -> Iterator[RecordFields]:
-    """Each example of a file that is one JSON list of examples (HotpotQA, WikiHop), with checked fields."""
-    records = read_json(path)
+def json_list_records(path: str | os.PathLike, dataset: str, id_field: str, formats: str = "") -> Iterator[RecordFields]:
+    """Each example of a file that is one JSON list of examples (HotpotQA, WikiHop), with checked
+    fields; `formats`, when given, is added to the error of a file that is not one JSON list."""
+    also = f"; read are {formats}" if formats else ""
+    try:
+        records = read_json(path)
+    except InputError as error:
+        raise InputError(f"{error}{also}") from None
     if not isinstance(records, list):
-        raise InputError(f"{path}: a {dataset} file is a JSON list of examples, got {type(records).__name__}")
+        raise InputError(f"{path}: a {dataset} file is a JSON list of examples, got {type(records).__name__}{also}")
     for index, record in enumerate(records):
         yield RecordFields(record, str(path), id_field, index)
 

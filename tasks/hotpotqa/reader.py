@@ -9,6 +9,10 @@ occurrence of the answer string in the sentences that starts and ends at a word 
 letter or digit just outside it), those in supporting-fact sentences first; if there is none, every
 occurrence at all. Answers that occur nowhere in the sentences get no span.
 `labels`: answer, supporting_facts ([title, sentence index] pairs), type, level.
+
+The Hub's `hotpot_qa` (distractor and fullwiki) exports are read too (`longdoc.data.hub_exports`):
+a row {id, question, answer, type, level, supporting_facts: {title, sent_id}, context: {title,
+sentences}} is the official record with its pairs stored column-wise, and gives the same example.
 """
 
 import os
@@ -16,12 +20,29 @@ import re
 from typing import Iterator
 
 from longdoc.data.examples import Document, Paragraph, Span, StructuredExample, TextSpan
+from longdoc.data.hub_exports import FORMATS, export_kind, hub_rows, records
 from longdoc.data.records import RecordFields, json_list_records
+
+HUB_COLUMNS = ("id", "question", "answer", "supporting_facts", "context")
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:
-    for fields in json_list_records(path, "HotpotQA", "_id"):
-        yield _example(fields)
+    if export_kind(path) is None:
+        for fields in json_list_records(path, "HotpotQA", "_id", FORMATS):
+            yield _example(fields)
+        return
+    for where, index, row in hub_rows(path, "HotpotQA", HUB_COLUMNS):
+        yield _example(RecordFields(official_record(row, where), where, "_id", index))
+
+
+def official_record(row: dict, where: str) -> dict:
+    """The official record of a Hub `hotpot_qa` row."""
+    facts = records(row["supporting_facts"], where, "supporting_facts")
+    paragraphs = records(row["context"], where, "context")
+    return {"_id": row["id"], "question": row["question"], "answer": row["answer"],
+            "supporting_facts": [[fact.get("title"), fact.get("sent_id")] for fact in facts],
+            "context": [[paragraph.get("title"), paragraph.get("sentences")] for paragraph in paragraphs],
+            **{name: row[name] for name in ("type", "level") if name in row}}
 
 
 def _example(fields: RecordFields) -> StructuredExample:

@@ -20,6 +20,12 @@ document_url, annotations and long_answer_candidates exactly as in the file (tok
 `token_char_spans` maps them to characters), `top_level_candidates` (the candidate index of each
 paragraph) and, in the original format only, `token_bytes` ([start_byte, end_byte] per token).
 
+The Hub's `natural_questions` exports are read too (`longdoc.data.hub_exports`): a row {id,
+document: {title, url, html, tokens: {token, is_html, start_byte, end_byte}}, question: {text,
+tokens}, long_answer_candidates, annotations: {id, long_answer, short_answers, yes_no_answer (-1
+none, 0 no, 1 yes)}} is the original format with its sequences stored column-wise, and gives the
+same example; its string id becomes the official integer example_id.
+
 Streaming: lines are read and parsed one at a time, so memory follows the longest line, never
 the file (the training set is 40+ GB). A line that is not valid JSON, or whose record is wrong
 (a missing field, a span outside the document), stops the run with the file, line and field;
@@ -35,12 +41,15 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from longdoc.data.examples import Document, Paragraph, Span, StructuredExample, TextSpan
+from longdoc.data.hub_exports import export_kind, hub_rows, records
 from longdoc.data.records import RecordFields
 from longdoc.data.text import decode_text, token_char_spans
 from longdoc.errors import InputError
 
 # Skipped lines named in the closing warning; the count covers all of them.
 SHOWN_SKIPPED_LINES = 5
+HUB_COLUMNS = ("id", "document", "question", "long_answer_candidates", "annotations")
+YES_NO = {-1: "NONE", 0: "NO", 1: "YES"}  # the Hub's class ids of yes_no_answer
 
 
 def read_examples(path: str | os.PathLike, skip_bad_lines: bool = False,
@@ -49,25 +58,68 @@ def read_examples(path: str | os.PathLike, skip_bad_lines: bool = False,
     skipped; each one's message ("file:line: problem") is appended to `skipped` when given."""
     path = Path(path)
     bad: list[str] = []
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_number}"
-            try:
-                example = _example(RecordFields(_parse(line, where), where, "example_id", line_number))
-            except InputError as error:
-                if not skip_bad_lines:
-                    raise
-                bad.append(str(error))
-                if skipped is not None:
-                    skipped.append(str(error))
-                continue
-            yield example
+    for where, index, raw in _raw_records(path):
+        try:
+            example = _example(RecordFields(_official(raw, where), where, "example_id", index))
+        except InputError as error:
+            if not skip_bad_lines:
+                raise
+            bad.append(str(error))
+            if skipped is not None:
+                skipped.append(str(error))
+            continue
+        yield example
     if bad:
         shown = "; ".join(bad[:SHOWN_SKIPPED_LINES]) + (" ..." if len(bad) > SHOWN_SKIPPED_LINES else "")
         warnings.warn(f"{path}: skipped {len(bad)} bad line(s) (--skip-bad-lines): {shown}", stacklevel=2)
+
+
+def _raw_records(path: Path) -> Iterator[tuple[str, int, bytes | dict]]:
+    """(where, index, line or row) per example: JSON lines, or the rows of a `datasets` folder or
+    parquet file of the Hub's schema."""
+    if export_kind(path) in ("folder", "parquet"):
+        yield from hub_rows(path, "Natural Questions", HUB_COLUMNS)
+        return
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if line.strip():
+                yield f"{path}:{line_number}", line_number, line
+
+
+def _official(raw: bytes | dict, where: str) -> Any:
+    """The official record of a line (either official format, or the Hub's schema) or of a row."""
+    record = _parse(raw, where) if isinstance(raw, bytes) else raw
+    if isinstance(record, dict) and isinstance(record.get("document"), dict):
+        return official_record(record, where)
+    return record
+
+
+def official_record(row: dict, where: str) -> dict:
+    """The original-format record of a Hub `natural_questions` row."""
+    missing = [name for name in HUB_COLUMNS if name not in row]
+    if missing:
+        raise InputError(f"{where}: a Hub natural_questions row needs the columns {list(HUB_COLUMNS)}; missing "
+                         f"{missing} (exports made before the Hub added long_answer_candidates cannot be read)")
+    document, question = row["document"], row["question"]
+    tokens = records(document.get("tokens"), where, "document.tokens")
+    example_id = row["id"]
+    if isinstance(example_id, str) and example_id.lstrip("-").isdigit():
+        example_id = int(example_id)
+    return {
+        "example_id": example_id,
+        "question_text": question.get("text") if isinstance(question, dict) else question,
+        "document_title": document.get("title"),
+        "document_url": document.get("url"),
+        "document_tokens": [{"token": token.get("token"), "start_byte": token.get("start_byte"),
+                             "end_byte": token.get("end_byte"), "html_token": token.get("is_html")}
+                            for token in tokens],
+        "long_answer_candidates": records(row["long_answer_candidates"], where, "long_answer_candidates"),
+        "annotations": [{"annotation_id": annotation.get("id"), "long_answer": annotation.get("long_answer"),
+                         "short_answers": records(annotation.get("short_answers"), where, "annotations.short_answers"),
+                         "yes_no_answer": YES_NO.get(annotation.get("yes_no_answer"), annotation.get("yes_no_answer"))}
+                        for annotation in records(row["annotations"], where, "annotations")],
+    }
 
 
 def _parse(line: bytes, where: str) -> Any:

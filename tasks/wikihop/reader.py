@@ -8,6 +8,9 @@ not preceded or followed by a word character (letter, digit or underscore), so "
 "Italy," but not in "Italya". Overlapping mentions of different candidates are all kept; the
 feature builder gives shared tokens to the longest one.
 `labels`: answer, answer_index (into candidates), annotations (dev only, else absent).
+
+The Hub's `wiki_hop` exports are read too (`longdoc.data.hub_exports`): a row {id, question,
+answer, candidates, supports, annotations} is the official record with "query" named "question".
 """
 
 import os
@@ -15,12 +18,28 @@ import re
 from typing import Iterator
 
 from longdoc.data.examples import Candidate, Document, StructuredExample, TextSpan
+from longdoc.data.hub_exports import FORMATS, export_kind, hub_rows
 from longdoc.data.records import RecordFields, json_list_records
+
+HUB_COLUMNS = ("id", "question", "answer", "candidates", "supports")
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:
-    for fields in json_list_records(path, "WikiHop", "id"):
-        yield _example(fields)
+    if export_kind(path) is None:
+        for fields in json_list_records(path, "WikiHop", "id", FORMATS):
+            yield _example(fields)
+        return
+    for where, index, row in hub_rows(path, "WikiHop", HUB_COLUMNS):
+        yield _example(RecordFields(official_record(row), where, "id", index))
+
+
+def official_record(row: dict) -> dict:
+    """The official record of a Hub `wiki_hop` row."""
+    record = {"id": row["id"], "query": row["question"], "answer": row["answer"],
+              "candidates": row["candidates"], "supports": row["supports"]}
+    if row.get("annotations"):  # the Hub stores train's missing annotations as an empty list
+        record["annotations"] = row["annotations"]
+    return record
 
 
 def _example(fields: RecordFields) -> StructuredExample:
