@@ -11,10 +11,11 @@ import sys
 import pytest
 import torch
 from safetensors.torch import load_file
-from tokenizers import ByteLevelBPETokenizer
+from tokenizers import ByteLevelBPETokenizer, SentencePieceUnigramTokenizer
 from transformers import (
     AutoTokenizer, BertConfig, BertForQuestionAnswering, BertTokenizer, DebertaV2Config, DebertaV2ForQuestionAnswering,
-    DistilBertConfig, DistilBertForQuestionAnswering, RobertaConfig, RobertaForQuestionAnswering, RobertaTokenizer,
+    DistilBertConfig, DistilBertForQuestionAnswering, ElectraConfig, ElectraForQuestionAnswering, RobertaConfig,
+    RobertaForQuestionAnswering, RobertaTokenizer, XLMRobertaConfig, XLMRobertaForQuestionAnswering, XLMRobertaTokenizer,
 )
 
 from longdoc import cli
@@ -55,8 +56,17 @@ def byte_level_bpe():
     return RobertaTokenizer(vocab=model["vocab"], merges=merges)
 
 
-# Shapes of the random readers. initializer_range 0.2 (not BERT's 0.02) spreads the logits over several
-# units, so agreement to 1e-4 is not the agreement of two near-constant outputs.
+def sentencepiece_unigram():
+    """A SentencePiece unigram model (cased, XLM-R's special tokens) trained on the questions and contexts."""
+    unigram = SentencePieceUnigramTokenizer()
+    unigram.train_from_iterator(QUESTIONS + CONTEXTS, vocab_size=200, unk_token="<unk>",
+                                special_tokens=["<s>", "<pad>", "</s>", "<unk>"])
+    pieces = [tuple(piece) for piece in json.loads(unigram.to_str())["model"]["vocab"]]
+    return XLMRobertaTokenizer(vocab=pieces + [("<mask>", 0.0)])
+
+
+# Shapes of the random readers. initializer_range 0.2 (not BERT's 0.02) spreads the logits (standard
+# deviation above 0.2, checked), so agreement to 1e-4 is not the agreement of two near-constant outputs.
 SHAPES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48, initializer_range=0.2)
 
 
@@ -64,16 +74,27 @@ def bert_reader(tokenizer, **config):
     return BertForQuestionAnswering(BertConfig(vocab_size=len(tokenizer), max_position_embeddings=128, **SHAPES, **config))
 
 
-def roberta_reader(tokenizer):
+def electra_reader(tokenizer, **config):
+    shapes = {"embedding_size": SHAPES["hidden_size"], **SHAPES, **config}
+    return ElectraForQuestionAnswering(ElectraConfig(vocab_size=len(tokenizer), max_position_embeddings=128, **shapes))
+
+
+def roberta_reader(tokenizer, model_class=RobertaForQuestionAnswering, config_class=RobertaConfig):
     # RoBERTa numbers real tokens from pad + 1 = 2: 128 usable positions.
-    return RobertaForQuestionAnswering(RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=130,
-                                                     type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5, **SHAPES))
+    return model_class(config_class(vocab_size=len(tokenizer), max_position_embeddings=130, type_vocab_size=1,
+                                    pad_token_id=1, layer_norm_eps=1e-5, **SHAPES))
+
+
+def xlm_roberta_reader(tokenizer):
+    return roberta_reader(tokenizer, XLMRobertaForQuestionAnswering, XLMRobertaConfig)
 
 
 READERS = {
     "bert-uncased-wordpiece": (minilm_tokenizer, bert_reader),
     "bert-cased-wordpiece": (cased_wordpiece, bert_reader),
     "roberta-byte-level-bpe": (byte_level_bpe, roberta_reader),
+    "xlm-roberta-sentencepiece": (sentencepiece_unigram, xlm_roberta_reader),
+    "electra-uncased-wordpiece": (minilm_tokenizer, electra_reader),
 }
 
 
@@ -100,7 +121,7 @@ def test_lifted_reader_logits_equal_the_source_readers(tmp_path, monkeypatch, na
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     source, source_tokenizer = save_source(tmp_path / "source", name)
     # The reader's defaults (absolute positions, no residual attention, radius 84, 256 global
-    # positions): these inputs (under 40 tokens) lie inside the local window.
+    # positions): these inputs (at most 85 tokens, checked below) lie inside the local window.
     assert run_cli(monkeypatch, "--from", tmp_path / "source", "--out", tmp_path / "reader") == 0
     reader = SpanReader.from_pretrained(tmp_path / "reader").eval()
     assert reader.config.position_embedding_type == "absolute" and not reader.config.residual_attention
@@ -109,7 +130,7 @@ def test_lifted_reader_logits_equal_the_source_readers(tmp_path, monkeypatch, na
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "reader")
     assert type(tokenizer) is type(source_tokenizer)
     cased = source_tokenizer(CASE_PROBE[0])["input_ids"] != source_tokenizer(CASE_PROBE[1])["input_ids"]
-    assert cased == (name != "bert-uncased-wordpiece")
+    assert cased == ("uncased" not in name)
     for text in CASE_PROBE + tuple(QUESTIONS):
         assert tokenizer(text)["input_ids"] == source_tokenizer(text)["input_ids"]
 
@@ -119,8 +140,8 @@ def test_lifted_reader_logits_equal_the_source_readers(tmp_path, monkeypatch, na
     source_encoded = source_tokenizer(QUESTIONS, CONTEXTS, padding=True, return_tensors="pt")
     assert torch.equal(encoded["input_ids"], source_encoded["input_ids"])
     first = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist())
-    assert first[0] == tokenizer.cls_token and first.count(tokenizer.sep_token) == (3 if name.startswith("roberta") else 2)
-    assert encoded["input_ids"].shape[1] < 40
+    assert first[0] == tokenizer.cls_token and first.count(tokenizer.sep_token) == (3 if "roberta" in name else 2)
+    assert encoded["input_ids"].shape[1] <= 85
     with torch.no_grad():
         theirs = source(**source_encoded)
         ours = reader(long_input_ids=encoded["input_ids"], long_attention_mask=encoded["attention_mask"],
@@ -128,7 +149,7 @@ def test_lifted_reader_logits_equal_the_source_readers(tmp_path, monkeypatch, na
     real = encoded["attention_mask"].bool()
     assert not bool(real.all())  # the shorter pair is padded: the masks are exercised
     for ours_logits, their_logits in ((ours.start_logits, theirs.start_logits), (ours.end_logits, theirs.end_logits)):
-        assert their_logits[real].std() > 0.5
+        assert their_logits[real].std() > 0.2
         assert (ours_logits - their_logits)[real].abs().max().item() < 1e-4
 
 
@@ -211,6 +232,14 @@ def test_a_head_without_two_outputs_is_refused(tmp_path, monkeypatch, capsys):
     tokenizer.save_pretrained(tmp_path / "three")
     assert_refused(monkeypatch, capsys, tmp_path / "three", tmp_path / "out",
                    "qa_outputs.weight has shape (3, 32)", "two outputs (start and end logits): expected [2, hidden]")
+
+
+def test_an_electra_with_narrower_embeddings_is_refused(tmp_path, monkeypatch, capsys):
+    tokenizer = minilm_tokenizer()
+    electra_reader(tokenizer, embedding_size=16).save_pretrained(tmp_path / "small")
+    tokenizer.save_pretrained(tmp_path / "small")
+    assert_refused(monkeypatch, capsys, tmp_path / "small", tmp_path / "out",
+                   "embedding_size 16 differs from hidden_size 32")
 
 
 def test_weights_without_a_tokenizer_are_refused(tmp_path, monkeypatch, capsys):
