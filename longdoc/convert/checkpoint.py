@@ -1,13 +1,13 @@
 """Reading a BERT-family encoder checkpoint (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA,
-MiniLM; transformers format) as data.
+DistilBERT, MiniLM; transformers format) as data.
 
 Only what weight lifting needs: the config's shape fields and the encoder's weights under their
-BERT names, with any task prefix ("bert.", "roberta.", "electra.") removed. Nothing of the source
+BERT names, with any task prefix ("bert.", "roberta.", "distilbert.") removed. Nothing of the source
 model's code runs. A checkpoint that is not BERT-like is refused with a message that names what is missing.
 
 An extractive QA reader (config.json `architectures`: one of READER_ARCHITECTURES) also yields its
 span head: `qa_outputs`, a Linear hidden -> 2 whose outputs are the start and end logits. A QA
-architecture whose encoder does not map onto BERT's (DistilBERT, DeBERTa, ...) is refused by name.
+architecture whose encoder does not map onto BERT's (DeBERTa, ALBERT, ...) is refused by name.
 
 Weights are read from safetensors only (`model.safetensors`, or the shards listed in
 `model.safetensors.index.json`). A `pytorch_model.bin` is refused rather than loaded: reading it
@@ -16,6 +16,7 @@ means unpickling, which can run code hidden in the file; the message says how to
 
 import hashlib
 import json
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +33,28 @@ from longdoc.errors import InputError
 ROBERTA_FAMILY = ("roberta", "xlm-roberta", "camembert")
 # ELECTRA's discriminator is BERT's encoder under other names only where its embeddings are as wide
 # as its hidden states (base, large); a narrower embedding (small) adds a projection BERT lacks.
-SUPPORTED_MODEL_TYPES = ("bert", "electra") + ROBERTA_FAMILY
+SUPPORTED_MODEL_TYPES = ("bert", "electra", "distilbert") + ROBERTA_FAMILY
+
+# DistilBERT is BERT's post-LN encoder under its own names, without token types: its config fields
+# and layer weights are read under BERT's names, and its token-type table is one row of zeros.
+DISTILBERT_CONFIG_FIELDS = {
+    "dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
+    "hidden_dim": "intermediate_size", "activation": "hidden_act", "dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+}
+DISTILBERT_FIXED_FIELDS = {"layer_norm_eps": 1e-12, "type_vocab_size": 1}  # fixed in DistilBERT's code
+DISTILBERT_LAYER_MODULES = {
+    "attention.q_lin": "attention.self.query", "attention.k_lin": "attention.self.key",
+    "attention.v_lin": "attention.self.value", "attention.out_lin": "attention.output.dense",
+    "sa_layer_norm": "attention.output.LayerNorm", "ffn.lin1": "intermediate.dense", "ffn.lin2": "output.dense",
+    "output_layer_norm": "output.LayerNorm",
+}
+_DISTILBERT_LAYER_WEIGHT = re.compile(r"transformer\.layer\.(\d+)\.(.+)\.(weight|bias)")
 
 # The transformers QA classes whose encoder is a supported one and whose span head is `qa_outputs`.
 READER_ARCHITECTURES = (
     "BertForQuestionAnswering", "RobertaForQuestionAnswering", "XLMRobertaForQuestionAnswering",
-    "CamembertForQuestionAnswering", "ElectraForQuestionAnswering",
+    "CamembertForQuestionAnswering", "ElectraForQuestionAnswering", "DistilBertForQuestionAnswering",
 )
 READER_HEAD = "qa_outputs"
 
@@ -160,11 +177,13 @@ def read_checkpoint(directory: str | Path) -> BertCheckpoint:
     for name, tensor in tensors.items():
         if span_head is not None and name.startswith(READER_HEAD + "."):
             continue
-        bare_name = _modern_layer_norm_name(name[len(prefix):]) if name.startswith(prefix) else None
+        bare_name = _bert_name(name[len(prefix):], config["model_type"]) if name.startswith(prefix) else None
         if bare_name in required_set:
             weights[bare_name] = tensor
         else:
             unused.append(name)
+    if config["model_type"] == "distilbert":
+        weights["embeddings.token_type_embeddings.weight"] = torch.zeros(1, config["hidden_size"])
     missing = [name for name in required if name not in weights]
     if missing:
         shown = ", ".join(prefix + name for name in missing[:6])
@@ -222,8 +241,11 @@ def _read_config(directory: Path) -> dict:
     if not isinstance(config, dict):
         raise InputError(f"{path}: not a JSON object")
     _refuse_unsupported_reader(path, config)
-    missing = [name for name in REQUIRED_CONFIG_FIELDS if name not in config]
     model_type = config.get("model_type")
+    if model_type == "distilbert":
+        config = {**config, **DISTILBERT_FIXED_FIELDS,
+                  **{bert: config[own] for own, bert in DISTILBERT_CONFIG_FIELDS.items() if own in config}}
+    missing = [name for name in REQUIRED_CONFIG_FIELDS if name not in config]
     if model_type not in SUPPORTED_MODEL_TYPES:
         lacking = f"; it lacks the BERT fields {', '.join(missing)}" if missing else ""
         raise InputError(
@@ -321,6 +343,16 @@ def _encoder_prefix(directory: Path, tensors: dict[str, torch.Tensor]) -> str:
     if not prefixes:
         raise InputError(f"{directory}: not a BERT-like encoder: no weight named *{anchor}")
     return prefixes[0]
+
+
+def _bert_name(name: str, model_type: str) -> str:
+    """A source weight's name (task prefix removed) as BERT names it."""
+    if model_type == "distilbert":
+        match = _DISTILBERT_LAYER_WEIGHT.fullmatch(name)
+        if match and match.group(2) in DISTILBERT_LAYER_MODULES:
+            layer, module, parameter = match.groups()
+            return f"encoder.layer.{layer}.{DISTILBERT_LAYER_MODULES[module]}.{parameter}"
+    return _modern_layer_norm_name(name)
 
 
 def _modern_layer_norm_name(name: str) -> str:

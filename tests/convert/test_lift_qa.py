@@ -1,6 +1,7 @@
 """Lifting transformers extractive QA checkpoints into span readers: start/end logits equal to the
 source's on inputs the local window covers (BERT with an uncased and a cased WordPiece, RoBERTa with
-a byte-level BPE; random weights), the reader's span head as a task model's starting point, and the
+a byte-level BPE, XLM-RoBERTa with a SentencePiece unigram model, ELECTRA, DistilBERT; random weights),
+the reader's span head as a task model's starting point, and the
 refusals (unsupported architecture, a head without two outputs, no tokenizer, pickled weights)."""
 
 import json
@@ -13,8 +14,8 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import ByteLevelBPETokenizer, SentencePieceUnigramTokenizer
 from transformers import (
-    AutoTokenizer, BertConfig, BertForQuestionAnswering, BertTokenizer, DebertaV2Config, DebertaV2ForQuestionAnswering,
-    DistilBertConfig, DistilBertForQuestionAnswering, ElectraConfig, ElectraForQuestionAnswering, RobertaConfig,
+    AlbertConfig, AlbertForQuestionAnswering, AutoTokenizer, BertConfig, BertForQuestionAnswering, BertTokenizer,
+    DebertaV2Config, DebertaV2ForQuestionAnswering, DistilBertConfig, DistilBertForQuestionAnswering, DistilBertTokenizer, ElectraConfig, ElectraForQuestionAnswering, RobertaConfig,
     RobertaForQuestionAnswering, RobertaTokenizer, XLMRobertaConfig, XLMRobertaForQuestionAnswering, XLMRobertaTokenizer,
 )
 
@@ -38,12 +39,16 @@ def minilm_tokenizer():
     return AutoTokenizer.from_pretrained(minilm_path())
 
 
-def cased_wordpiece():
+def cased_wordpiece(tokenizer_class=BertTokenizer):
     """A cased WordPiece over the words of the questions and contexts ("Paris" and "paris" both in it)."""
     words = sorted({word for text in QUESTIONS + CONTEXTS for word in text.replace(".", " . ").replace(",", " , ")
                     .replace("?", " ? ").split()})
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
-    return BertTokenizer(vocab={token: index for index, token in enumerate(vocab)}, do_lower_case=False)
+    return tokenizer_class(vocab={token: index for index, token in enumerate(vocab)}, do_lower_case=False)
+
+
+def cased_distilbert_wordpiece():
+    return cased_wordpiece(DistilBertTokenizer)
 
 
 def byte_level_bpe():
@@ -79,6 +84,12 @@ def electra_reader(tokenizer, **config):
     return ElectraForQuestionAnswering(ElectraConfig(vocab_size=len(tokenizer), max_position_embeddings=128, **shapes))
 
 
+def distilbert_reader(tokenizer):
+    return DistilBertForQuestionAnswering(DistilBertConfig(
+        vocab_size=len(tokenizer), max_position_embeddings=128, dim=SHAPES["hidden_size"], n_layers=2, n_heads=4,
+        hidden_dim=48, initializer_range=SHAPES["initializer_range"]))
+
+
 def roberta_reader(tokenizer, model_class=RobertaForQuestionAnswering, config_class=RobertaConfig):
     # RoBERTa numbers real tokens from pad + 1 = 2: 128 usable positions.
     return model_class(config_class(vocab_size=len(tokenizer), max_position_embeddings=130, type_vocab_size=1,
@@ -95,6 +106,7 @@ READERS = {
     "roberta-byte-level-bpe": (byte_level_bpe, roberta_reader),
     "xlm-roberta-sentencepiece": (sentencepiece_unigram, xlm_roberta_reader),
     "electra-uncased-wordpiece": (minilm_tokenizer, electra_reader),
+    "distilbert-cased-wordpiece": (cased_distilbert_wordpiece, distilbert_reader),
 }
 
 
@@ -215,7 +227,8 @@ def test_unsupported_reader_architectures_are_refused_by_name(tmp_path, monkeypa
     tokenizer = minilm_tokenizer()
     small = dict(vocab_size=len(tokenizer), max_position_embeddings=64)
     for name, model in (
-        ("distilbert", DistilBertForQuestionAnswering(DistilBertConfig(dim=16, n_layers=1, n_heads=2, hidden_dim=24, **small))),
+        ("albert", AlbertForQuestionAnswering(AlbertConfig(embedding_size=8, hidden_size=16, num_hidden_layers=1,
+                                                          num_attention_heads=2, intermediate_size=24, **small))),
         ("deberta", DebertaV2ForQuestionAnswering(DebertaV2Config(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                                                   intermediate_size=24, **small))),
     ):
