@@ -31,10 +31,12 @@ def run(args: argparse.Namespace) -> int:
 
     from longdoc.convert.lift import lift
 
-    names = ("positions", "residual_attention", "talking_heads", "local_radius", "long_max_len", "global_max_len", "seed")
+    names = ("positions", "residual_attention", "talking_heads", "local_radius", "long_max_len", "global_max_len",
+             "seed")
     chosen = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     out = lift(args.source, args.out, chosen)
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    print(f"lifted {args.source} -> {out} ({config['architectures'][0]}, {config['position_embedding_type']} positions, "
-          f"residual attention {'on' if config['residual_attention'] else 'off'}); model card: {out / 'README.md'}")
+    residual = "on" if config["residual_attention"] else "off"
+    print(f"lifted {args.source} -> {out} ({config['architectures'][0]}, {config['position_embedding_type']} "
+          f"positions, residual attention {residual}); model card: {out / 'README.md'}")
     return 0

@@ -82,8 +82,9 @@ EMBEDDING_WEIGHTS = (
 # loading refuses pickled code, and the clones undo the sharing of tied tensors, which safetensors refuses.
 CONVERT_TO_SAFETENSORS = (
     "python -c \"import sys, torch; from safetensors.torch import save_file; d = sys.argv[1]; "
-    "save_file({k: v.clone().contiguous() for k, v in torch.load(d + '/pytorch_model.bin', weights_only=True).items()}, "
-    "d + '/model.safetensors', metadata={'format': 'pt'})\""
+    "save_file({k: v.clone().contiguous() for k, v in "
+    "torch.load(d + '/pytorch_model.bin', weights_only=True).items()}, d + '/model.safetensors', "
+    "metadata={'format': 'pt'})\""
 )
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
@@ -273,7 +274,7 @@ def _question_answering_architectures(config: dict) -> list[str]:
 
 def _refuse_unsupported_reader(path: Path, config: dict) -> None:
     """A QA checkpoint of another family is refused by its architecture, before its model_type is
-    read: the user learns which readers can be lifted, not that a DistilBERT is not BERT-like."""
+    read: the user learns which readers can be lifted, not that a DeBERTa is not BERT-like."""
     for name in _question_answering_architectures(config):
         if name not in READER_ARCHITECTURES:
             raise InputError(
@@ -301,8 +302,9 @@ def _read_span_head(
     weight, bias = tensors[names["weight"]], tensors[names["bias"]]
     if weight.dim() != 2 or weight.shape[0] != 2 or bias.shape != (2,):
         raise InputError(
-            f"{directory}: {names['weight']} has shape {tuple(weight.shape)} and {names['bias']} {tuple(bias.shape)}; "
-            f"a QA reader's span head has two outputs (start and end logits): expected [2, hidden] and [2]"
+            f"{directory}: {names['weight']} has shape {tuple(weight.shape)} and {names['bias']} "
+            f"{tuple(bias.shape)}; a QA reader's span head has two outputs (start and end logits): expected "
+            "[2, hidden] and [2]"
         )
     if weight.shape[1] != config["hidden_size"]:
         raise InputError(f"{directory}: {names['weight']} has shape {tuple(weight.shape)}, but config.json's "

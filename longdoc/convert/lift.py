@@ -345,14 +345,14 @@ def reader_section(checkpoint: BertCheckpoint, options: LiftOptions) -> str:
     """The model card's account of a QA reader's span head and input layout ("" for an encoder)."""
     if checkpoint.span_head is None:
         return ""
-    exact = options.positions == "absolute" and not options.residual_attention and not options.talking_heads
-    if exact:
-        agreement = (f"With these options, on inputs of at most {min(options.local_radius + 1, checkpoint.usable_positions)} "
-                     "tokens (the local window and the source's positions cover them) and no global tokens, its "
-                     "start/end logits are the source's.")
+    # Talking heads start at identity, so they leave the computation as it is.
+    if options.positions == "absolute" and not options.residual_attention:
+        covered = min(options.local_radius + 1, checkpoint.usable_positions)
+        agreement = (f"With these options, on inputs of at most {covered} tokens (the local window and the source's "
+                     "positions cover them) and no global tokens, its start/end logits are the source's.")
     else:
-        agreement = ("These options change the source's computation (relative positions, residual or talking-heads "
-                     "attention start fresh): train it before reading with it.")
+        agreement = ("These options change the source's computation (fresh relative tables, or residual attention): "
+                     "train it before reading with it.")
     return f"""
 ## Span reader
 

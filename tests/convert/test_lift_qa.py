@@ -15,8 +15,9 @@ from safetensors.torch import load_file
 from tokenizers import ByteLevelBPETokenizer, SentencePieceUnigramTokenizer
 from transformers import (
     AlbertConfig, AlbertForQuestionAnswering, AutoTokenizer, BertConfig, BertForQuestionAnswering, BertTokenizer,
-    DebertaV2Config, DebertaV2ForQuestionAnswering, DistilBertConfig, DistilBertForQuestionAnswering, DistilBertTokenizer, ElectraConfig, ElectraForQuestionAnswering, RobertaConfig,
-    RobertaForQuestionAnswering, RobertaTokenizer, XLMRobertaConfig, XLMRobertaForQuestionAnswering, XLMRobertaTokenizer,
+    DebertaV2Config, DebertaV2ForQuestionAnswering, DistilBertConfig, DistilBertForQuestionAnswering,
+    DistilBertTokenizer, ElectraConfig, ElectraForQuestionAnswering, RobertaConfig, RobertaForQuestionAnswering,
+    RobertaTokenizer, XLMRobertaConfig, XLMRobertaForQuestionAnswering, XLMRobertaTokenizer,
 )
 
 from longdoc import cli
@@ -128,15 +129,19 @@ def run_cli(monkeypatch, *arguments) -> int:
     return cli.main(["lift", *map(str, arguments)])
 
 
-@pytest.mark.parametrize("name", list(READERS))
-def test_lifted_reader_logits_equal_the_source_readers(tmp_path, monkeypatch, name):
+@pytest.mark.parametrize("name, options", [pytest.param(name, [], id=name) for name in READERS] + [
+    # Talking heads start at identity: the same computation.
+    pytest.param("bert-cased-wordpiece", ["--talking-heads"], id="bert-cased-wordpiece-talking-heads"),
+])
+def test_lifted_reader_logits_equal_the_source_readers(tmp_path, monkeypatch, name, options):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     source, source_tokenizer = save_source(tmp_path / "source", name)
     # The reader's defaults (absolute positions, no residual attention, radius 84, 256 global
     # positions): these inputs (at most 85 tokens, checked below) lie inside the local window.
-    assert run_cli(monkeypatch, "--from", tmp_path / "source", "--out", tmp_path / "reader") == 0
+    assert run_cli(monkeypatch, "--from", tmp_path / "source", "--out", tmp_path / "reader", *options) == 0
     reader = SpanReader.from_pretrained(tmp_path / "reader").eval()
     assert reader.config.position_embedding_type == "absolute" and not reader.config.residual_attention
+    assert reader.config.talking_heads == ("--talking-heads" in options)
 
     # The tokenizer came along, cased or not, and loads with AutoTokenizer.
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "reader")
@@ -229,8 +234,8 @@ def test_unsupported_reader_architectures_are_refused_by_name(tmp_path, monkeypa
     for name, model in (
         ("albert", AlbertForQuestionAnswering(AlbertConfig(embedding_size=8, hidden_size=16, num_hidden_layers=1,
                                                           num_attention_heads=2, intermediate_size=24, **small))),
-        ("deberta", DebertaV2ForQuestionAnswering(DebertaV2Config(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                                                  intermediate_size=24, **small))),
+        ("deberta", DebertaV2ForQuestionAnswering(DebertaV2Config(hidden_size=16, num_hidden_layers=1,
+                                                                  num_attention_heads=2, intermediate_size=24, **small))),
     ):
         model.save_pretrained(tmp_path / name)
         tokenizer.save_pretrained(tmp_path / name)
@@ -275,4 +280,5 @@ def test_pickled_weights_are_refused_and_the_advised_conversion_works(tmp_path, 
     subprocess.run([sys.executable, *command[1:], str(folder)], check=True)
     assert run_cli(monkeypatch, "--from", folder, "--out", tmp_path / "out") == 0
     saved = load_file(tmp_path / "out" / "model.safetensors")
-    torch.testing.assert_close(saved["span_head.projection.weight"], source.qa_outputs.weight.detach(), rtol=0, atol=0)
+    expected = source.qa_outputs.weight.detach()
+    torch.testing.assert_close(saved["span_head.projection.weight"], expected, rtol=0, atol=0)
