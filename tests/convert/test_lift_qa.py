@@ -1,8 +1,8 @@
 """Lifting transformers extractive QA checkpoints into span readers: start/end logits equal to the
 source's on inputs the local window covers (BERT with an uncased and a cased WordPiece, RoBERTa with
-a byte-level BPE, XLM-RoBERTa with a SentencePiece unigram model, ELECTRA, DistilBERT; random weights),
-the reader's span head as a task model's starting point, and the
-refusals (unsupported architecture, a head without two outputs, no tokenizer, pickled weights)."""
+a byte-level BPE, XLM-RoBERTa and CamemBERT with a SentencePiece unigram model, ELECTRA, DistilBERT;
+random weights), the reader's span head as a task model's starting point, and the refusals
+(unsupported architecture, a head without two outputs, no tokenizer, pickled weights)."""
 
 import json
 import shlex
@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from tokenizers import ByteLevelBPETokenizer, SentencePieceUnigramTokenizer
 from transformers import (
     AlbertConfig, AlbertForQuestionAnswering, AutoTokenizer, BertConfig, BertForQuestionAnswering, BertTokenizer,
+    CamembertConfig, CamembertForQuestionAnswering,
     DebertaV2Config, DebertaV2ForQuestionAnswering, DistilBertConfig, DistilBertForQuestionAnswering,
     DistilBertTokenizer, ElectraConfig, ElectraForQuestionAnswering, RobertaConfig, RobertaForQuestionAnswering,
     RobertaTokenizer, XLMRobertaConfig, XLMRobertaForQuestionAnswering, XLMRobertaTokenizer,
@@ -101,11 +102,16 @@ def xlm_roberta_reader(tokenizer):
     return roberta_reader(tokenizer, XLMRobertaForQuestionAnswering, XLMRobertaConfig)
 
 
+def camembert_reader(tokenizer):
+    return roberta_reader(tokenizer, CamembertForQuestionAnswering, CamembertConfig)
+
+
 READERS = {
     "bert-uncased-wordpiece": (minilm_tokenizer, bert_reader),
     "bert-cased-wordpiece": (cased_wordpiece, bert_reader),
     "roberta-byte-level-bpe": (byte_level_bpe, roberta_reader),
     "xlm-roberta-sentencepiece": (sentencepiece_unigram, xlm_roberta_reader),
+    "camembert-sentencepiece": (sentencepiece_unigram, camembert_reader),
     "electra-uncased-wordpiece": (minilm_tokenizer, electra_reader),
     "distilbert-cased-wordpiece": (cased_distilbert_wordpiece, distilbert_reader),
 }
@@ -157,7 +163,9 @@ def test_lifted_reader_logits_equal_the_source_readers(tmp_path, monkeypatch, na
     source_encoded = source_tokenizer(QUESTIONS, CONTEXTS, padding=True, return_tensors="pt")
     assert torch.equal(encoded["input_ids"], source_encoded["input_ids"])
     first = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0].tolist())
-    assert first[0] == tokenizer.cls_token and first.count(tokenizer.sep_token) == (3 if "roberta" in name else 2)
+    # [CLS] q [SEP] c [SEP] (WordPiece, BERT's template) or <s> q </s></s> c </s> (RoBERTa's).
+    assert first[0] == tokenizer.cls_token
+    assert first.count(tokenizer.sep_token) == (2 if name.endswith("wordpiece") else 3)
     assert encoded["input_ids"].shape[1] <= 85
     with torch.no_grad():
         theirs = source(**source_encoded)
