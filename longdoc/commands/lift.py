@@ -1,39 +1,42 @@
-"""`longdoc lift --from SRC --out DIR`: a BERT/RoBERTa/MiniLM checkpoint -> a global-local checkpoint."""
+"""`longdoc lift --from SRC --out DIR`: a BERT-family checkpoint -> a global-local checkpoint; a
+transformers extractive QA checkpoint -> a span reader."""
 
 import argparse
 
-HELP = "turn a BERT-family checkpoint (transformers folder or hub id) into a global-local checkpoint"
+HELP = ("turn a BERT-family checkpoint (transformers folder or hub id) into a global-local checkpoint, "
+        "a QA checkpoint (BertForQuestionAnswering, ...) into a span reader")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    # Defaults are ETC-base's (LiftOptions); they are repeated here only as argparse defaults.
+    # Options left out take the defaults for what SRC is (longdoc.convert.lift.default_options):
+    # ETC-base's for an encoder, the source's own computation for a QA reader.
     parser.add_argument("--from", dest="source", required=True, metavar="SRC",
                         help="transformers checkpoint folder, or a hub id where a hub is reachable")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder to create (must not exist, or be empty)")
-    parser.add_argument("--positions", choices=("relative", "absolute", "both"), default="relative",
+    parser.add_argument("--positions", choices=("relative", "absolute", "both"),
                         help="relative: ETC tables, fresh; absolute: source table tiled to the long length; both "
-                             "(default: relative)")
-    parser.add_argument("--residual-attention", action=argparse.BooleanOptionalAction, default=True,
-                        help="RealFormer residual attention (default: on)")
-    parser.add_argument("--talking-heads", action="store_true", help="talking-heads attention (identity at start)")
-    parser.add_argument("--radius", type=int, default=84, help="local attention radius (default: 84)")
-    parser.add_argument("--long-max-len", type=int, default=4096, help="long input length (default: 4096)")
-    parser.add_argument("--global-max-len", type=int, default=256, help="global input length (default: 256)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the freshly initialised tables (default: 0)")
+                             "(default: relative for an encoder, absolute for a QA reader)")
+    parser.add_argument("--residual-attention", action=argparse.BooleanOptionalAction,
+                        help="RealFormer residual attention (default: on for an encoder, off for a QA reader)")
+    parser.add_argument("--talking-heads", action="store_true", default=None,
+                        help="talking-heads attention (identity at start)")
+    parser.add_argument("--radius", dest="local_radius", type=int, help="local attention radius (default: 84)")
+    parser.add_argument("--long-max-len", type=int, help="long input length (default: 4096)")
+    parser.add_argument("--global-max-len", type=int, help="global input length (default: 256)")
+    parser.add_argument("--seed", type=int, help="seed for the freshly initialised tables (default: 0)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from longdoc.convert.lift import LiftOptions, lift
+    import json
 
-    options = LiftOptions(
-        positions=args.positions,
-        residual_attention=args.residual_attention,
-        talking_heads=args.talking_heads,
-        local_radius=args.radius,
-        long_max_len=args.long_max_len,
-        global_max_len=args.global_max_len,
-        seed=args.seed,
-    )
-    out = lift(args.source, args.out, options)
-    print(f"lifted {args.source} -> {out} ({options.positions} positions); model card: {out / 'README.md'}")
+    from longdoc.convert.lift import lift
+
+    names = ("positions", "residual_attention", "talking_heads", "local_radius", "long_max_len", "global_max_len",
+             "seed")
+    chosen = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    out = lift(args.source, args.out, chosen)
+    config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    residual = "on" if config["residual_attention"] else "off"
+    print(f"lifted {args.source} -> {out} ({config['architectures'][0]}, {config['position_embedding_type']} "
+          f"positions, residual attention {residual}); model card: {out / 'README.md'}")
     return 0

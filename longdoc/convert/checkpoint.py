@@ -1,8 +1,13 @@
-"""Reading a BERT-family encoder checkpoint (BERT, RoBERTa, MiniLM; transformers format) as data.
+"""Reading a BERT-family encoder checkpoint (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA,
+DistilBERT, MiniLM; transformers format) as data.
 
 Only what weight lifting needs: the config's shape fields and the encoder's weights under their
-BERT names, with any task prefix ("bert.", "roberta.") removed. Nothing of the source model's code
-runs. A checkpoint that is not BERT-like is refused with a message that names what is missing.
+BERT names, with any task prefix ("bert.", "roberta.", "distilbert.") removed. Nothing of the source
+model's code runs. A checkpoint that is not BERT-like is refused with a message that names what is missing.
+
+An extractive QA reader (config.json `architectures`: one of READER_ARCHITECTURES) also yields its
+span head: `qa_outputs`, a Linear hidden -> 2 whose outputs are the start and end logits. A QA
+architecture whose encoder does not map onto BERT's (DeBERTa, ALBERT, ...) is refused by name.
 
 Weights are read from safetensors only (`model.safetensors`, or the shards listed in
 `model.safetensors.index.json`). A `pytorch_model.bin` is refused rather than loaded: reading it
@@ -11,6 +16,7 @@ means unpickling, which can run code hidden in the file; the message says how to
 
 import hashlib
 import json
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +31,32 @@ from longdoc.errors import InputError
 # RoBERTa and its descendants (fairseq's convention) number real tokens from padding_idx + 1, so
 # their first token reads row pad_token_id + 1 of the position table; BERT's reads row 0.
 ROBERTA_FAMILY = ("roberta", "xlm-roberta", "camembert")
-SUPPORTED_MODEL_TYPES = ("bert",) + ROBERTA_FAMILY
+# ELECTRA's discriminator is BERT's encoder under other names only where its embeddings are as wide
+# as its hidden states (base, large); a narrower embedding (small) adds a projection BERT lacks.
+SUPPORTED_MODEL_TYPES = ("bert", "electra", "distilbert") + ROBERTA_FAMILY
+
+# DistilBERT is BERT's post-LN encoder under its own names, without token types: its config fields
+# and layer weights are read under BERT's names, and its token-type table is one row of zeros.
+DISTILBERT_CONFIG_FIELDS = {
+    "dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
+    "hidden_dim": "intermediate_size", "activation": "hidden_act", "dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+}
+DISTILBERT_FIXED_FIELDS = {"layer_norm_eps": 1e-12, "type_vocab_size": 1}  # fixed in DistilBERT's code
+DISTILBERT_LAYER_MODULES = {
+    "attention.q_lin": "attention.self.query", "attention.k_lin": "attention.self.key",
+    "attention.v_lin": "attention.self.value", "attention.out_lin": "attention.output.dense",
+    "sa_layer_norm": "attention.output.LayerNorm", "ffn.lin1": "intermediate.dense", "ffn.lin2": "output.dense",
+    "output_layer_norm": "output.LayerNorm",
+}
+_DISTILBERT_LAYER_WEIGHT = re.compile(r"transformer\.layer\.(\d+)\.(.+)\.(weight|bias)")
+
+# The transformers QA classes whose encoder is a supported one and whose span head is `qa_outputs`.
+READER_ARCHITECTURES = (
+    "BertForQuestionAnswering", "RobertaForQuestionAnswering", "XLMRobertaForQuestionAnswering",
+    "CamembertForQuestionAnswering", "ElectraForQuestionAnswering", "DistilBertForQuestionAnswering",
+)
+READER_HEAD = "qa_outputs"
 
 REQUIRED_CONFIG_FIELDS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -47,6 +78,15 @@ EMBEDDING_WEIGHTS = (
     "embeddings.token_type_embeddings.weight", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias",
 )
 
+# Writes DIR/model.safetensors from DIR/pytorch_model.bin under the same tensor names; weights_only
+# loading refuses pickled code, and the clones undo the sharing of tied tensors, which safetensors refuses.
+CONVERT_TO_SAFETENSORS = (
+    "python -c \"import sys, torch; from safetensors.torch import save_file; d = sys.argv[1]; "
+    "save_file({k: v.clone().contiguous() for k, v in "
+    "torch.load(d + '/pytorch_model.bin', weights_only=True).items()}, d + '/model.safetensors', "
+    "metadata={'format': 'pt'})\""
+)
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
 
 
@@ -58,6 +98,8 @@ class BertCheckpoint:
     `unused` the source tensors lifting has no counterpart for (pooler, task heads, position_ids).
     `position_offset` is the position-table row of the first token (0 for BERT, pad + 1 for RoBERTa).
     `weight_files` maps each safetensors file name to its sha256, so a lift can be traced to its source.
+    For a QA reader, `architecture` is its class (e.g. "BertForQuestionAnswering") and `span_head`
+    its `qa_outputs` {"weight": [2, H], "bias": [2]} (start, end); both None for a bare encoder.
     """
 
     directory: Path
@@ -66,6 +108,8 @@ class BertCheckpoint:
     unused: list[str]
     position_offset: int
     weight_files: dict[str, str]
+    architecture: str | None = None
+    span_head: dict[str, torch.Tensor] | None = None
 
     @property
     def model_type(self) -> str:
@@ -127,14 +171,20 @@ def read_checkpoint(directory: str | Path) -> BertCheckpoint:
         f"encoder.layer.{layer}.{name}" for layer in range(config["num_hidden_layers"]) for name in LAYER_WEIGHTS
     ]
     required_set = set(required)
+    architecture = _reader_architecture(config)
+    span_head = _read_span_head(directory, config, architecture, tensors)
     weights: dict[str, torch.Tensor] = {}
     unused: list[str] = []
     for name, tensor in tensors.items():
-        bare_name = _modern_layer_norm_name(name[len(prefix):]) if name.startswith(prefix) else None
+        if span_head is not None and name.startswith(READER_HEAD + "."):
+            continue
+        bare_name = _bert_name(name[len(prefix):], config["model_type"]) if name.startswith(prefix) else None
         if bare_name in required_set:
             weights[bare_name] = tensor
         else:
             unused.append(name)
+    if config["model_type"] == "distilbert":
+        weights["embeddings.token_type_embeddings.weight"] = torch.zeros(1, config["hidden_size"])
     missing = [name for name in required if name not in weights]
     if missing:
         shown = ", ".join(prefix + name for name in missing[:6])
@@ -147,7 +197,8 @@ def read_checkpoint(directory: str | Path) -> BertCheckpoint:
             f"{directory}/config.json: max_position_embeddings ({config['max_position_embeddings']}) leaves no "
             f"positions after the {config['model_type']} offset {position_offset}"
         )
-    return BertCheckpoint(directory, config, weights, sorted(unused), position_offset, weight_files)
+    return BertCheckpoint(directory, config, weights, sorted(unused), position_offset, weight_files, architecture,
+                          span_head)
 
 
 def read_tokenizer(directory: Path):
@@ -188,8 +239,14 @@ def _read_config(directory: Path) -> dict:
         config = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise InputError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from None
-    missing = [name for name in REQUIRED_CONFIG_FIELDS if name not in config]
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: not a JSON object")
+    _refuse_unsupported_reader(path, config)
     model_type = config.get("model_type")
+    if model_type == "distilbert":
+        config = {**config, **DISTILBERT_FIXED_FIELDS,
+                  **{bert: config[own] for own, bert in DISTILBERT_CONFIG_FIELDS.items() if own in config}}
+    missing = [name for name in REQUIRED_CONFIG_FIELDS if name not in config]
     if model_type not in SUPPORTED_MODEL_TYPES:
         lacking = f"; it lacks the BERT fields {', '.join(missing)}" if missing else ""
         raise InputError(
@@ -201,8 +258,58 @@ def _read_config(directory: Path) -> dict:
     position_type = config.get("position_embedding_type", "absolute")
     if position_type != "absolute":
         raise InputError(f"{path}: position_embedding_type {position_type!r} is not supported (only 'absolute')")
+    if model_type == "electra" and config.get("embedding_size", config["hidden_size"]) != config["hidden_size"]:
+        raise InputError(
+            f"{path}: embedding_size {config['embedding_size']} differs from hidden_size {config['hidden_size']}; "
+            "only ELECTRA models whose embeddings are as wide as their hidden states (base, large) can be lifted"
+        )
     config.setdefault("pad_token_id", 0)
     return config
+
+
+def _question_answering_architectures(config: dict) -> list[str]:
+    architectures = config.get("architectures") or []
+    return [name for name in architectures if isinstance(name, str) and "ForQuestionAnswering" in name]
+
+
+def _refuse_unsupported_reader(path: Path, config: dict) -> None:
+    """A QA checkpoint of another family is refused by its architecture, before its model_type is
+    read: the user learns which readers can be lifted, not that a DeBERTa is not BERT-like."""
+    for name in _question_answering_architectures(config):
+        if name not in READER_ARCHITECTURES:
+            raise InputError(
+                f"{path}: architecture {name} cannot be lifted (its encoder does not map onto BERT's); "
+                f"supported QA readers: {', '.join(READER_ARCHITECTURES)}"
+            )
+
+
+def _reader_architecture(config: dict) -> str | None:
+    readers = _question_answering_architectures(config)
+    return readers[0] if readers else None
+
+
+def _read_span_head(
+    directory: Path, config: dict, architecture: str | None, tensors: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor] | None:
+    """A reader's `qa_outputs` as {"weight", "bias"}, checked to be a Linear hidden -> 2; None for an encoder."""
+    if architecture is None:
+        return None
+    names = {part: f"{READER_HEAD}.{part}" for part in ("weight", "bias")}
+    missing = [name for name in names.values() if name not in tensors]
+    if missing:
+        raise InputError(f"{directory}: config.json names {architecture}, but the weights lack its span head "
+                         f"({', '.join(missing)})")
+    weight, bias = tensors[names["weight"]], tensors[names["bias"]]
+    if weight.dim() != 2 or weight.shape[0] != 2 or bias.shape != (2,):
+        raise InputError(
+            f"{directory}: {names['weight']} has shape {tuple(weight.shape)} and {names['bias']} "
+            f"{tuple(bias.shape)}; a QA reader's span head has two outputs (start and end logits): expected "
+            "[2, hidden] and [2]"
+        )
+    if weight.shape[1] != config["hidden_size"]:
+        raise InputError(f"{directory}: {names['weight']} has shape {tuple(weight.shape)}, but config.json's "
+                         f"hidden_size is {config['hidden_size']}: expected [2, {config['hidden_size']}]")
+    return {"weight": weight, "bias": bias}
 
 
 def _read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -214,9 +321,8 @@ def _read_weights(directory: Path) -> tuple[dict[str, torch.Tensor], dict[str, s
     elif (directory / "pytorch_model.bin").is_file():
         raise InputError(
             f"{directory}: only pytorch_model.bin found; longdoc reads safetensors only, because loading a .bin "
-            "file unpickles it. Convert it once where you trust the file, e.g. "
-            "`python -c \"import sys, transformers; m = transformers.AutoModel.from_pretrained(sys.argv[1]); "
-            "m.save_pretrained(sys.argv[1])\" DIR` (writes model.safetensors)"
+            "file unpickles it. Convert it once where you trust the file, keeping every tensor (a QA reader's "
+            f"head too): {CONVERT_TO_SAFETENSORS} DIR (writes DIR/model.safetensors)"
         )
     else:
         raise InputError(f"{directory}: no model.safetensors (or model.safetensors.index.json) weights file")
@@ -239,6 +345,16 @@ def _encoder_prefix(directory: Path, tensors: dict[str, torch.Tensor]) -> str:
     if not prefixes:
         raise InputError(f"{directory}: not a BERT-like encoder: no weight named *{anchor}")
     return prefixes[0]
+
+
+def _bert_name(name: str, model_type: str) -> str:
+    """A source weight's name (task prefix removed) as BERT names it."""
+    if model_type == "distilbert":
+        match = _DISTILBERT_LAYER_WEIGHT.fullmatch(name)
+        if match and match.group(2) in DISTILBERT_LAYER_MODULES:
+            layer, module, parameter = match.groups()
+            return f"encoder.layer.{layer}.{DISTILBERT_LAYER_MODULES[module]}.{parameter}"
+    return _modern_layer_norm_name(name)
 
 
 def _modern_layer_norm_name(name: str) -> str:

@@ -12,11 +12,18 @@ position tables start fresh. Position options:
 With "absolute", no global tokens and a radius at least the input length, the lifted model computes
 exactly what the source BERT computes (tests/convert/test_lift.py checks it against transformers' BertModel).
 
+A transformers extractive QA checkpoint (BertForQuestionAnswering, RobertaForQuestionAnswering, ...:
+checkpoint.READER_ARCHITECTURES) is lifted into a `SpanReader`: the encoder as above, its `qa_outputs`
+as the span head. A reader is meant to answer as lifted, without training, so its options default to
+READER_DEFAULTS, the computation of its source: absolute positions, no residual attention. Then, on
+inputs the local window covers, its start/end logits are the source's (tests/convert/test_lift_qa.py).
+
 Lifting is deterministic: the fresh parameters are drawn under `LiftOptions.seed`. The output folder
 (weights as safetensors, config, tokenizer, README.md model card) appears atomically: it is built in
 a temporary folder beside the target and renamed into place.
 """
 
+import copy
 import os
 import re
 import shutil
@@ -27,10 +34,13 @@ from pathlib import Path
 
 import torch
 
-from longdoc.convert.checkpoint import BertCheckpoint, locate_checkpoint, read_checkpoint, read_tokenizer
+from longdoc.convert.checkpoint import (
+    READER_HEAD, BertCheckpoint, locate_checkpoint, read_checkpoint, read_tokenizer,
+)
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.errors import InputError
 from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.span_reader import SpanReader
 
 # Bump when the meaning of a lifted checkpoint changes, so caches of lifted models are rebuilt.
 LIFT_FORMAT_VERSION = 1
@@ -75,6 +85,18 @@ class LiftOptions:
     share_attention_output: bool = False
     share_feed_forward: bool = False
     seed: int = 0
+
+
+# The options a QA reader is lifted with unless others are chosen: its source's computation. Fresh
+# relative tables or residual scores would change every logit of a reader that is used untrained.
+READER_DEFAULTS = {"positions": "absolute", "residual_attention": False}
+
+
+def default_options(checkpoint: BertCheckpoint, **chosen) -> LiftOptions:
+    """The options `chosen`, the others at their defaults for `checkpoint`: READER_DEFAULTS over
+    LiftOptions' for a QA reader, LiftOptions' (ETC-base) for an encoder."""
+    defaults = READER_DEFAULTS if checkpoint.span_head is not None else {}
+    return LiftOptions(**{**defaults, **chosen})
 
 
 @dataclass
@@ -184,12 +206,29 @@ def lift_model(checkpoint: BertCheckpoint, options: LiftOptions) -> LiftResult:
     return result
 
 
-def lift(source: str, out: str | os.PathLike, options: LiftOptions = LiftOptions()) -> Path:
-    """Lift `source` (a directory or a hub id) and save model, tokenizer and model card to `out`."""
+def lift_reader(checkpoint: BertCheckpoint, options: LiftOptions) -> tuple[SpanReader, LiftResult]:
+    """A SpanReader from a QA checkpoint: the lifted encoder and the checkpoint's `qa_outputs` as its span head."""
+    result = lift_model(checkpoint, options)
+    # Every parameter drawn here is overwritten below; the fork keeps the caller's random state as it was.
+    with torch.random.fork_rng(devices=[]):
+        reader = SpanReader(copy.deepcopy(result.model.config))
+    reader.config.architectures = [SpanReader.__name__]
+    reader.encoder.load_state_dict(result.model.state_dict())
+    reader.span_head.projection.load_state_dict(checkpoint.span_head)
+    return reader, result
+
+
+def lift(source: str, out: str | os.PathLike, options: LiftOptions | dict = LiftOptions()) -> Path:
+    """Lift `source` (a directory or a hub id) and save model, tokenizer and model card to `out`.
+
+    `options`: all of them (a LiftOptions), or a dict of those chosen, the others at the defaults for
+    what `source` is (`default_options`). A QA checkpoint gives a SpanReader, any other an encoder."""
     out = Path(out)
     _refuse_existing(out)
     directory = locate_checkpoint(source)
     checkpoint = read_checkpoint(directory)
+    if not isinstance(options, LiftOptions):
+        options = default_options(checkpoint, **options)
     tokenizer = read_tokenizer(directory)
     if len(tokenizer) > checkpoint.config["vocab_size"]:
         raise InputError(
@@ -198,12 +237,16 @@ def lift(source: str, out: str | os.PathLike, options: LiftOptions = LiftOptions
         )
     # The tokenizer's own limit (512 for BERT) would make it warn on every long document.
     tokenizer.model_max_length = options.long_max_len
-    result = lift_model(checkpoint, options)
+    if checkpoint.span_head is not None:
+        model, result = lift_reader(checkpoint, options)
+    else:
+        result = lift_model(checkpoint, options)
+        model = result.model
 
     out.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:
-        result.model.save_pretrained(building)
+        model.save_pretrained(building)
         tokenizer.save_pretrained(building)
         (building / "README.md").write_text(model_card(source, checkpoint, options, result, out.name), encoding="utf-8")
         _readable_by_all(building)
@@ -248,15 +291,28 @@ def model_card(source: str, checkpoint: BertCheckpoint, options: LiftOptions, re
                     "no relative terms (Longformer)",
         "both": "tiled source position table and freshly initialised relative tables",
     }[options.positions]
+    if checkpoint.span_head is None:
+        kind = "global-local (ETC-style) encoder"
+        use = f"""from longdoc import GlobalLocalModel
+
+model = GlobalLocalModel.from_pretrained("{title}")"""
+    else:
+        kind = "span reader (global-local encoder + start/end span head)"
+        use = f"""from longdoc.model.span_reader import SpanReader
+
+reader = SpanReader.from_pretrained("{title}")  # reader(**inputs).start_logits, .end_logits"""
     return f"""# {title}
 
-A longdoc global-local (ETC-style) encoder lifted from a {config['model_type']} checkpoint by `longdoc lift`.
+A longdoc {kind} lifted from a {config['model_type']} checkpoint by `longdoc lift`.
 
 - Source checkpoint: `{source}` ({config['num_hidden_layers']} layers, hidden size {config['hidden_size']}, \
 {config['num_attention_heads']} heads, vocabulary {config['vocab_size']}).
+- Source folder: `{checkpoint.directory}`.
+- Source architecture: `{", ".join(config.get("architectures") or []) or "not recorded in config.json"}`.
+- Source `_name_or_path`: `{config.get("_name_or_path") or "not recorded in config.json"}`.
 - Date: {date}.
 - Lift format version: {LIFT_FORMAT_VERSION}.
-
+{reader_section(checkpoint, options)}
 Source weights:
 {weight_rows}
 
@@ -279,9 +335,29 @@ Source tensors not used: {unused_text}.
 
 ```python
 from transformers import AutoTokenizer
-from longdoc import GlobalLocalModel
-
-model = GlobalLocalModel.from_pretrained("{title}")
+{use}
 tokenizer = AutoTokenizer.from_pretrained("{title}")
 ```
+"""
+
+
+def reader_section(checkpoint: BertCheckpoint, options: LiftOptions) -> str:
+    """The model card's account of a QA reader's span head and input layout ("" for an encoder)."""
+    if checkpoint.span_head is None:
+        return ""
+    # Talking heads start at identity, so they leave the computation as it is.
+    if options.positions == "absolute" and not options.residual_attention:
+        covered = min(options.local_radius + 1, checkpoint.usable_positions)
+        agreement = (f"With these options, on inputs of at most {covered} tokens (the local window and the source's "
+                     "positions cover them) and no global tokens, its start/end logits are the source's.")
+    else:
+        agreement = ("These options change the source's computation (fresh relative tables, or residual attention): "
+                     "train it before reading with it.")
+    return f"""
+## Span reader
+
+The source's `{READER_HEAD}` (Linear {checkpoint.config['hidden_size']} -> 2: start, end logits) is
+`span_head.projection`, unchanged. Put the question and the context in the long input as the source's
+tokenizer pairs them (`tokenizer(question, context)`: its special tokens and token types).
+{agreement}
 """

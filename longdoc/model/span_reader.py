@@ -1,0 +1,72 @@
+"""SpanReader: an extractive QA reader on the global-local encoder, a start/end span head over long tokens.
+
+`longdoc lift --from DIR` writes one from a transformers QA checkpoint (BertForQuestionAnswering,
+RobertaForQuestionAnswering, ...): the encoder lifted, and the checkpoint's `qa_outputs` (a Linear
+hidden -> 2; output 0 the start logit, output 1 the end logit) as `span_head.projection`, unchanged.
+The reader reads what its source read: the tokenizer's pair template in the long input ([CLS]
+question [SEP] context [SEP] with token types 0 then 1 for BERT; <s> question </s></s> context </s>
+for RoBERTa), and scores every long token as a start and an end.
+
+The head is `heads.SpanHead` under the name task models give theirs, `span_head`, so a task model
+with a span head (HotpotQA's) starts from the reader's: `reader.start_task_model(HotpotQAModel)`.
+"""
+
+import copy
+from dataclasses import dataclass
+
+from torch import Tensor
+from transformers.utils import ModelOutput
+
+from longdoc.model.heads import SpanHead, span_loss
+from longdoc.model.task_model import TaskModel
+
+
+@dataclass
+class SpanReaderOutput(ModelOutput):
+    """loss (scalar, with start/end positions); start_logits, end_logits [B, L] (masked to `answer_mask`
+    where it is given)."""
+
+    loss: Tensor | None = None
+    start_logits: Tensor | None = None
+    end_logits: Tensor | None = None
+
+
+class SpanReader(TaskModel):
+    task_name = "span_reader"
+    # Answers of at most 15 tokens: the convention of transformers' run_qa and its former QA pipeline.
+    default_task_options = {"max_answer_length": 15}
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.span_head = SpanHead(config.hidden_size)
+        self.post_init()
+
+    def forward(
+        self,
+        answer_mask: Tensor | None = None,
+        start_positions: Tensor | None = None,
+        end_positions: Tensor | None = None,
+        **inputs: Tensor,
+    ) -> SpanReaderOutput:
+        """`inputs`: the encoder's (GlobalLocalModel.forward); answer_mask [B, L]: positions an answer may
+        start or end at (None: all); start_positions, end_positions [B]: long-token targets
+        (heads.IGNORE_INDEX for none)."""
+        encoded = self.encode(inputs)
+        start_logits, end_logits = self.span_head(encoded.long_hidden_state, answer_mask)
+        loss = None
+        if start_positions is not None:
+            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
+        return SpanReaderOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
+
+    def start_task_model(self, model_class: type[TaskModel], **task_options) -> TaskModel:
+        """A new `model_class` model (options: `task_options` over its defaults) whose encoder is this
+        reader's and whose `span_head`, where it has one, starts as this reader's; its other heads are
+        fresh (drawn from the current torch seed), as `TaskModel.from_encoder` draws them."""
+        config = copy.deepcopy(self.config)
+        config.task_options = task_options
+        config.architectures = [model_class.__name__]
+        model = model_class(config)
+        model.encoder.load_state_dict(self.encoder.state_dict())
+        if isinstance(getattr(model, "span_head", None), SpanHead):
+            model.span_head.load_state_dict(self.span_head.state_dict())
+        return model
