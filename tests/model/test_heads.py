@@ -90,8 +90,8 @@ class ToyModel(TaskModel):
         self.scorer = GlobalTokenScorer(config.hidden_size)
         self.post_init()
 
-    def forward(self, **batch):
-        return self.scorer(self.encode(batch).global_hidden_state)
+    def forward(self, labels=None, **inputs):
+        return self.scorer(self.encode(inputs).global_hidden_state)
 
 
 @pytest.fixture()
@@ -119,6 +119,15 @@ def test_task_model_from_encoder_save_and_restore(encoder_dir, tmp_path):
     batch = {"long_input_ids": torch.tensor([[1, 2, 3]]), "global_input_ids": torch.tensor([[4, 5]]),
              "labels": torch.tensor([0])}
     assert torch.allclose(model.eval()(**batch), restored(**batch))
+
+
+def test_an_unknown_batch_key_is_an_error_naming_it_and_the_known_ones(encoder_dir):
+    model = ToyModel.from_encoder(encoder_dir).eval()
+    batch = {"long_input_ids": torch.tensor([[1, 2, 3]]), "global_input_ids": torch.tensor([[4, 5]])}
+    assert model(**batch, labels=torch.tensor([0])).shape == (1, 2)
+    with pytest.raises(TypeError, match=r"ToyModel.forward got unknown input\(s\) lables; known: labels, "
+                                        r"long_input_ids, .*global_input_ids"):
+        model(**batch, lables=torch.tensor([0]))
 
 
 def test_task_model_refusals(encoder_dir, tmp_path):
