@@ -16,14 +16,8 @@ from longdoc.data.features import GlobalMarkers
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
-from longdoc.train.pretraining import (
-    HEADS_FILE,
-    GlobalLocalForPretraining,
-    PretrainingCollator,
-    PretrainingSettings,
-    prepare_corpus,
-    read_corpus,
-)
+from longdoc.data.pretraining_corpus import PretrainingCollator, PretrainingSettings, prepare_corpus, read_corpus
+from longdoc.model.pretraining import HEADS_FILE, GlobalLocalForPretraining
 
 NAMES = "alice bob carol dave erin frank grace henry irene jack kate liam mary nick olga paul rose sam tina victor".split()
 CITIES = "paris berlin rome madrid oslo vienna london dublin prague warsaw".split()
