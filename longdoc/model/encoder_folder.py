@@ -74,7 +74,8 @@ class EncoderWithHeads(GlobalLocalPreTrainedModel):
     @classmethod
     def trained_model_refusal(cls, directory: str | Path, task: str) -> str:
         """The message refusing a trained `task` model where `from_encoder` wants an encoder."""
-        return f"{directory}: holds a trained {task} model, not an encoder; {cls.__name__} starts from a lifted or pretrained encoder"
+        return (f"{directory}: holds a trained {task} model, not an encoder; {cls.__name__} starts from a "
+                "lifted or pretrained encoder")
 
     @classmethod
     def from_encoder(cls, directory: str | Path, encoder_config: dict[str, Any] | None = None,

@@ -18,8 +18,9 @@ over that sentence alone (its unmasked tokens plus its one global token: under h
 exactly the sentence). The prediction is the masked sentence's global output in the main pass
 through a learnt linear projection (CPC's W_k, starting at the identity); the score of a
 (prediction, target) pair is their cosine similarity over a temperature of 0.1; the negatives are
-the other CPC sentences of the batch (in-batch, InfoNCE). Gradients flow into both passes: the second pass teaches the global token to summarise
-its sentence, which is what fine-tuning's sentence globals need. A mean of long outputs was not
+the other CPC sentences of the batch (in-batch, InfoNCE). Gradients flow into both passes: the
+second pass teaches the global token to summarise its sentence, which is what fine-tuning's
+sentence globals need. A mean of long outputs was not
 chosen because it trains no global token; a fixed projection of the embeddings would not train
 the summary at all.
 """

@@ -31,6 +31,10 @@ PRETRAINING_NAME = "pretrain"
 # the training run's random streams, and every evaluation masks the same way).
 EVALUATION_SEED = 1234
 EVALUATION_FILE = "pretraining_eval.json"
+# Logged every --log-steps beside the loss (train_log.jsonl), each the mean over the batches that
+# have it: loss = mlm_loss + cpc_loss when every batch of the window has a CPC task (a batch with
+# fewer than 2 CPC sentences has none, and adds mlm_loss alone to the loss).
+LOGGED_OUTPUTS = ("mlm_loss", "mlm_accuracy", "cpc_loss", "cpc_accuracy")
 
 
 def settings_from_options(options, config: GlobalLocalConfig) -> PretrainingSettings:
@@ -136,7 +140,7 @@ def build_pretraining_job(options):
         trained.write_encoder_folder(folder, state_dict, tokenizer)
 
     return TrainingJob(name=PRETRAINING_NAME, model=model, rows=rows, collate=collate, out_dir=Path(options["out"]),
-                       options=options, evaluate=evaluate, save_model=save_model)
+                       options=options, evaluate=evaluate, save_model=save_model, logged_outputs=LOGGED_OUTPUTS)
 
 
 def pretrain(options):
