@@ -456,7 +456,7 @@ def _run(job: TrainingJob, info: ProcessInfo) -> TrainingResult:
     run.model.train()
     with _StopRequest() as stop:
         while run.step < run.total_steps:
-            interrupted = _training_step(run, window, stop.requested)
+            interrupted = _training_step(run, window, stop)
             bar.update(1)
             if run.step % run.options["log_steps"] == 0 or run.step == run.total_steps or interrupted:
                 record = window.record(run)
@@ -576,9 +576,9 @@ class _LogWindow:
         return record
 
 
-def _training_step(run: _Run, window: _LogWindow, stop_requested: bool) -> bool:
+def _training_step(run: _Run, window: _LogWindow, stop: _StopRequest) -> bool:
     """One optimizer step of `run` at its data position, measured into `window`; True when any
-    process was asked to stop."""
+    process was asked to stop (before the step ended)."""
     info, options, names = run.info, run.options, window.names
     sums = torch.zeros(len(names), device=info.device)
     counts = torch.zeros(len(names), device=info.device)
@@ -600,7 +600,7 @@ def _training_step(run: _Run, window: _LogWindow, stop_requested: bool) -> bool:
         run.autocast, run.wrapped.no_sync if info.distributed and not run.fsdp else None, measure)
     run.step += 1
     # One collective per step: the loss, whether any process was asked to stop, the logged outputs.
-    shared = torch.cat([torch.stack([step_loss, torch.tensor(float(stop_requested), device=info.device)]),
+    shared = torch.cat([torch.stack([step_loss, torch.tensor(float(stop.requested), device=info.device)]),
                         sums, counts])
     if info.distributed:
         dist.all_reduce(shared)
