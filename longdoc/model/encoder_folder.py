@@ -3,7 +3,9 @@
 A longdoc model folder holds `config.json` (a `GlobalLocalConfig`, `model_type` "global_local";
 a trained task model's also names its `task`) and `model.safetensors`. `describe_checkpoint` reads
 and checks the config; `readable_weights` turns a damaged safetensors file into an InputError
-naming it; `EncoderWithHeads.from_encoder` builds a model of an encoder (`self.encoder`) plus
+naming it; a folder of the wrong kind is a `longdoc.errors.ModelFolderError` saying what it holds and what was
+wanted (the command line adds how to get the right one: `longdoc.commands.hints`).
+`EncoderWithHeads.from_encoder` builds a model of an encoder (`self.encoder`) plus
 heads from the weights of a bare encoder folder, with fresh heads. The task models
 (`longdoc.model.task_model.TaskModel`) and the pretraining model (`longdoc.model.pretraining`)
 both start this way.
@@ -16,7 +18,7 @@ from typing import Any, Iterator
 
 from safetensors import SafetensorError
 
-from longdoc.errors import InputError
+from longdoc.errors import InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel, GlobalLocalPreTrainedModel
 
@@ -40,8 +42,9 @@ def readable_weights(path: str | Path) -> Iterator[None]:
                          "incomplete: copy, download or train it again") from None
 
 
-def describe_checkpoint(directory: str | Path) -> dict[str, Any]:
-    """The config.json of a longdoc checkpoint folder; InputError naming the folder when there is none."""
+def describe_checkpoint(directory: str | Path, wanted: str = "") -> dict[str, Any]:
+    """The config.json of a longdoc checkpoint folder; InputError naming the folder when there is none,
+    a ModelFolderError when it is not a longdoc model (`wanted` as in ModelFolderError)."""
     directory = Path(directory)
     config_path = directory / "config.json"
     expected = "expected a longdoc model folder (config.json + model.safetensors)"
@@ -55,10 +58,9 @@ def describe_checkpoint(directory: str | Path) -> dict[str, Any]:
         raise InputError(f"{config_path}: not valid JSON ({error})") from None
     if not isinstance(config, dict) or config.get("model_type") != GlobalLocalConfig.model_type:
         found = config.get("model_type") if isinstance(config, dict) else None
-        raise InputError(
-            f"{directory}: model_type is {found!r}, not {GlobalLocalConfig.model_type!r}: not a longdoc model; "
-            "turn a BERT-family checkpoint into a longdoc encoder with `longdoc lift --from DIR --out DIR`"
-        )
+        raise ModelFolderError(
+            f"{directory}: model_type is {found!r}, not {GlobalLocalConfig.model_type!r}: not a longdoc model",
+            directory, None, wanted)
     return config
 
 
@@ -72,12 +74,6 @@ class EncoderWithHeads(GlobalLocalPreTrainedModel):
         self.encoder = GlobalLocalModel(config)
 
     @classmethod
-    def trained_model_refusal(cls, directory: str | Path, task: str) -> str:
-        """The message refusing a trained `task` model where `from_encoder` wants an encoder."""
-        return (f"{directory}: holds a trained {task} model, not an encoder; {cls.__name__} starts from a "
-                "lifted or pretrained encoder")
-
-    @classmethod
     def from_encoder(cls, directory: str | Path, encoder_config: dict[str, Any] | None = None,
                      **config_fields) -> "EncoderWithHeads":
         """A new model of this class: the encoder weights in `directory`, fresh heads (drawn from the
@@ -86,7 +82,8 @@ class EncoderWithHeads(GlobalLocalPreTrainedModel):
         `config_fields` are set on the config before the model is built."""
         found = describe_checkpoint(directory)
         if found.get("task"):
-            raise InputError(cls.trained_model_refusal(directory, found["task"]))
+            raise ModelFolderError(f"{directory}: holds a trained {found['task']} model, not a lifted encoder",
+                                   directory, found["task"], "")
         with readable_weights(directory):
             try:
                 encoder = GlobalLocalModel.from_pretrained(directory, **(encoder_config or {}))

@@ -20,8 +20,8 @@ Starting points:
   overrides encoder settings that need no new weights or that start fresh (lengths,
   `residual_attention`, `talking_heads` starting at identity).
 - `Class.from_pretrained(DIR)`: a trained model of this task. A bare encoder or a model of another
-  task is refused with a message saying what DIR holds and how to get the right model. The
-  tokenizer saved beside it: `longdoc.convert.checkpoint.read_tokenizer(DIR)`.
+  task is refused with a `ModelFolderError` saying what DIR holds (the command line adds how to
+  get the right model). The tokenizer saved beside it: `longdoc.convert.checkpoint.read_tokenizer(DIR)`.
 
 `model.forward_rows(rows, collate, batch_size)` runs a trained model over feature rows batched by
 length, with a progress bar: what every task's `decode.predict` needs.
@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from longdoc.errors import InputError
+from longdoc.errors import InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.encoder_folder import EncoderWithHeads, describe_checkpoint, readable_weights
 from longdoc.model.inputs import MODEL_INPUT_NAMES, encoder_inputs
@@ -116,12 +116,6 @@ class TaskModel(EncoderWithHeads):
         return results
 
     @classmethod
-    def trained_model_refusal(cls, directory: str | Path, task: str) -> str:
-        return (f"{directory}: holds a trained {task} model, not a lifted encoder; --init takes a lifted "
-                "encoder (`longdoc lift`, or leave --init out for the default lifted MiniLM); to restore this "
-                f"model use `{cls.__name__}.from_pretrained` / `longdoc predict {task} --model {directory}`")
-
-    @classmethod
     def from_encoder(
         cls, directory: str | Path, encoder_config: dict[str, Any] | None = None, **task_options
     ) -> "TaskModel":
@@ -139,19 +133,14 @@ class TaskModel(EncoderWithHeads):
 
 
 def check_task_checkpoint(directory: str | Path, task_name: str) -> dict[str, Any]:
-    """config.json of `directory` if it holds a trained `task_name` model; else InputError saying
-    what it holds and how to get a model of this task."""
-    found = describe_checkpoint(directory)
-    train_hint = f"train one with `longdoc train {task_name} --init ENCODER_DIR --out DIR`"
+    """config.json of `directory` if it holds a trained `task_name` model; else a ModelFolderError
+    saying what it holds."""
+    found = describe_checkpoint(directory, task_name)
     if not found.get("task"):
-        raise InputError(
-            f"{directory}: is a bare encoder (GlobalLocalModel, no task head), not a trained {task_name} model; "
-            f"{train_hint}"
-        )
+        raise ModelFolderError(
+            f"{directory}: is a bare encoder (GlobalLocalModel, no task head), not a trained {task_name} model",
+            directory, "", task_name)
     if found["task"] != task_name:
-        raise InputError(
-            f"{directory}: is a trained {found['task']} model, not a {task_name} model; use it with "
-            f"`longdoc predict {found['task']}`, or {train_hint}"
-        )
+        raise ModelFolderError(f"{directory}: is a trained {found['task']} model, not a {task_name} model",
+                               directory, found["task"], task_name)
     return found
-
