@@ -66,7 +66,7 @@ def tokenizer():
 
 @pytest.fixture
 def one_thread():
-    # Tiny models on a shared 2-core machine run ~10x faster on one thread than on two contended ones.
+    # Tiny models on a shared 2-core machine run many times faster on one thread than on two contended ones.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -276,7 +276,7 @@ def pretrain_command(corpus: Path, out: Path, init: Path, cache: Path, **extra) 
     return ["pretrain", *(part for key, value in values.items() for part in (f"--{key}", str(value)))]
 
 
-@pytest.mark.slow  # 80 + 20 steps of a tiny encoder (about 20 s on one contended core)
+@pytest.mark.slow  # 80 + 20 steps of a tiny encoder
 def test_a_short_run_lowers_both_losses_resumes_exactly_and_gives_an_init(tmp_path, tokenizer, one_thread, capsys):
     from safetensors.torch import load_file
 
