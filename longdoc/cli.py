@@ -10,6 +10,7 @@ import importlib
 import sys
 import warnings
 
+from longdoc.commands.hints import with_hint
 from longdoc.errors import InputError
 
 COMMANDS = {
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     try:
         return args.run(args)
     except (InputError, FileNotFoundError, IsADirectoryError) as error:
-        print(f"longdoc {args.command}: error: {error}", file=sys.stderr)
+        print(f"longdoc {args.command}: error: {with_hint(error)}", file=sys.stderr)
         return 2
 
 

@@ -4,7 +4,7 @@ torchrun it trains data-parallel. The output folder is an encoder that `--init` 
 
 The options are the engine's (longdoc.train.options; the corpus is --train, residual attention is on
 unless --no-residual-attention) plus the corpus and masking options below. Their defaults are those
-of `longdoc.train.pretraining.PretrainingSettings` (a test keeps the two equal; this module imports
+of `longdoc.data.pretraining_corpus.PretrainingSettings` (a test keeps the two equal; this module imports
 no torch, so `longdoc --help` stays fast).
 """
 

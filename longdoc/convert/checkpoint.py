@@ -17,16 +17,14 @@ means unpickling, which can run code hidden in the file; the message says how to
 import hashlib
 import json
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import torch
-from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from longdoc.errors import InputError
+from longdoc.model.encoder_folder import readable_weights
 
 # RoBERTa and its descendants (fairseq's convention) number real tokens from padding_idx + 1, so
 # their first token reads row pad_token_id + 1 of the position table; BERT's reads row 0.
@@ -140,25 +138,6 @@ def locate_checkpoint(source: str) -> Path:
             f"--from {source}: no such directory, and the hub could not provide it ({type(error).__name__}: {error})"
         ) from None
     return Path(fetched)
-
-
-@contextmanager
-def readable_weights(path: str | Path) -> Iterator[None]:
-    """Reading the safetensors weights at `path` (a file, or the folder that holds them) inside this
-    block: a damaged file (cut short by a full disk or an interrupted copy, or not safetensors at
-    all) is an InputError naming it, instead of safetensors' own error. Every reader of weights
-    goes through here: `read_checkpoint` (lift), TaskModel.from_pretrained and .from_encoder
-    (`predict --model`, `ask --model`, `train --init`) and the pretraining model's loads."""
-    try:
-        yield
-    except SafetensorError as error:
-        path = Path(path)
-        if path.is_dir() and (path / "model.safetensors").is_file():
-            path = path / "model.safetensors"
-        # Only the first line: safetensors' message is one line, a wrapped one from transformers need not be.
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise InputError(f"{path}: not readable as safetensors ({reason}); the file is damaged or "
-                         "incomplete: copy, download or train it again") from None
 
 
 def read_checkpoint(directory: str | Path) -> BertCheckpoint:

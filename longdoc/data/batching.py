@@ -4,7 +4,7 @@ Rows are `Features.to_dict()` dicts (or rows of a cached feature dataset), plus 
 task adds. `collate_features` batches the keys named by `ENCODER_INPUTS` and by the `extra` specs a
 task passes for its labels, padding each by its spec (the rules are in `longdoc.model.inputs`), so
 `model(**collate_features(rows, pad_id))` works; bookkeeping keys (offsets, sources, kinds) stay
-with the rows. `length_batches` groups rows of similar length, so a batch pads little.
+with the rows.
 """
 
 from typing import Any, Sequence
@@ -66,15 +66,3 @@ def _row_tensor(spec: InputSpec, row: dict[str, Any], index: int) -> torch.Tenso
         )
     return tensor
 
-
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices of `lengths` in batches of at most `batch_size`, longest first.
-
-    Sorting by length keeps rows of similar length together, so padding to the longest row of a
-    batch wastes little; longest first makes the first batch the largest one, so running out of
-    memory shows at the first step instead of hours in. Ties keep their input order (stable sort).
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
-    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]

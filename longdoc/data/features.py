@@ -42,11 +42,13 @@ import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass
 from enum import IntEnum
+from typing import Sequence
 
 from longdoc.errors import InputError
 from longdoc.data.examples import StructuredExample
 from longdoc.data.spans import SOURCE_NONE, SOURCE_QUESTION
 from longdoc.data.windows import plan_windows
+from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.inputs import encoder_inputs
 
 class GlobalKind(IntEnum):
@@ -120,6 +122,20 @@ class FeatureSettings:
             raise ValueError(
                 f"stride must be in [0, {shortest_window}) (long_max_len - max_question_len - 3), got {self.stride}"
             )
+
+
+def window_settings(task: str, config: GlobalLocalConfig, names: Sequence[str], **fixed) -> FeatureSettings:
+    """The window settings of a `task` model config: its lengths, the
+    `task_options` listed in `names` (e.g. stride, max_question_len) and the task's `fixed` settings.
+    Settings that do not fit together are an InputError naming the `longdoc train` flags that set
+    them, with their values."""
+    chosen = {"long_max_len": config.long_max_len, "global_max_len": config.global_max_len,
+              **{name: config.task_options[name] for name in names}}
+    try:
+        return FeatureSettings(**chosen, **fixed)
+    except ValueError as error:
+        flags = ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in chosen.items())
+        raise InputError(f"{task} windows ({flags}): {error}") from None
 
 
 @dataclass

@@ -13,12 +13,13 @@ with the same function that collates the encoder inputs:
 
     import torch
     from longdoc.data.batching import collate_features
+    from longdoc.model.heads import IGNORE_INDEX
     from longdoc.model.inputs import InputSpec
 
     LABELS = (
-        InputSpec("start_positions", ("batch",), torch.long, pad=-100),        # a number per row
-        InputSpec("supporting_labels", ("batch", "global"), torch.float, pad=-100.0),  # one per global
-        InputSpec("answer_spans", ("batch", "answer", 2), torch.long, pad=-1),  # a task's own axis
+        InputSpec("start_positions", ("batch",), torch.long),                          # a number per row
+        InputSpec("supporting_labels", ("batch", "global"), torch.long, pad=IGNORE_INDEX),  # one per global
+        InputSpec("answer_spans", ("batch", "answer", 2), torch.long, pad=IGNORE_INDEX),  # a task's own axis
     )
 
     def collate(rows, pad_token_id):

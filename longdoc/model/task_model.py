@@ -8,25 +8,26 @@ supporting-fact threshold), and whose weights are one safetensors file: the enco
 line, with its settings.
 
 A subclass sets `task_name`, `default_task_options` and builds its heads (`longdoc.model.heads`)
-in `__init__(config)`, reading `self.task_options`; its `forward(**batch)` calls `self.encode(...)`
-and the heads, never the encoder's insides, and returns a typed output with `.loss` when labels
-are given.
+in `__init__(config)`, reading `self.task_options`; its `forward(**batch)` names the labels and
+masks it takes, calls `self.encode(inputs)` with the rest (the encoder's inputs; any other key is
+an error) and the heads, never the encoder's insides, and returns a typed output with `.loss` when
+labels are given.
 
 Starting points:
 - `Class.from_encoder(DIR, encoder_config=..., **task_options)`: the weights of a lifted encoder
-  (`longdoc lift`, or the default lifted MiniLM) in `.encoder`, fresh heads. `encoder_config`
+  (`longdoc lift`, or the default lifted MiniLM) in `.encoder`, fresh heads
+  (`longdoc.model.encoder_folder.EncoderWithHeads.from_encoder`). `encoder_config`
   overrides encoder settings that need no new weights or that start fresh (lengths,
   `residual_attention`, `talking_heads` starting at identity).
 - `Class.from_pretrained(DIR)`: a trained model of this task. A bare encoder or a model of another
-  task is refused with a message saying what DIR holds and how to get the right model. The
-  tokenizer saved beside it: `longdoc.convert.checkpoint.read_tokenizer(DIR)`.
+  task is refused with a `ModelFolderError` saying what DIR holds (the command line adds how to
+  get the right model). The tokenizer saved beside it: `longdoc.convert.checkpoint.read_tokenizer(DIR)`.
 
-`window_settings(task, config, names)` gives a task's feature builder its window settings from a
-model config. `model.forward_rows(rows, collate, batch_size)` runs a trained model over feature rows batched by
+`model.forward_rows(rows, collate, batch_size)` runs a trained model over feature rows batched by
 length, with a progress bar: what every task's `decode.predict` needs.
 """
 
-import json
+import inspect
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
@@ -34,54 +35,29 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from longdoc.convert.checkpoint import readable_weights
-from longdoc.data.batching import length_batches
-from longdoc.data.features import FeatureSettings
-from longdoc.errors import InputError
+from longdoc.errors import InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.inputs import encoder_inputs
-from longdoc.model.modeling import GlobalLocalModel, GlobalLocalModelOutput, GlobalLocalPreTrainedModel
+from longdoc.model.encoder_folder import EncoderWithHeads, describe_checkpoint, readable_weights
+from longdoc.model.inputs import MODEL_INPUT_NAMES, encoder_inputs
+from longdoc.model.modeling import GlobalLocalModelOutput
 
 
-def describe_checkpoint(directory: str | Path) -> dict[str, Any]:
-    """The config.json of a longdoc checkpoint folder; InputError naming the folder when there is none."""
-    directory = Path(directory)
-    config_path = directory / "config.json"
-    expected = "expected a longdoc model folder (config.json + model.safetensors)"
-    if not directory.is_dir():
-        raise InputError(f"{directory}: no such folder; {expected}")
-    if not config_path.is_file():
-        raise InputError(f"{directory}: no config.json; {expected}")
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{config_path}: not valid JSON ({error})") from None
-    if not isinstance(config, dict) or config.get("model_type") != GlobalLocalConfig.model_type:
-        found = config.get("model_type") if isinstance(config, dict) else None
-        raise InputError(
-            f"{directory}: model_type is {found!r}, not {GlobalLocalConfig.model_type!r}: not a longdoc model; "
-            "turn a BERT-family checkpoint into a longdoc encoder with `longdoc lift --from DIR --out DIR`"
-        )
-    return config
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices of `lengths` in batches of at most `batch_size`, longest first.
+
+    Sorting by length keeps rows of similar length together, so padding to the longest row of a
+    batch wastes little; longest first makes the first batch the largest one, so running out of
+    memory shows at the first step instead of hours in. Ties keep their input order (stable sort).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
 
 
-def window_settings(task: str, config: GlobalLocalConfig, names: Sequence[str], **fixed) -> FeatureSettings:
-    """The window settings of a `task` model config: its lengths, the `task_options` listed in `names`
-    (e.g. stride, max_question_len) and the task's `fixed` settings. Settings that do not fit
-    together are an InputError naming the `longdoc train` flags that set them, with their values."""
-    chosen = {"long_max_len": config.long_max_len, "global_max_len": config.global_max_len,
-              **{name: config.task_options[name] for name in names}}
-    try:
-        return FeatureSettings(**chosen, **fixed)
-    except ValueError as error:
-        flags = ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in chosen.items())
-        raise InputError(f"{task} windows ({flags}): {error}") from None
-
-
-class TaskModel(GlobalLocalPreTrainedModel):
+class TaskModel(EncoderWithHeads):
     """An encoder (`self.encoder`, a GlobalLocalModel) plus the heads a subclass adds."""
 
-    base_model_prefix = "encoder"
     task_name: ClassVar[str] = ""
     # Head and decoding settings and their defaults; what from_encoder is given overrides them.
     default_task_options: ClassVar[dict[str, Any]] = {}
@@ -96,15 +72,22 @@ class TaskModel(GlobalLocalPreTrainedModel):
                 f"{self.task_name} model: unknown option(s) {', '.join(sorted(unknown))}; "
                 f"known: {', '.join(sorted(self.default_task_options))}"
             )
-        self.encoder = GlobalLocalModel(config)
 
     @property
     def task_options(self) -> dict[str, Any]:
         return self.config.task_options
 
-    def encode(self, batch: dict[str, Tensor]) -> GlobalLocalModelOutput:
-        """The encoder on the model inputs of `batch` (other keys, such as labels, are left out)."""
-        return self.encoder(**encoder_inputs(batch))
+    def encode(self, inputs: dict[str, Tensor]) -> GlobalLocalModelOutput:
+        """The encoder on `inputs`: what `forward` was given besides the arguments it names. A key that
+        is not an encoder input is a TypeError naming it (a misspelled label would otherwise be dropped
+        and its loss never computed), as a call of `forward` with an unknown keyword would be."""
+        unknown = sorted(set(inputs) - set(MODEL_INPUT_NAMES))
+        if unknown:
+            named = [name for name, parameter in inspect.signature(self.forward).parameters.items()
+                     if parameter.kind is not parameter.VAR_KEYWORD]
+            raise TypeError(f"{type(self).__name__}.forward got unknown input(s) {', '.join(unknown)}; "
+                            f"known: {', '.join([*named, *MODEL_INPUT_NAMES])}")
+        return self.encoder(**encoder_inputs(inputs))
 
     @torch.no_grad()
     def forward_rows(
@@ -138,26 +121,8 @@ class TaskModel(GlobalLocalPreTrainedModel):
     ) -> "TaskModel":
         """A new model of this task: the lifted encoder in `directory`, fresh heads (drawn from the
         current torch seed), `task_options` over the defaults, `encoder_config` over the encoder's config."""
-        found = describe_checkpoint(directory)
-        if found.get("task"):
-            raise InputError(
-                f"{directory}: holds a trained {found['task']} model, not a lifted encoder; --init takes a lifted "
-                "encoder (`longdoc lift`, or leave --init out for the default lifted MiniLM); to restore this "
-                f"model use `{cls.__name__}.from_pretrained` / `longdoc predict {found['task']} --model {directory}`"
-            )
-        with readable_weights(directory):
-            try:
-                encoder = GlobalLocalModel.from_pretrained(directory, **(encoder_config or {}))
-            except ValueError as error:
-                raise InputError(f"{directory}: cannot start a {cls.task_name} model from this encoder: {error}") from None
-        config = encoder.config
-        config.task_options = task_options
-        config.architectures = [cls.__name__]
-        model = cls(config)
-        # Parameters the encoder folder lacks (e.g. talking-heads matrices when switching them on)
-        # were initialised by from_pretrained; copy them as they are.
-        model.encoder.load_state_dict(encoder.state_dict())
-        return model
+        return super().from_encoder(directory, encoder_config, task_options=task_options,
+                                    architectures=[cls.__name__])
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> "TaskModel":
@@ -168,19 +133,14 @@ class TaskModel(GlobalLocalPreTrainedModel):
 
 
 def check_task_checkpoint(directory: str | Path, task_name: str) -> dict[str, Any]:
-    """config.json of `directory` if it holds a trained `task_name` model; else InputError saying
-    what it holds and how to get a model of this task."""
-    found = describe_checkpoint(directory)
-    train_hint = f"train one with `longdoc train {task_name} --init ENCODER_DIR --out DIR`"
+    """config.json of `directory` if it holds a trained `task_name` model; else a ModelFolderError
+    saying what it holds."""
+    found = describe_checkpoint(directory, task_name)
     if not found.get("task"):
-        raise InputError(
-            f"{directory}: is a bare encoder (GlobalLocalModel, no task head), not a trained {task_name} model; "
-            f"{train_hint}"
-        )
+        raise ModelFolderError(
+            f"{directory}: is a bare encoder (GlobalLocalModel, no task head), not a trained {task_name} model",
+            directory, "", task_name)
     if found["task"] != task_name:
-        raise InputError(
-            f"{directory}: is a trained {found['task']} model, not a {task_name} model; use it with "
-            f"`longdoc predict {found['task']}`, or {train_hint}"
-        )
+        raise ModelFolderError(f"{directory}: is a trained {found['task']} model, not a {task_name} model",
+                               directory, found["task"], task_name)
     return found
-

@@ -6,8 +6,8 @@ AdamW moments, the schedule's position, each process's RNG streams, the position
 saved and restored explicitly, so a resumed run ends bit for bit where an uninterrupted one does on
 CPU, and the same lines run one process, DDP or FSDP2 under torchrun (torch's own stack).
 
-The job interface (what a caller builds; see `longdoc.train.tasks.train_task` for a task, and
-`longdoc.train.pretraining` for continued pretraining):
+The job interface (what a caller builds; see `longdoc.train.finetune.build_task_job` for a task,
+and `longdoc.train.pretraining.build_pretraining_job` for continued pretraining):
 
     TrainingJob(
         name,        str: what is trained (the task name); recorded in checkpoints, and an --out
@@ -29,6 +29,9 @@ The job interface (what a caller builds; see `longdoc.train.tasks.train_task` fo
         save_model,  optional (model, folder, state_dict) -> None: writes the final model; default
                      model.save_pretrained(folder, state_dict=state_dict) (safetensors)
         identity,    optional dict that must match to resume (default: model class and config shape)
+        logged_outputs, optional names of 0-dim fields of the model's output (e.g. the parts of a
+                     loss and their accuracies), each logged beside the loss every `log_steps`: its
+                     mean over the window's micro-batches, of all processes, where it is not None
     )
     run_training(job) -> TrainingResult(step, total_steps, metrics, interrupted, checkpoint)
 
@@ -90,6 +93,7 @@ class TrainingJob:
     evaluate: Callable[[nn.Module, Path], dict[str, float]] | None = None
     save_model: Callable[[nn.Module, Path, dict], None] | None = None
     identity: dict[str, Any] | None = None
+    logged_outputs: Sequence[str] = ()
 
 
 @dataclass
@@ -239,19 +243,23 @@ def linear_schedule(optimizer, warmup_steps: int, total_steps: int) -> torch.opt
 def optimizer_step(
     model: nn.Module, batch_for: Callable[[int], Mapping[str, Any]], accumulation: int, optimizer, scheduler,
     max_grad_norm: float, autocast: Callable = contextlib.nullcontext, no_sync: Callable | None = None,
+    on_output: Callable[[Any], None] | None = None,
 ) -> tuple[torch.Tensor, float]:
     """One optimizer step: forward and backward of `accumulation` micro-batches (`batch_for(k)`, each
     loss divided by `accumulation`), gradient clipping, AdamW, the schedule; the gradients freed.
-    `no_sync` (DDP's) skips the gradient all-reduce on all but the last micro-batch.
-    Returns the step's loss (detached) and the learning rate it used."""
+    `no_sync` (DDP's) skips the gradient all-reduce on all but the last micro-batch; `on_output`
+    sees each micro-batch's model output. Returns the step's loss (detached) and the learning rate it used."""
     step_loss = None
     for micro in range(accumulation):
         batch = batch_for(micro)
         skip_sync = no_sync if no_sync is not None and micro < accumulation - 1 else contextlib.nullcontext
         with skip_sync():
             with autocast():
-                loss = model(**batch).loss / accumulation
+                output = model(**batch)
+                loss = output.loss / accumulation
             loss.backward()
+        if on_output is not None:
+            on_output(output)
         step_loss = loss.detach().float() if step_loss is None else step_loss + loss.detach().float()
     if max_grad_norm > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
@@ -409,7 +417,76 @@ def run_training(job: TrainingJob) -> TrainingResult:
         stop_processes(info)
 
 
+@dataclass
+class _Run:
+    """What the step, checkpoint and evaluation functions of one run share; `step` is the number of
+    optimizer steps done, which is also the position in the data."""
+
+    job: TrainingJob
+    info: ProcessInfo
+    identity: dict[str, Any]
+    effective: int
+    steps_per_epoch: int
+    total_steps: int
+    fsdp: bool
+    autocast: Callable
+    wrapped: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    log: _TrainLog
+    start_step: int
+    step: int
+    orders: dict = field(default_factory=dict)
+
+    @property
+    def model(self) -> nn.Module:
+        return self.job.model
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        return self.job.options
+
+
 def _run(job: TrainingJob, info: ProcessInfo) -> TrainingResult:
+    run = _start(job, info)
+    metrics, checkpoint, interrupted = {}, None, False
+    window = _LogWindow(job.logged_outputs)
+    bar = tqdm(total=run.total_steps, initial=run.start_step, desc=f"train {job.name}", unit="step",
+               disable=not info.is_main, dynamic_ncols=True)
+    run.model.train()
+    with _StopRequest() as stop:
+        while run.step < run.total_steps:
+            interrupted = _training_step(run, window, stop)
+            bar.update(1)
+            if run.step % run.options["log_steps"] == 0 or run.step == run.total_steps or interrupted:
+                record = window.record(run)
+                run.log.write(record)
+                bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
+                                ex_s=f"{record['examples_per_second'] or 0:.2f}")
+            if interrupted:
+                break
+            if run.step % run.options["save_steps"] == 0 and run.step < run.total_steps:
+                checkpoint = _save_checkpoint(run)
+            if run.options["eval_steps"] and run.step % run.options["eval_steps"] == 0 and run.step < run.total_steps:
+                metrics = _evaluate(run, final=False)
+    bar.close()
+
+    if interrupted:
+        return TrainingResult(run.step, run.total_steps, metrics, True, _save_checkpoint(run), info.is_main)
+    # The end: a checkpoint of the last step first, so a crash during evaluation or saving costs no training.
+    if run.step > run.start_step:  # (a rerun after the end only re-evaluates and re-saves)
+        checkpoint = _save_checkpoint(run)
+    metrics = _evaluate(run, final=True)
+    state_dict = _full_state(run.model, run.wrapped, run.fsdp, info)
+    if info.is_main:
+        _save_final_model(job, run.model, state_dict)
+    barrier(info)
+    return TrainingResult(run.step, run.total_steps, metrics, False, checkpoint, info.is_main)
+
+
+def _start(job: TrainingJob, info: ProcessInfo) -> _Run:
+    """The run's plan, the model (resumed from the latest checkpoint in out_dir, if any) wrapped
+    for the processes, its optimizer and schedule, the RNG streams and the log."""
     options = job.options
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -461,110 +538,130 @@ def _run(job: TrainingJob, info: ProcessInfo) -> TrainingResult:
                   f"{info.world_size}: dropout draws start afresh from --seed", file=sys.stderr)
 
     log = _TrainLog(out_dir / TRAIN_LOG_FILE, start_step, total_steps, info.is_main)
-    orders: dict = {}
-    step, last_checkpoint, metrics = start_step, None, {}
+    return _Run(job, info, identity, effective, steps_per_epoch, total_steps, fsdp, autocast, wrapped, optimizer,
+                scheduler, log, start_step, start_step)
 
-    def save_checkpoint() -> Path | None:
-        weights = _full_state(model, wrapped, fsdp, info)
-        optimizer_state = _optimizer_state(wrapped, optimizer, fsdp, info)
-        rng = gather_objects(info, _rng_state())
-        path = None
-        error = None
-        if info.is_main:
-            trainer_state = {"step": step, "total_steps": total_steps, "epoch": step / steps_per_epoch,
-                             "effective_batch": effective, "rows": len(job.rows), "processes": info.world_size,
-                             "identity": identity, "options": options_json(options)}
-            try:
-                path = ckpt.write_checkpoint(
-                    out_dir, step, weights, {"optimizer": optimizer_state, "scheduler": scheduler.state_dict(),
-                                             "rng": rng}, trainer_state, options["keep_last"])
-            except ckpt.CheckpointError as failure:
-                error = failure
-        # Every process learns whether rank 0 managed, so all stop together on a failed write.
-        failed = gather_objects(info, str(error) if error else None)[0]
-        if failed:
-            raise error if error else ckpt.CheckpointError(failed)
-        return path
 
-    def run_evaluation(final: bool) -> dict[str, float]:
-        if job.evaluate is None:
-            return {}
-        folder = out_dir if final else out_dir / EVAL_FOLDER / ckpt.checkpoint_name(step)
-        result = {}
-        if info.is_main or fsdp:
-            import tempfile
+class _LogWindow:
+    """The training measurements since the last log line: the loss of each step (averaged over
+    processes) and, for each of the job's `logged_outputs`, its sum and count over the micro-batches
+    of every process where the model's output gave it."""
 
-            target = folder if info.is_main else Path(tempfile.mkdtemp(prefix="longdoc-eval-"))
-            target.mkdir(parents=True, exist_ok=True)
-            model.eval()
-            # Evaluation in full precision: the metric of record should not depend on --bf16.
-            with torch.no_grad():
-                result = job.evaluate(wrapped if fsdp else model, target)
-            model.train()
-            if not info.is_main:
-                import shutil
+    def __init__(self, names: Sequence[str]):
+        self.names = tuple(names)
+        self._clear()
 
-                shutil.rmtree(target, ignore_errors=True)
-        result = gather_objects(info, result)[0]
-        log.write({"step": step, "eval": result})
-        return result
+    def _clear(self) -> None:
+        self.loss, self.steps, self.start = 0.0, 0, time.perf_counter()
+        self.sums = dict.fromkeys(self.names, 0.0)
+        self.counts = dict.fromkeys(self.names, 0.0)
+        self.learning_rate = None
 
-    model.train()
-    bar = tqdm(total=total_steps, initial=start_step, desc=f"train {job.name}", unit="step",
-               disable=not info.is_main, dynamic_ncols=True)
-    window_loss, window_steps, window_start = 0.0, 0, time.perf_counter()
-    interrupted = False
-    with _StopRequest() as stop:
-        while step < total_steps:
+    def add(self, mean_loss: float, learning_rate: float, sums: Sequence[float], counts: Sequence[float]) -> None:
+        self.loss += mean_loss
+        self.steps += 1
+        self.learning_rate = learning_rate
+        for name, value, count in zip(self.names, sums, counts):
+            self.sums[name] += value
+            self.counts[name] += count
 
-            def micro_batch(micro: int) -> dict[str, Any]:
-                indices = _micro_batch_indices(step, micro, options["seed"], steps_per_epoch, effective,
-                                               len(job.rows), options["batch_size"], info, orders)
-                return _to_device(job.collate([job.rows[i] for i in indices]), info.device)
+    def record(self, run: _Run) -> dict[str, Any]:
+        """The log line of the window that ends at this step, and a new window."""
+        elapsed = time.perf_counter() - self.start
+        record = {"step": run.step, "epoch": round(run.step / run.steps_per_epoch, 4), "loss": self.loss / self.steps,
+                  **{name: self.sums[name] / self.counts[name] for name in self.names if self.counts[name]},
+                  "lr": self.learning_rate,
+                  "examples_per_second": self.steps * run.effective / elapsed if elapsed > 0 else None}
+        self._clear()
+        return record
 
-            step_loss, step_lr = optimizer_step(
-                wrapped, micro_batch, options["grad_accum"], optimizer, scheduler, options["max_grad_norm"],
-                autocast, wrapped.no_sync if info.distributed and not fsdp else None)
-            step += 1
-            # One collective per step: the mean loss over processes and whether any was asked to stop.
-            shared = torch.stack([step_loss, torch.tensor(float(stop.requested), device=info.device)])
-            if info.distributed:
-                dist.all_reduce(shared)
-            mean_loss = shared[0].item() / info.world_size
-            stop_now = shared[1].item() > 0
-            window_loss += mean_loss
-            window_steps += 1
-            bar.update(1)
-            if step % options["log_steps"] == 0 or step == total_steps or stop_now:
-                elapsed = time.perf_counter() - window_start
-                record = {"step": step, "epoch": round(step / steps_per_epoch, 4), "loss": window_loss / window_steps,
-                          "lr": step_lr,
-                          "examples_per_second": window_steps * effective / elapsed if elapsed > 0 else None}
-                log.write(record)
-                bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
-                                ex_s=f"{record['examples_per_second'] or 0:.2f}")
-                window_loss, window_steps, window_start = 0.0, 0, time.perf_counter()
-            if stop_now:
-                interrupted = True
-                break
-            if step % options["save_steps"] == 0 and step < total_steps:
-                last_checkpoint = save_checkpoint()
-            if options["eval_steps"] and step % options["eval_steps"] == 0 and step < total_steps:
-                metrics = run_evaluation(final=False)
-    bar.close()
 
-    if interrupted:
-        last_checkpoint = save_checkpoint()
-        return TrainingResult(step, total_steps, metrics, True, last_checkpoint, info.is_main)
-    # The end: a checkpoint of the last step first, so a crash during evaluation or saving costs no training.
-    if step > start_step:  # (a rerun after the end only re-evaluates and re-saves)
-        last_checkpoint = save_checkpoint()
-    metrics = run_evaluation(final=True)
-    state_dict = _full_state(model, wrapped, fsdp, info)
+def _training_step(run: _Run, window: _LogWindow, stop: _StopRequest) -> bool:
+    """One optimizer step of `run` at its data position, measured into `window`; True when any
+    process was asked to stop (before the step ended)."""
+    info, options, names = run.info, run.options, window.names
+    sums = torch.zeros(len(names), device=info.device)
+    counts = torch.zeros(len(names), device=info.device)
+
+    def micro_batch(micro: int) -> dict[str, Any]:
+        indices = _micro_batch_indices(run.step, micro, options["seed"], run.steps_per_epoch, run.effective,
+                                       len(run.job.rows), options["batch_size"], info, run.orders)
+        return _to_device(run.job.collate([run.job.rows[i] for i in indices]), info.device)
+
+    def measure(output) -> None:
+        for index, name in enumerate(names):
+            value = getattr(output, name, None)
+            if value is not None:
+                sums[index] += value.detach().float()
+                counts[index] += 1
+
+    step_loss, learning_rate = optimizer_step(
+        run.wrapped, micro_batch, options["grad_accum"], run.optimizer, run.scheduler, options["max_grad_norm"],
+        run.autocast, run.wrapped.no_sync if info.distributed and not run.fsdp else None, measure)
+    run.step += 1
+    # One collective per step: the loss, whether any process was asked to stop, the logged outputs.
+    shared = torch.cat([torch.stack([step_loss, torch.tensor(float(stop.requested), device=info.device)]),
+                        sums, counts])
+    if info.distributed:
+        dist.all_reduce(shared)
+    values = shared.tolist()
+    window.add(values[0] / info.world_size, learning_rate, values[2:2 + len(names)], values[2 + len(names):])
+    return values[1] > 0
+
+
+def _save_checkpoint(run: _Run) -> Path | None:
+    """A checkpoint of `run` at its step (written by rank 0; every process takes part in gathering
+    the state, and all raise together when the write failed); its path on rank 0."""
+    info, options = run.info, run.options
+    weights = _full_state(run.model, run.wrapped, run.fsdp, info)
+    optimizer_state = _optimizer_state(run.wrapped, run.optimizer, run.fsdp, info)
+    rng = gather_objects(info, _rng_state())
+    path = None
+    error = None
     if info.is_main:
-        _save_final_model(job, model, state_dict)
-    barrier(info)
-    return TrainingResult(step, total_steps, metrics, False, last_checkpoint, info.is_main)
+        trainer_state = {"step": run.step, "total_steps": run.total_steps, "epoch": run.step / run.steps_per_epoch,
+                         "effective_batch": run.effective, "rows": len(run.job.rows), "processes": info.world_size,
+                         "identity": run.identity, "options": options_json(options)}
+        try:
+            path = ckpt.write_checkpoint(
+                Path(run.job.out_dir), run.step, weights,
+                {"optimizer": optimizer_state, "scheduler": run.scheduler.state_dict(), "rng": rng},
+                trainer_state, options["keep_last"])
+        except ckpt.CheckpointError as failure:
+            error = failure
+    # Every process learns whether rank 0 managed, so all stop together on a failed write.
+    failed = gather_objects(info, str(error) if error else None)[0]
+    if failed:
+        raise error if error else ckpt.CheckpointError(failed)
+    return path
+
+
+def _evaluate(run: _Run, final: bool) -> dict[str, float]:
+    """The job's evaluation at the run's step, logged; its folder is out_dir at the end, else
+    out_dir/eval/step-N."""
+    job, info = run.job, run.info
+    if job.evaluate is None:
+        return {}
+    out_dir = Path(job.out_dir)
+    folder = out_dir if final else out_dir / EVAL_FOLDER / ckpt.checkpoint_name(run.step)
+    result = {}
+    if info.is_main or run.fsdp:
+        import tempfile
+
+        target = folder if info.is_main else Path(tempfile.mkdtemp(prefix="longdoc-eval-"))
+        target.mkdir(parents=True, exist_ok=True)
+        run.model.eval()
+        # Evaluation in full precision: the metric of record should not depend on --bf16.
+        with torch.no_grad():
+            result = job.evaluate(run.wrapped if run.fsdp else run.model, target)
+        run.model.train()
+        if not info.is_main:
+            import shutil
+
+            shutil.rmtree(target, ignore_errors=True)
+    result = gather_objects(info, result)[0]
+    run.log.write({"step": run.step, "eval": result})
+    return result
 
 
 def _check_same_plan(trainer_state: Mapping[str, Any], effective: int, rows: int, total_steps: int,

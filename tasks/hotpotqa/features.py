@@ -33,10 +33,9 @@ from tqdm.auto import tqdm
 
 from longdoc.data.batching import collate_features
 from longdoc.data.examples import StructuredExample
-from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, build_features
+from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, build_features, window_settings
 from longdoc.data.spans import char_span_to_token_span
 from longdoc.model.inputs import InputSpec
-from longdoc.model.task_model import window_settings
 from longdoc.tasks.hotpotqa.reader import read_examples
 
 ANSWER_TYPES = ("span", "yes", "no")

@@ -43,10 +43,9 @@ from tqdm.auto import tqdm
 
 from longdoc.data.batching import collate_features
 from longdoc.data.examples import StructuredExample, TextSpan
-from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, build_features
+from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, build_features, window_settings
 from longdoc.data.spans import char_span_to_token_span
 from longdoc.model.inputs import InputSpec
-from longdoc.model.task_model import window_settings
 from longdoc.tasks.nq.reader import read_examples, token_char_spans
 
 ANSWER_TYPES = ("null", "yes", "no", "long", "short")

@@ -27,9 +27,8 @@ from tqdm.auto import tqdm
 
 from longdoc.data.batching import collate_features
 from longdoc.data.examples import StructuredExample
-from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, build_features
+from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, build_features, window_settings
 from longdoc.model.inputs import InputSpec
-from longdoc.model.task_model import window_settings
 from longdoc.tasks.openkp.reader import VISUAL_FEATURE_SIZE, read_examples
 
 MAX_NGRAM = 5

@@ -29,9 +29,8 @@ from tqdm.auto import tqdm
 
 from longdoc.data.batching import collate_features
 from longdoc.data.examples import Candidate, Document, StructuredExample, TextSpan
-from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, build_features
+from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, build_features, window_settings
 from longdoc.model.inputs import InputSpec
-from longdoc.model.task_model import window_settings
 from longdoc.tasks.wikihop.reader import read_examples
 
 IGNORE = -1

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from longdoc.data.batching import collate_features, length_batches
+from longdoc.data.batching import collate_features
 from longdoc.model.inputs import InputSpec
+from longdoc.model.task_model import length_batches
 
 
 def test_length_batches_longest_first_and_each_index_once():

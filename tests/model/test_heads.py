@@ -1,11 +1,13 @@
 """Heads, losses, span decoding and the TaskModel base (save/load, refusals)."""
 
 import json
+import re
 
 import pytest
 import torch
 
-from longdoc.errors import InputError
+from longdoc.commands.hints import with_hint
+from longdoc.errors import InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.heads import (
     MASKED_LOGIT, GlobalTokenClassifier, GlobalTokenScorer, SpanHead, binary_loss, classification_loss, mean_loss,
@@ -90,8 +92,8 @@ class ToyModel(TaskModel):
         self.scorer = GlobalTokenScorer(config.hidden_size)
         self.post_init()
 
-    def forward(self, **batch):
-        return self.scorer(self.encode(batch).global_hidden_state)
+    def forward(self, labels=None, **inputs):
+        return self.scorer(self.encode(inputs).global_hidden_state)
 
 
 @pytest.fixture()
@@ -121,22 +123,37 @@ def test_task_model_from_encoder_save_and_restore(encoder_dir, tmp_path):
     assert torch.allclose(model.eval()(**batch), restored(**batch))
 
 
+def test_an_unknown_batch_key_is_an_error_naming_it_and_the_known_ones(encoder_dir):
+    model = ToyModel.from_encoder(encoder_dir).eval()
+    batch = {"long_input_ids": torch.tensor([[1, 2, 3]]), "global_input_ids": torch.tensor([[4, 5]])}
+    assert model(**batch, labels=torch.tensor([0])).shape == (1, 2)
+    with pytest.raises(TypeError, match=r"ToyModel.forward got unknown input\(s\) lables; known: labels, "
+                                        r"long_input_ids, .*global_input_ids"):
+        model(**batch, lables=torch.tensor([0]))
+
+
 def test_task_model_refusals(encoder_dir, tmp_path):
-    with pytest.raises(InputError, match="bare encoder.*longdoc train toy"):
+    # The library says what a folder holds; the command line adds what to run (longdoc.commands.hints).
+    with pytest.raises(ModelFolderError, match="bare encoder") as refused:
         ToyModel.from_pretrained(encoder_dir)
+    assert re.search("bare encoder.*longdoc train toy", with_hint(refused.value))
     with pytest.raises(InputError, match="unknown option.*colour"):
         ToyModel.from_encoder(encoder_dir, colour=1)
     ToyModel.from_encoder(encoder_dir).save_pretrained(tmp_path / "toy")
-    with pytest.raises(InputError, match="trained toy model, not a lifted encoder"):
+    with pytest.raises(ModelFolderError, match="trained toy model, not a lifted encoder") as refused:
         ToyModel.from_encoder(tmp_path / "toy")
-    with pytest.raises(InputError, match="trained toy model, not a hotpotqa model.*longdoc predict toy"):
+    assert f"`longdoc predict toy --model {tmp_path / 'toy'}`" in with_hint(refused.value)
+    with pytest.raises(ModelFolderError, match="trained toy model, not a hotpotqa model") as refused:
         check_task_checkpoint(tmp_path / "toy", "hotpotqa")
+    assert re.search("trained toy model, not a hotpotqa model.*longdoc predict toy", with_hint(refused.value))
     with pytest.raises(InputError, match="no such folder"):
         ToyModel.from_encoder(tmp_path / "missing")
     (tmp_path / "bert").mkdir()
     (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
-    with pytest.raises(InputError, match="not a longdoc model.*longdoc lift"):
+    with pytest.raises(ModelFolderError, match="not a longdoc model") as refused:
         ToyModel.from_encoder(tmp_path / "bert")
+    assert re.search("not a longdoc model.*longdoc lift", with_hint(refused.value))
+    assert with_hint(InputError("a.json: line 3: no text")) == "a.json: line 3: no text"
 
 
 def test_forward_rows_moves_batches_to_the_models_device_and_results_to_the_cpu(encoder_dir, monkeypatch):

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("toy_tasks")
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    # Tiny models: one thread is ~40x faster than two contended ones on a shared machine.
+    # Tiny models run many times faster on one thread than on two contended ones on a shared machine.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

@@ -16,14 +16,13 @@ from longdoc.data.features import GlobalMarkers
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
-from longdoc.train.pretraining import (
-    HEADS_FILE,
-    GlobalLocalForPretraining,
+from longdoc.data.pretraining_corpus import (
     PretrainingCollator,
     PretrainingSettings,
     prepare_corpus,
     read_corpus,
 )
+from longdoc.model.pretraining import HEADS_FILE, GlobalLocalForPretraining
 
 NAMES = "alice bob carol dave erin frank grace henry irene jack kate liam mary nick olga paul rose sam tina victor".split()
 CITIES = "paris berlin rome madrid oslo vienna london dublin prague warsaw".split()
@@ -67,7 +66,7 @@ def tokenizer():
 
 @pytest.fixture
 def one_thread():
-    # Tiny models on a shared 2-core machine run ~10x faster on one thread than on two contended ones.
+    # Tiny models on a shared 2-core machine run many times faster on one thread than on two contended ones.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -277,7 +276,7 @@ def pretrain_command(corpus: Path, out: Path, init: Path, cache: Path, **extra) 
     return ["pretrain", *(part for key, value in values.items() for part in (f"--{key}", str(value)))]
 
 
-@pytest.mark.slow  # 80 + 20 steps of a tiny encoder (about 20 s on one contended core)
+@pytest.mark.slow  # 80 + 20 steps of a tiny encoder
 def test_a_short_run_lowers_both_losses_resumes_exactly_and_gives_an_init(tmp_path, tokenizer, one_thread, capsys):
     from safetensors.torch import load_file
 
@@ -312,6 +311,14 @@ def test_a_short_run_lowers_both_losses_resumes_exactly_and_gives_an_init(tmp_pa
     assert after["cpc_loss"] < math.log(after["cpc_candidates"]) - 0.5  # well under chance
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert [line["step"] for line in log if "loss" in line] == [20, 40, 60, 80]
+    # Every logging step holds what the loss is made of (every batch of 8 six-sentence inputs at rate
+    # 0.3 has a CPC task, so the loss is the sum of the two parts' means), and the parts fall.
+    steps = [line for line in log if "loss" in line]
+    for line in steps:
+        assert {"mlm_loss", "mlm_accuracy", "cpc_loss", "cpc_accuracy"} <= set(line), line
+        assert line["loss"] == pytest.approx(line["mlm_loss"] + line["cpc_loss"], rel=1e-5)
+        assert 0.0 <= line["mlm_accuracy"] <= 1.0 and 0.0 <= line["cpc_accuracy"] <= 1.0
+    assert steps[-1]["mlm_loss"] < steps[0]["mlm_loss"] and steps[-1]["cpc_loss"] < steps[0]["cpc_loss"]
     assert [line["step"] for line in log if "eval" in line] == [40, 80]
     assert all({"mlm_loss", "cpc_loss", "train_mlm_loss", "train_cpc_loss"} <= set(line["eval"])
                for line in log if "eval" in line)
@@ -379,4 +386,10 @@ def test_a_batch_too_small_for_cpc_is_said_and_not_logged_as_a_zero_loss(tmp_pat
         assert main(command) == 0
     metrics = json.loads((tmp_path / "out" / EVALUATION_FILE).read_text())
     assert "train_mlm_loss" in metrics and "train_cpc_loss" not in metrics  # not a CPC loss of 0.0
+    log = [json.loads(line) for line in (tmp_path / "out" / "train_log.jsonl").read_text().splitlines()]
+    steps = [line for line in log if "loss" in line]
+    assert [line["step"] for line in steps] == [1, 2]
+    for line in steps:  # the loss is the MLM loss alone; no CPC loss is logged as a 0.0 either
+        assert "cpc_loss" not in line and "cpc_accuracy" not in line
+        assert line["loss"] == pytest.approx(line["mlm_loss"], rel=1e-6)
     assert metrics["cpc_candidates"] == 4  # the held-out batches of 4 rows still measure it

@@ -1,0 +1,26 @@
+"""What to run instead: the command-line hint added to a model folder of the wrong kind.
+
+The library says what a folder holds and what was wanted (`longdoc.errors.ModelFolderError`);
+only the command line knows its own commands and flags, so the hints are written here.
+"""
+
+from longdoc.errors import InputError, ModelFolderError
+
+
+def with_hint(error: InputError) -> str:
+    """The error's message, followed, for a model folder of the wrong kind, by the commands that
+    make or use the right one."""
+    if not isinstance(error, ModelFolderError):
+        return str(error)
+    holds, wanted = error.holds, error.wanted
+    train = f"train one with `longdoc train {wanted} --init ENCODER_DIR --out DIR`"
+    if holds is None:
+        hint = "turn a BERT-family checkpoint into a longdoc encoder with `longdoc lift --from DIR --out DIR`"
+    elif not wanted:
+        hint = ("--init takes a lifted encoder (`longdoc lift`, or leave --init out for the default lifted "
+                f"MiniLM); to use this model: `longdoc predict {holds} --model {error.directory}`")
+    elif not holds:
+        hint = train
+    else:
+        hint = f"use it with `longdoc predict {holds}`, or {train}"
+    return f"{error}; {hint}"

@@ -1,0 +1,99 @@
+"""A model folder on disk, and a model of an encoder plus heads that starts from one.
+
+A longdoc model folder holds `config.json` (a `GlobalLocalConfig`, `model_type` "global_local";
+a trained task model's also names its `task`) and `model.safetensors`. `describe_checkpoint` reads
+and checks the config; `readable_weights` turns a damaged safetensors file into an InputError
+naming it; a folder of the wrong kind is a `longdoc.errors.ModelFolderError` saying what it holds and what was
+wanted (the command line adds how to get the right one: `longdoc.commands.hints`).
+`EncoderWithHeads.from_encoder` builds a model of an encoder (`self.encoder`) plus
+heads from the weights of a bare encoder folder, with fresh heads. The task models
+(`longdoc.model.task_model.TaskModel`) and the pretraining model (`longdoc.model.pretraining`)
+both start this way.
+"""
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from safetensors import SafetensorError
+
+from longdoc.errors import InputError, ModelFolderError
+from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.modeling import GlobalLocalModel, GlobalLocalPreTrainedModel
+
+
+@contextmanager
+def readable_weights(path: str | Path) -> Iterator[None]:
+    """Reading the safetensors weights at `path` (a file, or the folder that holds them) inside this
+    block: a damaged file (cut short by a full disk or an interrupted copy, or not safetensors at
+    all) is an InputError naming it, instead of safetensors' own error. Every reader of weights
+    goes through here: the BERT checkpoint reader (`longdoc.convert.checkpoint`), the task models'
+    from_pretrained and from_encoder and the pretraining model's loads."""
+    try:
+        yield
+    except SafetensorError as error:
+        path = Path(path)
+        if path.is_dir() and (path / "model.safetensors").is_file():
+            path = path / "model.safetensors"
+        # Only the first line: safetensors' message is one line, a wrapped one from transformers need not be.
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InputError(f"{path}: not readable as safetensors ({reason}); the file is damaged or "
+                         "incomplete: copy, download or train it again") from None
+
+
+def describe_checkpoint(directory: str | Path, wanted: str = "") -> dict[str, Any]:
+    """The config.json of a longdoc checkpoint folder; InputError naming the folder when there is none,
+    a ModelFolderError when it is not a longdoc model (`wanted` as in ModelFolderError)."""
+    directory = Path(directory)
+    config_path = directory / "config.json"
+    expected = "expected a longdoc model folder (config.json + model.safetensors)"
+    if not directory.is_dir():
+        raise InputError(f"{directory}: no such folder; {expected}")
+    if not config_path.is_file():
+        raise InputError(f"{directory}: no config.json; {expected}")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{config_path}: not valid JSON ({error})") from None
+    if not isinstance(config, dict) or config.get("model_type") != GlobalLocalConfig.model_type:
+        found = config.get("model_type") if isinstance(config, dict) else None
+        raise ModelFolderError(
+            f"{directory}: model_type is {found!r}, not {GlobalLocalConfig.model_type!r}: not a longdoc model",
+            directory, None, wanted)
+    return config
+
+
+class EncoderWithHeads(GlobalLocalPreTrainedModel):
+    """`self.encoder` (a GlobalLocalModel) plus the heads a subclass adds in `__init__(config)`."""
+
+    base_model_prefix = "encoder"
+
+    def __init__(self, config: GlobalLocalConfig):
+        super().__init__(config)
+        self.encoder = GlobalLocalModel(config)
+
+    @classmethod
+    def from_encoder(cls, directory: str | Path, encoder_config: dict[str, Any] | None = None,
+                     **config_fields) -> "EncoderWithHeads":
+        """A new model of this class: the encoder weights in `directory`, fresh heads (drawn from the
+        current torch seed). `encoder_config` overrides encoder settings that need no new weights or
+        that start fresh (lengths, `residual_attention`, `talking_heads` starting at identity);
+        `config_fields` are set on the config before the model is built."""
+        found = describe_checkpoint(directory)
+        if found.get("task"):
+            raise ModelFolderError(f"{directory}: holds a trained {found['task']} model, not a lifted encoder",
+                                   directory, found["task"], "")
+        with readable_weights(directory):
+            try:
+                encoder = GlobalLocalModel.from_pretrained(directory, **(encoder_config or {}))
+            except ValueError as error:
+                raise InputError(f"{directory}: cannot start a {cls.__name__} from this encoder: {error}") from None
+        config = encoder.config
+        for name, value in config_fields.items():
+            setattr(config, name, value)
+        model = cls(config)
+        # Parameters the encoder folder lacks (e.g. talking-heads matrices when switching them on)
+        # were initialised by from_pretrained; copy them as they are.
+        model.encoder.load_state_dict(encoder.state_dict())
+        return model
