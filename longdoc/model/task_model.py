@@ -120,7 +120,18 @@ class TaskModel(EncoderWithHeads):
         cls, directory: str | Path, encoder_config: dict[str, Any] | None = None, **task_options
     ) -> "TaskModel":
         """A new model of this task: the lifted encoder in `directory`, fresh heads (drawn from the
-        current torch seed), `task_options` over the defaults, `encoder_config` over the encoder's config."""
+        current torch seed), `task_options` over the defaults, `encoder_config` over the encoder's config.
+        A lifted span reader (longdoc.model.span_reader) gives its encoder, and its span head to a task
+        that has one."""
+        from longdoc.model.span_reader import SpanReader  # span_reader imports this module
+
+        if describe_checkpoint(directory).get("task") == SpanReader.task_name:
+            with readable_weights(directory):
+                try:
+                    reader = SpanReader.from_pretrained(directory, **(encoder_config or {}))
+                except ValueError as error:
+                    raise InputError(f"{directory}: cannot start a {cls.__name__} from this reader: {error}") from None
+            return reader.start_task_model(cls, **task_options)
         return super().from_encoder(directory, encoder_config, task_options=task_options,
                                     architectures=[cls.__name__])
 

@@ -201,12 +201,13 @@ def test_model_card_and_head_say_where_the_reader_came_from(tmp_path, monkeypatc
 
 
 def test_a_task_model_starts_its_span_head_from_the_readers(tmp_path, monkeypatch):
+    """`longdoc train hotpotqa --init READER`: TaskModel.from_encoder on a reader folder."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     save_source(tmp_path / "source", "bert-cased-wordpiece")
     assert run_cli(monkeypatch, "--from", tmp_path / "source", "--out", tmp_path / "reader") == 0
     reader = SpanReader.from_pretrained(tmp_path / "reader")
     torch.manual_seed(0)
-    model = reader.start_task_model(HotpotQAModel, type_from_question=True)
+    model = HotpotQAModel.from_encoder(tmp_path / "reader", type_from_question=True)
     assert isinstance(model, HotpotQAModel) and model.config.task == "hotpotqa"
     assert model.task_options["type_from_question"] is True
     assert model.task_options["max_answer_length"] == HotpotQAModel.default_task_options["max_answer_length"]
