@@ -10,6 +10,7 @@ import importlib
 import sys
 import warnings
 
+from longdoc.cpu_memory import configure_allocator
 from longdoc.errors import InputError
 
 COMMANDS = {
@@ -45,6 +46,7 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 
 def main(argv=None) -> int:
     warnings.formatwarning = _format_warning
+    configure_allocator()  # freed memory kept for every command (longdoc/cpu_memory.py)
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
