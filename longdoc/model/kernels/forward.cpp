@@ -224,13 +224,14 @@ struct ForwardOperands {
   Pieces pieces;
   Rows<const float> q, k1, v1, k2, v2;
   Rows<float> context;
-  const float* relative;
-  const int32_t* ids;
-  const float* carried;
-  const float* mask;
-  const uint8_t* keep;
-  float* summed;
-  float* probs;
+  // Set once their tensors are checked.
+  const float* relative = nullptr;
+  const int32_t* ids = nullptr;
+  const float* carried = nullptr;
+  const float* mask = nullptr;
+  const uint8_t* keep = nullptr;
+  float* summed = nullptr;
+  float* probs = nullptr;
 
   ForwardOperands(const at::Tensor& query, const at::Tensor& first_keys, const at::Tensor& first_values,
                   int64_t window_block, const at::Tensor& second_keys, const at::Tensor& second_values,
@@ -242,11 +243,7 @@ struct ForwardOperands {
         pieces(window_block, first_keys.size(2), second_keys.size(2)), q(checked(query, "query", query)),
         k1(checked(first_keys, "first_keys", query)), v1(checked(first_values, "first_values", query)),
         k2(checked(second_keys, "second_keys", query)), v2(checked(second_values, "second_values", query)),
-        context(checked(context_out, "context_out", query)), relative(data_or_null(relative_terms)),
-        ids(relative_ids.has_value() ? relative_ids->data_ptr<int32_t>() : nullptr), carried(data_or_null(carried_scores)),
-        mask(mask_bias.data_ptr<float>()), keep(keep_mask.has_value() ? keep_mask->data_ptr<uint8_t>() : nullptr),
-        summed(summed_out.has_value() ? summed_out->data_ptr<float>() : nullptr),
-        probs(probs_out.has_value() ? probs_out->data_ptr<float>() : nullptr) {
+        context(checked(context_out, "context_out", query)) {
     const int64_t width = pieces.width;
     check_values(first_keys, first_values, second_keys, second_values);
     TORCH_CHECK(context_out.size(2) == rows, "context_out must have the query's ", rows, " rows, not ",
@@ -268,7 +265,14 @@ struct ForwardOperands {
                   relative_terms->sizes());
       TORCH_CHECK(relative_ids->sizes() == mask_bias.sizes(), "ids must be [B, M, N] like mask_bias ",
                   mask_bias.sizes(), ", not ", relative_ids->sizes());
+      relative = relative_terms->data_ptr<float>();
+      ids = relative_ids->data_ptr<int32_t>();
     }
+    carried = data_or_null(carried_scores);
+    mask = mask_bias.data_ptr<float>();
+    keep = keep_mask.has_value() ? keep_mask->data_ptr<uint8_t>() : nullptr;
+    summed = summed_out.has_value() ? summed_out->data_ptr<float>() : nullptr;
+    probs = probs_out.has_value() ? probs_out->data_ptr<float>() : nullptr;
   }
 
   static const at::Tensor& checked(const at::Tensor& tensor, const char* name, const at::Tensor& query) {
