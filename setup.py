@@ -9,7 +9,7 @@ setup(
     # Each task's shipped hyperparameters (configs/NAME.json, with a README of their sources).
     package_data={
         **{f"longdoc.tasks.{name}": ["configs/*.json", "configs/*.md"] for name in find_packages("tasks")},
-        # the attention kernel's source, compiled on first use (longdoc/model/kernels)
-        "longdoc.model.kernels": ["*.cpp"],
+        # the attention kernels' sources, compiled on first use (longdoc/model/kernels)
+        "longdoc.model.kernels": ["*.cpp", "*.h"],
     },
 )

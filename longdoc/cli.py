@@ -11,6 +11,7 @@ import sys
 import warnings
 
 from longdoc.commands.hints import with_hint
+from longdoc.cpu_memory import configure_allocator
 from longdoc.errors import InputError
 
 COMMANDS = {
@@ -46,6 +47,7 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 
 def main(argv=None) -> int:
     warnings.formatwarning = _format_warning
+    configure_allocator()  # freed memory kept for every command (longdoc/cpu_memory.py)
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)

@@ -1,18 +1,19 @@
-"""How freed memory is kept on CPU: set by the library itself when the model is imported.
+"""How freed memory is kept on CPU: set by the entry points, never by importing the library.
 
 At 4k tokens every attention layer works on tensors of 40-100 MB. glibc's malloc serves blocks
 above its mmap threshold (128 KiB, adapting up to 32 MiB) with a fresh mmap and unmaps them when they
-are freed, and trims its heap when the top is free, so every such tensor is faulted in afresh, page by page: measured here, an add or a
-softmax on fresh memory runs 3-4x slower than on reused memory. Inference reuses its own buffers
-(longdoc.model.attention.Workspace), but training cannot (autograd keeps what it needs), and on
-glibc's defaults a forward+backward at 4k took 6.6 s against 2.9 s with freed memory kept (MiniLM
-shape, 256 globals, one plain process; preloading jemalloc with decay off gave the same 2.9 s).
+are freed, and trims its heap when the top is free, so every such tensor is faulted in afresh, page
+by page, and an add or a softmax on fresh memory runs several times slower than on reused memory.
+Inference reuses its own buffers (longdoc.model.attention.Workspace), but training cannot (autograd
+keeps what it needs), and runs far slower on glibc's defaults than with freed memory kept.
 
-So importing the model (longdoc.model.attention) calls `configure_allocator()`, which on glibc asks
-malloc to keep what it frees: large blocks come from the heap instead of separate mmaps
-(M_MMAP_MAX = 0) and the heap is never trimmed (M_TRIM_THRESHOLD = -1, see mallopt(3)). The process
-then keeps its peak memory mapped until it exits, as jemalloc with decay off does. This holds for every
-`longdoc` command, `torchrun scripts/...`, and a user's own script that imports the model.
+So the entry points call `configure_allocator()` before any model is built: the `longdoc` command
+(longdoc.cli.main, which `torchrun scripts/...` runs too), the scripts in scripts/ that run the model
+in their own process, and the benchmark's measuring processes. On glibc it asks malloc to keep what
+it frees: large blocks come from the heap instead of separate mmaps (M_MMAP_MAX = 0) and the heap is
+never trimmed (M_TRIM_THRESHOLD = -1, see mallopt(3)). The process then keeps its peak memory mapped
+until it exits, as jemalloc with decay off does. Importing longdoc changes nothing: a user's own
+script that trains the model calls `configure_allocator()` itself for the same setting.
 
 Opt out with the environment variable LONGDOC_ALLOCATOR=system (glibc's defaults are left alone).
 An allocator that is preloaded (LD_PRELOAD of jemalloc or tcmalloc) is left alone too. Where the

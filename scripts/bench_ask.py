@@ -59,6 +59,9 @@ def main(argv=None) -> int:
     for sub in (quality, timing, refusal):
         sub.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
+    from longdoc.cpu_memory import configure_allocator
+
+    configure_allocator()  # as the `longdoc` command: freed memory kept (longdoc/cpu_memory.py)
     if args.mode == "no-answer":
         from longdoc.ask.benchmark import no_answer_rows
 

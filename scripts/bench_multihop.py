@@ -100,6 +100,7 @@ def main(argv=None) -> int:
 
     from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.convert.pretrained import default_model_path, lifted_minilm
+    from longdoc.cpu_memory import configure_allocator
     from longdoc.demo import DemoData, run_options, timed_training, write_data
     from longdoc.io import read_json
     from longdoc.tasks.multihop.generator import RELATION_SHARE, guessing_f1
@@ -107,6 +108,7 @@ def main(argv=None) -> int:
     from longdoc.train.options import options_json
 
     args = parse_args(argv)
+    configure_allocator()  # as the `longdoc` command: freed memory kept (longdoc/cpu_memory.py)
     try:  # The full multi-hop setting (the generator's defaults), not the demo's easier one.
         data = DemoData(train_examples=args.train_examples, dev_examples=args.dev_examples, length=args.length,
                         min_distance=args.min_distance, restricted_length=args.restricted_length, seed=args.seed,

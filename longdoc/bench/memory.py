@@ -4,8 +4,8 @@ CPU (Linux): the kernel's resident high-water mark (VmHWM in /proc/self/status, 
 getrusage's ru_maxrss) is reset by writing "5" to /proc/self/clear_refs; the peak is the mark after
 the work minus the resident size (VmRSS) before it. ru_maxrss itself is not used: in a process
 started by subprocess it also holds the parent's high-water mark from before exec, and it cannot be
-reset. Elsewhere the peak is not measured (None). Importing longdoc keeps freed memory in the heap
-(longdoc/cpu_memory.py): memory freed before the block and reused inside it is not counted, which is
+reset. Elsewhere the peak is not measured (None). The benchmark's processes keep freed memory in the
+heap (longdoc/cpu_memory.py): memory freed before the block and reused inside it is not counted, which is
 why the benchmark measures each model in a fresh process.
 CUDA: torch.cuda.max_memory_allocated after reset_peak_memory_stats, minus memory_allocated before.
 """

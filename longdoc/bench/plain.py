@@ -2,7 +2,7 @@
 script runs them, and the batched-inference table.
 
 A user's script imports longdoc, builds the models and calls them; nothing is preloaded, and memory
-is handled as importing the model sets it (longdoc.cpu_memory). Here every model is built once per
+is handled as the `longdoc` command sets it (longdoc.cpu_memory). Here every model is built once per
 length, then each round times every model's forward and then its forward+backward in turn, so that
 load on the machine falls on all of them alike; the first round is a warm-up. Each peer reads the
 same L-token document our encoder reads as L long tokens plus G global ones. The matmul baseline is
@@ -34,7 +34,7 @@ LONG_TOKENS_PER_GLOBAL = 16
 
 def run_plain(settings: BenchSettings, progress: Callable[[Measurement], None] | None = None) -> BenchResult:
     """Every (variant, length, mode) of `settings` and the matmul baseline, interleaved in this process."""
-    allocator = configure_allocator()  # what importing the model does; the matmul runs under it too
+    allocator = configure_allocator()  # what the `longdoc` command does; the matmul runs under it too
     if settings.threads:
         torch.set_num_threads(settings.threads)
     time_matmul, matmul_seconds = matmul_timer(settings), []

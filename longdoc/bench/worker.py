@@ -95,8 +95,8 @@ def measure_matmul(settings: BenchSettings) -> MatmulMeasurement:
 
 def main() -> int:
     """Request: {"job": Job.to_dict()} or {"matmul": BenchSettings.to_dict()}."""
-    # The run's allocator (LONGDOC_ALLOCATOR in this process's environment) for peers too, before
-    # any model is built: a peer's process does not import our model, which would otherwise set it.
+    # The run's allocator (LONGDOC_ALLOCATOR in this process's environment), before any model is
+    # built, ours or a peer's.
     configure_allocator()
     request = json.loads(sys.stdin.read())
     job = Job.from_dict(request["job"]) if "job" in request else None

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from longdoc.errors import InputError
+from longdoc.model.cache import cache_dir  # (the one rule for the cache folder)
 
 
 def minilm_path() -> Path:
@@ -23,11 +24,6 @@ def default_tokenizer():
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     return AutoTokenizer.from_pretrained(minilm_path())
-
-
-def cache_dir() -> Path:
-    """Where longdoc keeps what it builds once: $LONGDOC_CACHE, else ~/.cache/longdoc."""
-    return Path(os.environ.get("LONGDOC_CACHE") or Path.home() / ".cache" / "longdoc")
 
 
 def lifted_minilm_folder(options) -> Path:

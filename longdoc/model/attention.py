@@ -34,16 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from longdoc.cpu_memory import configure_allocator
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model import kernels
 from longdoc.model.dropout import Dropout, keep_mask, kept_scale
 from longdoc.model.linear import Linear
 from longdoc.model.side_inputs import RelativeIdLayout, SideInputs
-
-# Training at 4k tokens is 2x slower when freed 40-100 MB tensors go back to the kernel; every
-# process that builds the model keeps them instead (opt out: LONGDOC_ALLOCATOR=system).
-configure_allocator()
 
 
 @dataclass
@@ -58,9 +53,9 @@ class AttentionCarry:
 class Workspace:
     """Big buffers handed from layer to layer within one forward pass, when nothing needs them kept.
 
-    A fresh tensor of 40-100 MB costs more in page faults than the arithmetic done in it (measured
-    at 4k tokens on CPU: a concatenation into a fresh tensor 25x slower than into an existing one,
-    an add or a softmax 3-4x). Without autograd nothing a layer computes outlives the next layer, so
+    A fresh tensor of 40-100 MB costs more in page faults than the arithmetic done in it (at 4k
+    tokens on CPU, a concatenation, an add or a softmax into a fresh tensor runs several times slower
+    than into an existing one). Without autograd nothing a layer computes outlives the next layer, so
     each layer gives its big tensors back here and the next one takes them. With autograd
     (`reuse=False`) every tensor may be saved for backward: `take` gives None, which every op below
     reads as "allocate a fresh result" (`out=None`), so both modes run the same code.
@@ -106,8 +101,8 @@ class _MaskedSoftmax(torch.autograd.Function):
     def backward(ctx, grad_probs: Tensor):
         (probs,) = ctx.saved_tensors
         # No public op computes the softmax's backward from its output in one kernel; written out
-        # with public ops, probs * (grad - (grad * probs).sum(-1, keepdim=True)) took 2.7-3x as long
-        # (165 against 55-60 ms on a 4096-token long-softmax tensor, 2 CPU threads, contended).
+        # with public ops, probs * (grad - (grad * probs).sum(-1, keepdim=True)) takes several times
+        # as long.
         grad_scores = torch.ops.aten._softmax_backward_data(grad_probs, probs, -1, probs.dtype)
         if ctx.scale != 1.0:
             grad_scores = grad_scores * ctx.scale
@@ -179,6 +174,17 @@ def _query_rows(tensor: Tensor | None, batch: int, num_queries: int) -> Tensor |
     return None if tensor is None else tensor.view(batch, -1, num_queries, tensor.shape[-1])
 
 
+def _kernel_keys(own_qkv: Tensor, other_qkv: Tensor, attention: _KernelAttention) -> dict:
+    """The queries and keys of one softmax, as every kernel takes them (views [B, h, N, d]): the
+    queries of `own_qkv`, its keys and values first (with `window_block` b: the window of 3b keys
+    around each block of b queries), then all of `other_qkv`'s."""
+    query, first_keys, first_values = _head_views(own_qkv, attention.num_heads)
+    _, second_keys, second_values = _head_views(other_qkv, attention.num_heads)
+    return dict(query=query, query_scale=1.0 / math.sqrt(query.shape[-1]), first_keys=first_keys,
+                first_values=first_values, window_block=attention.block_size, second_keys=second_keys,
+                second_values=second_values)
+
+
 class CompiledSoftmax(torch.autograd.Function):
     """One softmax from projections to context in the compiled kernels (CPU float32; see
     longdoc.model.kernels): the queries of `own_qkv` [B, Nq, 3H] over the first keys (its own) and
@@ -201,8 +207,6 @@ class CompiledSoftmax(torch.autograd.Function):
         for_backward = attention.records_graph and any(ctx.needs_input_grad[:6])
         # The kernel applies dropout to the weights it keeps: kept in train mode without autograd too.
         keeps_weights = for_backward or attention.drop_probability > 0
-        query, first_keys, first_values = _head_views(own_qkv, heads)
-        _, second_keys, second_values = _head_views(other_qkv, heads)
         scores_shape = torch.Size((batch, heads, *attention.mask_bias.shape[2:]))
         summed = None
         if attention.keep_summed or (for_backward and talking):  # (talking heads' backward reads them)
@@ -216,15 +220,16 @@ class CompiledSoftmax(torch.autograd.Function):
         # Per-head tensors as [B, h, Nq, N]; the ids and the mask, shared by the heads, as [B, Nq, N].
         rows = functools.partial(_query_rows, batch=batch, num_queries=num_queries)
         shared = lambda tensor: None if tensor is None else tensor.view(batch, num_queries, -1)
-        arguments = (query, 1.0 / math.sqrt(query.shape[-1]), first_keys, first_values, attention.block_size,
-                     second_keys, second_values, rows(relative), shared(attention.relative_ids), rows(carried),
-                     shared(attention.mask_bias), attention.scale)
-        outputs = (rows(keep), keep_scale, rows(summed), rows(probs), context.transpose(1, 2))
+        arguments = dict(
+            _kernel_keys(own_qkv, other_qkv, attention), relative=rows(relative), ids=shared(attention.relative_ids),
+            carried=rows(carried), mask_bias=shared(attention.mask_bias), scale=attention.scale, keep=rows(keep),
+            keep_scale=keep_scale, summed_out=rows(summed), probs_out=rows(probs), context_out=context.transpose(1, 2),
+            key_ranges=attention.key_ranges,
+        )
         if talking:
-            kernels.compiled().talking_heads_forward(*arguments, pre.contiguous(), post.contiguous(), *outputs,
-                                                     attention.key_ranges)
+            kernels.compiled().talking_heads_forward(**arguments, pre=pre.contiguous(), post=post.contiguous())
         else:
-            kernels.compiled().attention_forward(*arguments, *outputs, attention.key_ranges)
+            kernels.compiled().attention_forward(**arguments)
         if for_backward:
             ctx.save_for_backward(own_qkv, other_qkv, probs, keep, summed if talking else None, pre, post)
             ctx.attention, ctx.keep_scale = attention, keep_scale
@@ -237,28 +242,26 @@ class CompiledSoftmax(torch.autograd.Function):
         attention, heads = ctx.attention, ctx.attention.num_heads
         batch, num_queries, _ = own_qkv.shape
         grad_own, grad_other = torch.zeros_like(own_qkv), torch.zeros_like(other_qkv)
-        query, first_keys, first_values = _head_views(own_qkv, heads)
-        _, second_keys, second_values = _head_views(other_qkv, heads)
-        grads = (*_head_views(grad_own, heads), *_head_views(grad_other, heads)[1:])  # q, k1, v1, k2, v2
+        grad_query, grad_first_keys, grad_first_values = _head_views(grad_own, heads)
+        _, grad_second_keys, grad_second_values = _head_views(grad_other, heads)
         grad_scores = torch.empty_like(probs)
         rows = functools.partial(_query_rows, batch=batch, num_queries=num_queries)
-        grad_context = grad_context.contiguous().view(batch, num_queries, heads, -1).transpose(1, 2)
-        grad_summed = rows(None if grad_summed is None else grad_summed.contiguous())
-        keys = (query, 1.0 / math.sqrt(query.shape[-1]), first_keys, first_values, attention.block_size, second_keys,
-                second_values)
+        arguments = dict(
+            _kernel_keys(own_qkv, other_qkv, attention), probs=rows(probs), keep=rows(keep),
+            keep_scale=ctx.keep_scale,
+            grad_context=grad_context.contiguous().view(batch, num_queries, heads, -1).transpose(1, 2),
+            grad_summed=rows(None if grad_summed is None else grad_summed.contiguous()), scale=attention.scale,
+            grad_scores_out=rows(grad_scores), grad_query=grad_query, grad_first_keys=grad_first_keys,
+            grad_first_values=grad_first_values, grad_second_keys=grad_second_keys,
+            grad_second_values=grad_second_values, key_ranges=attention.key_ranges,
+        )
         grad_pre = grad_post = None
         if pre is None:
-            kernels.compiled().attention_backward(
-                *keys, rows(probs), rows(keep), ctx.keep_scale, grad_context, grad_summed, attention.scale,
-                rows(grad_scores), *grads, attention.key_ranges,
-            )
+            kernels.compiled().attention_backward(**arguments)
         else:
             grad_pre, grad_post = torch.zeros_like(pre), torch.zeros_like(post)
-            kernels.compiled().talking_heads_backward(
-                *keys, rows(probs), rows(summed), rows(keep), ctx.keep_scale, pre.contiguous(), post.contiguous(),
-                grad_context, grad_summed, attention.scale, rows(grad_scores), grad_pre, grad_post, *grads,
-                attention.key_ranges,
-            )
+            kernels.compiled().talking_heads_backward(**arguments, summed=rows(summed), pre=pre.contiguous(),
+                                                      post=post.contiguous(), grad_pre=grad_pre, grad_post=grad_post)
         grad_relative = None
         if ctx.relative_shape is not None and ctx.needs_input_grad[2]:
             grad_relative = relative_gradient(grad_scores, attention.relative_ids, attention.links, attention.layout,
@@ -430,8 +433,8 @@ class GlobalLocalAttention(nn.Module):
     def _forward_compiled(
         self, long_qkv: Tensor, global_qkv: Tensor, side: SideInputs, carry: AttentionCarry, layer_number: int
     ) -> tuple[Tensor, Tensor, AttentionCarry]:
-        """`forward` on CPU in float32 without talking heads: each softmax whole in one compiled kernel
-        (`CompiledSoftmax`)."""
+        """`forward` on CPU in float32: each softmax whole, talking heads included, in one compiled
+        kernel (`CompiledSoftmax`)."""
         long_context, long_scores = self._attend_compiled(
             long_qkv, global_qkv, side.block_size, self.long_softmax, side.long_mask_bias,
             side.long_relative_ids, side, carry.long_scores, layer_number, key_ranges=None,
@@ -515,8 +518,8 @@ class GlobalLocalAttention(nn.Module):
         if relative is not None:
             buffer = workspace.take((softmax.name, "relative"), shape, query)
             picked = PickRelative.apply(relative, relative_ids, side.links, side.relative_layout, block_size, buffer)
-            # A plain matmul then an add: measured 1.5x faster than baddbmm_ accumulating into the
-            # picked terms (beta = 1 slows MKL's small batched gemms more than the extra pass costs).
+            # A plain matmul then an add: measured faster than baddbmm_ accumulating into the picked
+            # terms (beta = 1 slows MKL's small batched gemms more than the extra pass costs).
             scores.add_(picked)
             workspace.give((softmax.name, "relative"), picked)
         if carried is not None:
@@ -592,7 +595,7 @@ class GlobalLocalAttention(nn.Module):
         """Mix [B, h, ...] across heads with mixing [h_out, h_in]: one batched matmul over the
         flattened pairs. bmm with the mixing expanded over the batch, not matmul(2-D, 3-D): that
         one computes (values^T mixing^T)^T and copies its [pairs, h] result back across the heads'
-        stride, which took 3-4x the matmul itself at 4096 tokens."""
+        stride, which costs more than the matmul itself."""
         batch, heads = values.shape[:2]
         mixing = mixing.expand(batch, *mixing.shape)
         flat_out = None if out is None else out.view(batch, heads, -1)

@@ -1,10 +1,8 @@
 """The encoder's float32 CPU products on the faster of the GEMMs torch's CPU build carries.
 
 F.linear calls torch's BLAS, MKL on x86, which keeps to its AVX2 code on CPUs not made by Intel.
-torch also carries oneDNN, which picks its code by instruction set alone. On an AMD EPYC (Zen 5,
-AVX-512, 2 cores) a 4096 x 384 by 384 x 1536 product took 22.4 ms through F.linear and 10.0 ms through
-oneDNN; the bench model's forward at 4096 tokens went from 0.689 to 0.438 s and its forward+backward
-from 2.46 to 1.59 s (interleaved in one process). On Intel CPUs MKL is as fast, and stays.
+torch also carries oneDNN, which picks its code by instruction set alone, and so runs the encoder's
+products faster on such CPUs when they have AVX-512. On Intel CPUs MKL is as fast, and stays.
 
 `backend()` is the process's choice, from LONGDOC_GEMM: "auto" (the default: "onednn" on x86 CPUs
 not made by Intel, "blas" elsewhere), "onednn" or "blas". With "onednn", `Linear` (nn.Linear: the
@@ -32,7 +30,7 @@ AUTO, ONEDNN, BLAS = "auto", "onednn", "blas"
 # Activations oneDNN applies to the product as it writes it: name -> (its post-op, its algorithm).
 _ONEDNN_ACTIVATIONS = {"gelu": ("gelu", "none"), "relu": ("relu", "")}  # "none": erf's gelu, as ACT2FN's
 # Activations that may overwrite their input when nothing is kept for a backward: writing a fresh
-# [L, 4H] tensor costs more than the activation itself (a 4096-token forward took 1.5% less in place).
+# [L, 4H] tensor costs more than the activation itself.
 _IN_PLACE_ACTIVATIONS = {"gelu": torch.ops.aten.gelu_, "relu": torch.relu_}
 
 

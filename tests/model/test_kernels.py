@@ -218,7 +218,6 @@ def test_inference_keeps_no_weights_for_a_backward(kernel, monkeypatch, talking_
     # A custom autograd function sees ctx.needs_input_grad True for parameters under no_grad too:
     # the kernels must still be handed no weights to keep (probs_out) there, and some with autograd.
     forward_name = "talking_heads_forward" if talking_heads else "attention_forward"
-    probs_position = 17 if talking_heads else 15  # (arguments, [pre, post], keep, keep_scale, summed, probs)
     handed = []
 
     class Spy:
@@ -226,7 +225,7 @@ def test_inference_keeps_no_weights_for_a_backward(kernel, monkeypatch, talking_
             function = getattr(kernel, name)
             if name != forward_name:
                 return function
-            return lambda *arguments: handed.append(arguments[probs_position]) or function(*arguments)
+            return lambda **arguments: handed.append(arguments["probs_out"]) or function(**arguments)
 
     monkeypatch.setattr(kernels, "compiled", lambda: Spy())
     monkeypatch.setenv(kernels.ENVIRONMENT_VARIABLE, "1")
@@ -317,3 +316,41 @@ def test_the_kernel_takes_its_products_from_the_process_gemm_setting(kernel, set
     assert run.returncode == 0, run.stderr[-2000:]
     built_with_avx512 = "-mavx512f" in kernels._compile_flags()
     assert run.stdout.split()[-1] == str(setting == "onednn" and built_with_avx512)
+
+
+def one_softmax(**changes) -> dict:
+    """attention_forward's arguments for one small softmax (then `changes`): 5 queries of 2 heads
+    (d = 8) over all of 3 first keys and 4 second keys, the weights kept."""
+    generator = torch.Generator().manual_seed(0)
+    rows = lambda length: torch.randn(1, 2, length, 8, generator=generator)
+    arguments = dict(query=rows(5), query_scale=0.5, first_keys=rows(3), first_values=rows(3), window_block=0,
+                     second_keys=rows(4), second_values=rows(4), relative=None, ids=None, carried=None,
+                     mask_bias=torch.zeros(1, 5, 7), scale=1.0, keep=None, keep_scale=1.0, summed_out=None,
+                     probs_out=torch.empty(1, 2, 5, 7), context_out=torch.empty(1, 2, 5, 8), key_ranges=None)
+    return {**arguments, **changes}
+
+
+def test_the_kernel_takes_its_arguments_by_name_and_says_which_is_wrong(kernel):
+    arguments = one_softmax()
+    arguments["mask_bias"][0, :, 6] = -10000.0  # the last second key masked
+    kernel.attention_forward(**arguments)
+    keys = torch.cat([arguments["first_keys"], arguments["second_keys"]], 2)
+    values = torch.cat([arguments["first_values"], arguments["second_values"]], 2)
+    probs = torch.softmax(0.5 * arguments["query"] @ keys.transpose(-1, -2) + arguments["mask_bias"][:, None], -1)
+    torch.testing.assert_close(arguments["probs_out"], probs)
+    torch.testing.assert_close(arguments["context_out"], probs @ values)
+
+    with pytest.raises(TypeError):  # no binding by position
+        kernel.attention_forward(*arguments.values())
+    with pytest.raises(TypeError):  # nor under a name the kernel does not have
+        kernel.attention_forward(**{"queries" if name == "query" else name: value for name, value in arguments.items()})
+    swapped = one_softmax()
+    swapped["first_values"], swapped["second_values"] = swapped["second_values"], swapped["first_values"]
+    with pytest.raises(RuntimeError, match=r"keys and values differ in length: first_keys \[1, 2, 3, 8\], "
+                                           r"first_values \[1, 2, 4, 8\]"):
+        kernel.attention_forward(**swapped)
+    with pytest.raises(RuntimeError, match=r"mask_bias must be \[B, M, N\] = \[1, 5, 7\], not \[1, 5, 6\]"):
+        kernel.attention_forward(**one_softmax(mask_bias=torch.zeros(1, 5, 6)))
+    with pytest.raises(RuntimeError, match="ids must be Int, not Long"):
+        kernel.attention_forward(**one_softmax(relative=torch.zeros(1, 2, 5, 3),
+                                               ids=torch.zeros(1, 5, 7, dtype=torch.long)))

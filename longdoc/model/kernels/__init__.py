@@ -1,17 +1,17 @@
 """Compiled CPU kernels of the attention, built on first use and cached.
 
-`attention.cpp` runs each softmax of the attention whole, projections to context, forward and
-backward (see the file), for `CompiledSoftmax` in longdoc.model.attention. It is compiled with
-torch's C++ extension tools (a C++ compiler and ninja; both are on most Linux machines, and
-`pip install ninja` adds ninja) the first time a process needs it, about a minute on 2 cores, into
-$LONGDOC_CACHE/kernels (default ~/.cache/longdoc/kernels), one folder per source, flags and torch
-version, so later processes load it at once.
-
-Their small products (q k^T, weights @ values) call BLAS's sgemm, or, where longdoc.model.linear
-chose oneDNN (LONGDOC_GEMM; by default on x86 CPUs not made by Intel, where MKL keeps to AVX2), the
-kernel's own AVX-512 code: on the bench model at 4096 tokens (AMD EPYC, Zen 5, 2 cores), against
-sgemm, forward 0.453 -> 0.389 s and forward+backward 1.61 -> 1.41 s; with talking heads 0.529 ->
-0.451 s and 1.94 -> 1.74 s (medians, interleaved in one process).
+They run each softmax of the attention whole, projections to context, forward and backward, for
+`CompiledSoftmax` in longdoc.model.attention. The sources, one file per job:
+- attention.h: what the forward and the backward share (the scheme, operand shapes and checks);
+- forward.cpp, backward.cpp: the plain and the talking-heads softmax, each way;
+- products.h, products.cpp: their small products (q k^T, weights @ values) on BLAS's sgemm, or,
+  where longdoc.model.linear chose oneDNN (LONGDOC_GEMM; by default on x86 CPUs not made by Intel,
+  where MKL keeps to AVX2), on the kernels' own AVX-512 code;
+- binding.cpp: the Python module, whose entry points take keyword arguments only.
+They are compiled with torch's C++ extension tools (a C++ compiler and ninja; both are on most
+Linux machines, and `pip install ninja` adds ninja) the first time a process needs them, into
+$LONGDOC_CACHE/kernels (default ~/.cache/longdoc/kernels), one folder per sources, flags and torch
+version, so later processes load them at once.
 
 Turn them off with LONGDOC_KERNELS=0: the attention then runs its eager PyTorch path, which gives the
 same results (tests/model/test_kernels.py holds them together) more slowly on CPU. Where the
@@ -28,9 +28,12 @@ from pathlib import Path
 import torch
 
 from longdoc.model import linear
+from longdoc.model.cache import cache_dir
 
 ENVIRONMENT_VARIABLE = "LONGDOC_KERNELS"
-SOURCE = Path(__file__).with_name("attention.cpp")
+FOLDER = Path(__file__).parent
+SOURCES = tuple(FOLDER / name for name in ("forward.cpp", "backward.cpp", "products.cpp", "binding.cpp"))
+HEADERS = tuple(FOLDER / name for name in ("attention.h", "products.h"))
 _FAILURE_MARKS = ("error:", "not found", "No such file", "Permission denied")
 
 
@@ -41,7 +44,7 @@ def enabled() -> bool:
 def _compile_flags() -> list[str]:
     flags = ["-O3", "-fno-trapping-math", "-fopenmp"]  # no traps assumed: the exp loop vectorises
     capability = torch.backends.cpu.get_cpu_capability()  # what torch itself dispatches to on this CPU
-    if capability == "AVX512":  # (12% faster than AVX2 on the 4096-token long softmax, 2 threads)
+    if capability == "AVX512":  # (faster than AVX2 on the long softmax, and products.cpp's own products need it)
         flags += ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mfma", "-mprefer-vector-width=512"]
     elif capability == "AVX2":
         flags += ["-mavx2", "-mfma"]
@@ -58,10 +61,8 @@ def available_for(tensor: torch.Tensor) -> bool:
 def compiled():
     """The compiled module (`attention_forward`, `attention_backward`, the talking-heads variants),
     or None (after one warning) when it cannot be built."""
-    from longdoc.convert.pretrained import cache_dir
-
     flags = _compile_flags()
-    key = SOURCE.read_bytes() + " ".join(flags).encode() + torch.__version__.encode()
+    key = b"".join(path.read_bytes() for path in SOURCES + HEADERS) + " ".join(flags).encode() + torch.__version__.encode()
     digest = hashlib.sha256(key).hexdigest()[:12]
     build_directory = cache_dir() / "kernels" / f"attention-{digest}"
     name = f"longdoc_attention_{digest}"
@@ -72,7 +73,7 @@ def compiled():
         from torch.utils import cpp_extension
 
         build_directory.mkdir(parents=True, exist_ok=True)
-        module = cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=flags,
+        module = cpp_extension.load(name=name, sources=[str(path) for path in SOURCES], extra_cflags=flags,
                                     extra_ldflags=["-fopenmp"], build_directory=str(build_directory))
     except Exception as error:  # a missing compiler or ninja, a failed build: the eager path serves
         lines = str(error).strip().splitlines() or [type(error).__name__]
@@ -81,7 +82,7 @@ def compiled():
         warnings.warn(f"longdoc: the attention kernels could not be built ({reason.strip()}); using the eager "
                       f"PyTorch path (slower on CPU; {ENVIRONMENT_VARIABLE}=0 skips the attempt)", stacklevel=2)
         return None
-    # The attention's small products on the kernel's own AVX-512 code where the linear layers leave
+    # The attention's small products on the kernels' own AVX-512 code where the linear layers leave
     # BLAS for oneDNN: on CPUs where MKL keeps to its AVX2 code (a no-op in a build without AVX-512).
-    module.use_own_products(linear.backend() == linear.ONEDNN)
+    module.use_own_products(on=linear.backend() == linear.ONEDNN)
     return module
