@@ -24,6 +24,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from longdoc.convert.tf_checkpoint import TFCheckpoint, find_checkpoint
 from longdoc.convert.tf_conversion import (
     Conversion, Dropped, Rule, Tie, copy, dense_weight, fill, fused_bias, fused_weight,
@@ -32,6 +34,7 @@ from longdoc.errors import InputError
 from longdoc.io import read_json
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.side_inputs import RelativeIdLayout
 
 ETC_CONFIG_FILE = "etc_config.json"
 BERT_CONFIG_FILE = "bert_config.json"
@@ -159,6 +162,23 @@ def _feed_forward(target: str, source: str) -> list[Rule]:
     return _dense(f"{target}.intermediate", f"{source}/dense_layers/layer_0") + _dense(f"{target}.output", f"{source}/dense_layers/layer_1")
 
 
+def _relative_rows(layout: RelativeIdLayout):
+    """etcmodel's relative table [R, ...] -> longdoc's: the same ids but the two long-global ones.
+    etcmodel's input code (input_utils.make_global_local_transformer_side_inputs) gives a pair
+    2k+1 + (1 if the long token belongs to the global one else 0): unlinked 2k+1, linked 2k+2;
+    longdoc's RelativeIdLayout has linked 2k+1, unlinked 2k+2. Swapping the two rows makes every
+    pair read the row etcmodel read for it."""
+    etc_unlinked, etc_linked = 2 * layout.max_distance + 1, 2 * layout.max_distance + 2
+
+    def combine(values: list[np.ndarray]) -> np.ndarray:
+        (table,) = values
+        rows = np.arange(len(table))
+        rows[[layout.linked, layout.unlinked]] = [etc_linked, etc_unlinked]
+        return table[rows]
+
+    return combine
+
+
 def _tie_projection(kept: str, dropped: str, attention: str, reason: str) -> list[Tie]:
     return [Tie(f"{attention}/{kept}/linear/{part}", f"{attention}/{dropped}/linear/{part}", reason)
             for part in ("kernel", "bias")]
@@ -194,9 +214,10 @@ def etc_rules(config: GlobalLocalConfig, share_kv_projections: bool) -> tuple[li
                                             "longdoc projects global tokens with one projection for both softmaxes")
                     ties += _tie_projection(f"l2l_{kind}_projection", f"g2l_{kind}_projection", attention,
                                             "longdoc projects long tokens with one projection for both softmaxes")
+        relative_rows = _relative_rows(RelativeIdLayout(config.max_relative_distance))
         for stream, table in (("long", "long_qkv_attention/qkv_relative_attention"), ("global", "global_qkv_attention")):
-            rules += [Rule(f"{target}.attention.{stream}_softmax.relative_key", (f"{attention}/{table}/relative_emb_table",), copy),
-                      Rule(f"{target}.attention.{stream}_softmax.relative_bias", (f"{attention}/{table}/relative_bias_table",), copy)]
+            rules += [Rule(f"{target}.attention.{stream}_softmax.relative_key", (f"{attention}/{table}/relative_emb_table",), relative_rows),
+                      Rule(f"{target}.attention.{stream}_softmax.relative_bias", (f"{attention}/{table}/relative_bias_table",), relative_rows)]
         rules += _dense(f"{target}.attention.long_output", f"{attention}/long_output_projection")
         if not config.share_attention_output:
             rules += _dense(f"{target}.attention.global_output", f"{attention}/global_output_projection")
