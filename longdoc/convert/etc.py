@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from longdoc.convert.tf_checkpoint import TFCheckpoint, find_checkpoint
+from longdoc.convert.lift import _refuse_existing as refuse_existing
 from longdoc.convert.tf_conversion import (
     Conversion, Dropped, Rule, Tie, copy, dense_weight, fill, fused_bias, fused_weight,
 )
@@ -278,3 +279,88 @@ def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progr
     conversion = fill(checkpoint, rules, ties, OPTIMIZER_STATE, shapes, "ETC", progress=progress)
     model.load_state_dict(conversion.state, strict=True)
     return ConvertedEtc(model, conversion, checkpoint, source_config)
+
+
+def conversion_summary(family: str, source: Path, out: Path, checkpoint: TFCheckpoint, conversion: Conversion,
+                       vocabulary: Path, heads: list[str]) -> dict:
+    """What `longdoc convert --json` prints, and what the model card lists."""
+    return {
+        "family": family,
+        "source": str(source),
+        "checkpoint": checkpoint.prefix.name,
+        "out": str(out),
+        "vocabulary": vocabulary.name,
+        "variables_read": len(conversion.read),
+        "bytes_read": sum(checkpoint.entries[name].size for name in conversion.read),
+        "parameters": len(conversion.state),
+        "pretraining_heads": heads,
+        "tied": [{"kept": tie.kept, "dropped": tie.dropped, "because": tie.reason} for tie in conversion.tied],
+        "dropped": conversion.dropped,
+    }
+
+
+def model_card(title: str, summary: dict, source_config: dict, config_file: str, notes: str) -> str:
+    config_rows = "\n".join(f"| `{key}` | `{json.dumps(value)}` |" for key, value in sorted(source_config.items()))
+    tied = "\n".join(f"- `{tie['dropped']}` = `{tie['kept']}` ({tie['because']})" for tie in summary["tied"]) or "- none"
+    reasons: dict[str, int] = {}
+    for reason in summary["dropped"].values():
+        reasons[reason] = reasons.get(reason, 0) + 1
+    dropped = "\n".join(f"- {count} variable(s): {reason}" for reason, count in reasons.items()) or "- none"
+    heads = ", ".join(f"`{name}`" for name in summary["pretraining_heads"]) or "none"
+    return f"""# {title}
+
+A longdoc global-local encoder converted by `longdoc convert {summary['family']}` from Google's TF checkpoint
+`{summary['checkpoint']}` in `{summary['source']}` ({summary['variables_read']} variables,
+{summary['bytes_read']:,} bytes read; vocabulary `{summary['vocabulary']}`).
+
+{notes}
+
+## Source config (`{config_file}`)
+
+| field | value |
+| --- | --- |
+{config_rows}
+
+## Variables held as one parameter (checked equal)
+{tied}
+
+## Variables not converted
+{dropped}
+
+Pretraining heads converted: {heads}.
+
+## Use
+
+```python
+from transformers import AutoTokenizer
+from longdoc import GlobalLocalModel
+
+model = GlobalLocalModel.from_pretrained("{title}")
+tokenizer = AutoTokenizer.from_pretrained("{title}")
+```
+"""
+
+
+ETC_NOTES = """The encoder computes what etcmodel's `EtcModel` computes on the same inputs: relative ids as
+etcmodel's `input_utils` builds them (longdoc's linked/unlinked long-global ids are etcmodel's swapped,
+and the relative tables' two rows are swapped to match), long tokens of token type 1 and global
+tokens of type 0 (etcmodel's defaults when no segment ids are given), `hard_g2l` as the checkpoint
+was trained. Residual attention and talking heads are off: ETC has neither."""
+
+
+def convert_etc(folder: str | Path, out: str | Path, lengths: LengthOptions = LengthOptions(),
+                vocab: str | Path | None = None, lower_case: bool = True, progress: bool = False) -> dict:
+    """Convert the ETC checkpoint folder `folder` into the longdoc model folder `out` (written
+    atomically); returns the conversion summary."""
+    from longdoc.convert.tf_conversion import read_vocabulary, save_converted
+    from longdoc.train.pretraining import HEADS_FILE
+
+    folder, out = Path(folder), Path(out)
+    refuse_existing(out)
+    converted = read_etc(folder, lengths, progress=progress)
+    tokenizer, vocabulary = read_vocabulary(folder, None if vocab is None else Path(vocab), lower_case,
+                                            lengths.long_max_len, converted.model.config.vocab_size)
+    summary = conversion_summary("etc", folder, out, converted.checkpoint, converted.conversion, vocabulary, [])
+    card = model_card(out.name, summary, converted.source_config, ETC_CONFIG_FILE, ETC_NOTES)
+    save_converted(out, converted.model, tokenizer, card, None, HEADS_FILE)
+    return summary

@@ -163,3 +163,42 @@ def write_model_folder(out: Path, write: Callable[[Path], None]) -> Path:
         shutil.rmtree(building, ignore_errors=True)
         raise
     return out
+
+
+def read_vocabulary(folder: Path, vocab: Path | None, lower_case: bool, max_length: int, vocab_size: int):
+    """The WordPiece tokenizer of a Google checkpoint folder: `vocab` if given, else the folder's
+    vocab.txt or its only *vocab*.txt; BERT's basic tokenization, lower-cased or not."""
+    from transformers import BertTokenizerFast
+
+    if vocab is None:
+        candidates = [folder / "vocab.txt"] if (folder / "vocab.txt").is_file() else sorted(folder.glob("*vocab*.txt"))
+        pieces = sorted(folder.glob("*.model"))
+        if len(candidates) != 1:
+            found = ", ".join(path.name for path in candidates + pieces) or "none"
+            hint = (" SentencePiece vocabularies (*.model) are not converted yet." if pieces and not candidates else "")
+            raise InputError(f"{folder}: expected one WordPiece vocabulary (vocab.txt or *vocab*.txt), found: {found}; "
+                             f"name it with --vocab.{hint}")
+        vocab = candidates[0]
+    if not vocab.is_file():
+        raise InputError(f"--vocab {vocab}: not a file")
+    tokenizer = BertTokenizerFast(vocab_file=str(vocab), do_lower_case=lower_case, model_max_length=max_length)
+    if len(tokenizer) > vocab_size:
+        raise InputError(f"{vocab}: {len(tokenizer)} tokens, but the checkpoint's embeddings have {vocab_size} rows "
+                         "(a vocabulary of another model)")
+    return tokenizer, vocab
+
+
+def save_converted(out: Path, model, tokenizer, card: str, heads: dict[str, torch.Tensor] | None,
+                   heads_file: str) -> Path:
+    """Write model (safetensors + config.json), tokenizer, model card and the pretraining heads
+    (if any) to `out`, atomically."""
+    from safetensors.torch import save_file
+
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        if heads:
+            save_file({name: value.contiguous() for name, value in heads.items()}, str(folder / heads_file))
+        (folder / "README.md").write_text(card, encoding="utf-8")
+
+    return write_model_folder(out, write)
