@@ -29,7 +29,8 @@ import numpy as np
 from longdoc.convert.tf_checkpoint import TFCheckpoint, find_checkpoint
 from longdoc.convert.lift import _refuse_existing as refuse_existing
 from longdoc.convert.tf_conversion import (
-    Conversion, Dropped, Rule, Tie, copy, dense_weight, fill, fused_bias, fused_weight,
+    ACTIVATIONS, OPTIMIZER_STATE, Conversion, Rule, Tie, conversion_summary, copy, dense_weight, fill, fused_bias,
+    fused_weight, model_card,
 )
 from longdoc.errors import InputError
 from longdoc.io import read_json
@@ -50,19 +51,6 @@ ETC_DEFAULTS = dict(
     share_kv_projections=False, share_qkv_projections=True, share_att_output_projection=False,
     use_pre_activation_order=False, use_hard_g2l_mask=False, use_hard_l2g_mask=False, grad_checkpointing_period=0,
 )
-
-# etcmodel's and RealFormer's "gelu" is the tanh approximation (tensor_utils.gelu), which is
-# transformers' "gelu_new"; longdoc's "gelu" is the exact erf form.
-ACTIVATIONS = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh"}
-
-# Optimizer state and the step counter: not model weights. etcmodel trains with LAMB
-# (`VAR/lamb_m`, `VAR/lamb_v`); BERT-style code with Adam (`VAR/adam_m`, `VAR/adam_v`, or TF's
-# `VAR/Adam`, `VAR/Adam_1`, `beta1_power`, `beta2_power`).
-OPTIMIZER_STATE = [
-    Dropped(r".+/(lamb|adam)_[mv]|.+/Adam(_1)?|beta[12]_power", "optimizer state (LAMB/Adam moments), not a weight"),
-    Dropped(r"global_step", "the training step counter, not a weight"),
-]
-
 
 @dataclass(frozen=True)
 class LengthOptions:
@@ -281,71 +269,13 @@ def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progr
     return ConvertedEtc(model, conversion, checkpoint, source_config)
 
 
-def conversion_summary(family: str, source: Path, out: Path, checkpoint: TFCheckpoint, conversion: Conversion,
-                       vocabulary: Path, heads: list[str]) -> dict:
-    """What `longdoc convert --json` prints, and what the model card lists."""
-    return {
-        "family": family,
-        "source": str(source),
-        "checkpoint": checkpoint.prefix.name,
-        "out": str(out),
-        "vocabulary": vocabulary.name,
-        "variables_read": len(conversion.read),
-        "bytes_read": sum(checkpoint.entries[name].size for name in conversion.read),
-        "parameters": len(conversion.state),
-        "pretraining_heads": heads,
-        "tied": [{"kept": tie.kept, "dropped": tie.dropped, "because": tie.reason} for tie in conversion.tied],
-        "dropped": conversion.dropped,
-    }
-
-
-def model_card(title: str, summary: dict, source_config: dict, config_file: str, notes: str) -> str:
-    config_rows = "\n".join(f"| `{key}` | `{json.dumps(value)}` |" for key, value in sorted(source_config.items()))
-    tied = "\n".join(f"- `{tie['dropped']}` = `{tie['kept']}` ({tie['because']})" for tie in summary["tied"]) or "- none"
-    reasons: dict[str, int] = {}
-    for reason in summary["dropped"].values():
-        reasons[reason] = reasons.get(reason, 0) + 1
-    dropped = "\n".join(f"- {count} variable(s): {reason}" for reason, count in reasons.items()) or "- none"
-    heads = ", ".join(f"`{name}`" for name in summary["pretraining_heads"]) or "none"
-    return f"""# {title}
-
-A longdoc global-local encoder converted by `longdoc convert {summary['family']}` from Google's TF checkpoint
-`{summary['checkpoint']}` in `{summary['source']}` ({summary['variables_read']} variables,
-{summary['bytes_read']:,} bytes read; vocabulary `{summary['vocabulary']}`).
-
-{notes}
-
-## Source config (`{config_file}`)
-
-| field | value |
-| --- | --- |
-{config_rows}
-
-## Variables held as one parameter (checked equal)
-{tied}
-
-## Variables not converted
-{dropped}
-
-Pretraining heads converted: {heads}.
-
-## Use
-
-```python
-from transformers import AutoTokenizer
-from longdoc import GlobalLocalModel
-
-model = GlobalLocalModel.from_pretrained("{title}")
-tokenizer = AutoTokenizer.from_pretrained("{title}")
-```
-"""
-
-
-ETC_NOTES = """The encoder computes what etcmodel's `EtcModel` computes on the same inputs: relative ids as
-etcmodel's `input_utils` builds them (longdoc's linked/unlinked long-global ids are etcmodel's swapped,
-and the relative tables' two rows are swapped to match), long tokens of token type 1 and global
-tokens of type 0 (etcmodel's defaults when no segment ids are given), `hard_g2l` as the checkpoint
-was trained. Residual attention and talking heads are off: ETC has neither."""
+ETC_NOTES = """The encoder computes what etcmodel's `EtcModel` computes for rows that hold one example each, with
+etcmodel's relative ids (`input_utils`: longdoc's linked/unlinked long-global ids are etcmodel's
+swapped, and so are the two rows of each relative table here), `hard_g2l` as the checkpoint was
+trained, and etcmodel's token types when none are given: 1 for long tokens, 0 for global ones (pass
+them explicitly: longdoc's default is 0 for both). Several examples packed in one row (etcmodel's
+example ids) have no counterpart in longdoc's encoder. Residual attention and talking heads are off:
+ETC has neither."""
 
 
 def convert_etc(folder: str | Path, out: str | Path, lengths: LengthOptions = LengthOptions(),

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch
 
-from longdoc.convert.etc import (
-    ACTIVATIONS, BERT_CONFIG_FILE, ETC_CONFIG_FILE, OPTIMIZER_STATE, checkpoint_family, conversion_summary,
-    model_card, refuse_existing,
-)
+from longdoc.convert.etc import BERT_CONFIG_FILE, ETC_CONFIG_FILE, checkpoint_family, refuse_existing
 from longdoc.convert.tf_checkpoint import TFCheckpoint, find_checkpoint
-from longdoc.convert.tf_conversion import Dropped, Rule, copy, dense_weight, fill, fused_bias, fused_weight
+from longdoc.convert.tf_conversion import (
+    ACTIVATIONS, OPTIMIZER_STATE, Dropped, Rule, conversion_summary, copy, dense_weight, fill, fused_bias, fused_weight,
+    model_card,
+)
 from longdoc.errors import InputError
 from longdoc.io import read_json
 from longdoc.model.config import GlobalLocalConfig

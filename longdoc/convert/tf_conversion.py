@@ -16,6 +16,7 @@ builds the output beside its target and renames it into place, so nothing half-w
 under --out.
 """
 
+import json
 import os
 import re
 import shutil
@@ -31,6 +32,11 @@ from tqdm.auto import tqdm
 from longdoc.convert.lift import _readable_by_all, _refuse_existing
 from longdoc.convert.tf_checkpoint import TFCheckpoint
 from longdoc.errors import InputError
+
+
+# etcmodel's and RealFormer's "gelu" is the tanh approximation (tensor_utils.gelu), which is
+# transformers' "gelu_new"; longdoc's "gelu" is the exact erf form.
+ACTIVATIONS = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh"}
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,15 @@ class Dropped:
 
     pattern: str
     reason: str
+
+
+# Optimizer state and the step counter: not model weights. etcmodel trains with LAMB
+# (`VAR/lamb_m`, `VAR/lamb_v`); BERT-style code with Adam (`VAR/adam_m`, `VAR/adam_v`, or TF's
+# `VAR/Adam`, `VAR/Adam_1`, `beta1_power`, `beta2_power`).
+OPTIMIZER_STATE = [
+    Dropped(r".+/(lamb|adam)_[mv]|.+/Adam(_1)?|beta[12]_power", "optimizer state (LAMB/Adam moments), not a weight"),
+    Dropped(r"global_step", "the training step counter, not a weight"),
+]
 
 
 def copy(values: list[np.ndarray]) -> np.ndarray:
@@ -206,3 +221,63 @@ def save_converted(out: Path, model, tokenizer, card: str, heads: dict[str, torc
         (folder / "README.md").write_text(card, encoding="utf-8")
 
     return write_model_folder(out, write)
+
+
+def conversion_summary(family: str, source: Path, out: Path, checkpoint: TFCheckpoint, conversion: Conversion,
+                       vocabulary: Path, heads: list[str]) -> dict:
+    """What `longdoc convert --json` prints, and what the model card lists."""
+    return {
+        "family": family,
+        "source": str(source),
+        "checkpoint": checkpoint.prefix.name,
+        "out": str(out),
+        "vocabulary": vocabulary.name,
+        "variables_read": len(conversion.read),
+        "bytes_read": sum(checkpoint.entries[name].size for name in conversion.read),
+        "parameters": len(conversion.state),
+        "pretraining_heads": heads,
+        "tied": [{"kept": tie.kept, "dropped": tie.dropped, "because": tie.reason} for tie in conversion.tied],
+        "dropped": conversion.dropped,
+    }
+
+
+def model_card(title: str, summary: dict, source_config: dict, config_file: str, notes: str) -> str:
+    config_rows = "\n".join(f"| `{key}` | `{json.dumps(value)}` |" for key, value in sorted(source_config.items()))
+    tied = "\n".join(f"- `{tie['dropped']}` = `{tie['kept']}` ({tie['because']})" for tie in summary["tied"]) or "- none"
+    reasons: dict[str, int] = {}
+    for reason in summary["dropped"].values():
+        reasons[reason] = reasons.get(reason, 0) + 1
+    dropped = "\n".join(f"- {count} variable(s): {reason}" for reason, count in reasons.items()) or "- none"
+    heads = ", ".join(f"`{name}`" for name in summary["pretraining_heads"]) or "none"
+    return f"""# {title}
+
+A longdoc global-local encoder converted by `longdoc convert {summary['family']}` from Google's TF checkpoint
+`{summary['checkpoint']}` in `{summary['source']}` ({summary['variables_read']} variables,
+{summary['bytes_read']:,} bytes read; vocabulary `{summary['vocabulary']}`).
+
+{notes}
+
+## Source config (`{config_file}`)
+
+| field | value |
+| --- | --- |
+{config_rows}
+
+## Variables held as one parameter (checked equal)
+{tied}
+
+## Variables not converted
+{dropped}
+
+Pretraining heads converted: {heads}.
+
+## Use
+
+```python
+from transformers import AutoTokenizer
+from longdoc import GlobalLocalModel
+
+model = GlobalLocalModel.from_pretrained("{title}")
+tokenizer = AutoTokenizer.from_pretrained("{title}")
+```
+"""
