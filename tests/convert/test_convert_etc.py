@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from longdoc import cli
 from longdoc.cli import main
 from longdoc.convert.etc import LengthOptions, etc_config_to_longdoc, read_etc
 from longdoc.convert.realformer import realformer_config_to_longdoc
@@ -21,6 +22,12 @@ from longdoc.model.modeling import GlobalLocalModel
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tf_checkpoint"
 SMALL = LengthOptions(long_max_len=64, global_max_len=8)
 OPTIMIZER_DROPS = {"etc_document_bert/token_emb_lookup/embedding_table/lamb_m", "global_step"}
+
+
+@pytest.fixture(autouse=True)
+def only_the_convert_command(monkeypatch):
+    # The parser imports every command module it lists; these tests need one.
+    monkeypatch.setattr(cli, "COMMANDS", {"convert": "longdoc.commands.convert"})
 
 
 @pytest.mark.parametrize("name, tied", [("etc_shared", 2), ("etc_separate_tied", 2 + 2 * 2 * 2 * 2)])
