@@ -196,10 +196,17 @@ def read_vocabulary(folder: Path, vocab: Path | None, lower_case: bool, max_leng
         vocab = candidates[0]
     if not vocab.is_file():
         raise InputError(f"--vocab {vocab}: not a file")
-    # BERT's load_vocab: one token per "\n"-ended line, stripped, numbered from 0 (not splitlines():
+    # Google's load_vocab: one token per "\n"-ended line, stripped, numbered from 0 (not splitlines():
     # it also splits at characters a vocabulary may hold, such as U+2028).
     lines = vocab.read_text(encoding="utf-8").removesuffix("\n").split("\n")
-    tokens = {line.strip(): index for index, line in enumerate(lines)}
+    tokens: dict[str, int] = {}
+    for index, line in enumerate(lines):
+        token = line.strip()
+        if token in tokens:
+            # etcmodel's load_vocab keeps the first and numbers densely, BERT's keeps the last: ids would be a guess.
+            raise InputError(f"{vocab}:{index + 1}: token {token!r} again (first on line {tokens[token] + 1}); "
+                             "expected each token once")
+        tokens[token] = index
     tokenizer = BertTokenizerFast(vocab=tokens, do_lower_case=lower_case, model_max_length=max_length)
     if len(tokenizer) > vocab_size:
         raise InputError(f"{vocab}: {len(tokenizer)} tokens, but the checkpoint's embeddings have {vocab_size} rows "

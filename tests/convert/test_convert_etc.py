@@ -237,3 +237,7 @@ def test_damaged_inputs_exit_2_and_write_nothing(tmp_path, capsys):
     assert main(["convert", "etc", "--from", str(folder), "--out", str(out)]) == 2
     assert "expected one WordPiece vocabulary (vocab.txt or *vocab*.txt), found: none" in capsys.readouterr().err
     assert_nothing_written(out)
+    (folder / "vocab.txt").write_text("[PAD]\n[UNK]\nw1\n[CLS]\nw1\n")
+    assert main(["convert", "etc", "--from", str(folder), "--out", str(out)]) == 2
+    assert "vocab.txt:5: token 'w1' again (first on line 3)" in capsys.readouterr().err
+    assert_nothing_written(out)
