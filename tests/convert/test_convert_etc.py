@@ -30,7 +30,10 @@ def only_the_convert_command(monkeypatch):
     monkeypatch.setattr(cli, "COMMANDS", {"convert": "longdoc.commands.convert"})
 
 
-@pytest.mark.parametrize("name, tied", [("etc_shared", 2), ("etc_separate_tied", 2 + 2 * 2 * 2 * 2)])
+# Ties: the two embedding norms, then per layer (2) key and value (2), kernel and bias (2): l2g = g2g
+# and g2l = l2l for separate projections (2 each), l2l = g2g under share_kv_projections (1).
+@pytest.mark.parametrize("name, tied", [("etc_shared", 2), ("etc_separate_tied", 2 + 2 * 2 * 2 * 2),
+                                        ("etc_share_kv_tied", 2 + 2 * 2 * 2)])
 def test_every_etc_variable_is_read_tied_or_dropped(name, tied):
     converted = read_etc(FIXTURES / name, SMALL)
     conversion = converted.conversion
@@ -58,7 +61,7 @@ def etc_outputs(model: GlobalLocalModel, reference) -> tuple[np.ndarray, np.ndar
 
 
 @pytest.mark.parametrize("kernels", ["1", "0"])
-@pytest.mark.parametrize("name", ["etc_shared", "etc_separate_tied"])
+@pytest.mark.parametrize("name", ["etc_shared", "etc_separate_tied", "etc_share_kv_tied"])
 def test_converted_etc_equals_etcmodel(name, kernels, monkeypatch):
     monkeypatch.setenv("LONGDOC_KERNELS", kernels)
     reference = np.load(FIXTURES / name / "reference.npz")
