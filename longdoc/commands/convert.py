@@ -16,6 +16,13 @@ import time
 HELP = "convert Google's ETC or RealFormer TF checkpoint into a longdoc model folder (no TensorFlow needed)"
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive length, got {text}")
+    return value
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="source", required=True, metavar="DIR",
                         help="the released checkpoint folder (model.ckpt-N.index and .data-* files, config, vocabulary)")
@@ -33,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               description="an ETC checkpoint (etcmodel, etc_config.json) -> a longdoc model folder")
     _common(etc)
     # Defaults are LengthOptions' (ETC's pretraining lengths), repeated here as argparse defaults.
-    etc.add_argument("--long-max-len", type=int, default=4096, help="long input length the model accepts (default: 4096)")
-    etc.add_argument("--global-max-len", type=int, default=256, help="global input length the model accepts (default: 256)")
+    etc.add_argument("--long-max-len", type=_positive, default=4096, help="long input length the model accepts (default: 4096)")
+    etc.add_argument("--global-max-len", type=_positive, default=256, help="global input length the model accepts (default: 256)")
     realformer = families.add_parser("realformer", help="a RealFormer checkpoint (BERT with residual attention)",
                                      description="a RealFormer checkpoint (bert_config.json) -> a longdoc model folder")
     _common(realformer)

@@ -10,10 +10,11 @@ A converter (longdoc.convert.etc, longdoc.convert.realformer) states, for its ch
   longdoc does not have), each with the reason, which the model card lists.
 
 `check_coverage` refuses a checkpoint with a variable no rule, tie or drop names (a converter
-that forgets a tensor must not pass) and one that lacks a variable a rule needs. `fill` reads each
-variable once, checks shapes against the model, and returns the state dict. `write_model_folder`
-builds the output beside its target and renames it into place, so nothing half-written is left
-under --out.
+that forgets a tensor must not pass) and one that lacks a variable a rule needs. `fill` checks the
+ties, then reads the variables rule by rule, checks shapes against the model, and returns the
+state dict. `save_converted` writes the model, the WordPiece tokenizer (`read_vocabulary`), the
+pretraining heads and the model card (`model_card`, from `conversion_summary`) into a folder built
+beside --out and renamed into place (`write_model_folder`), so nothing half-written is left there.
 """
 
 import json

@@ -244,3 +244,13 @@ def test_damaged_inputs_exit_2_and_write_nothing(tmp_path, capsys):
     assert main(["convert", "etc", "--from", str(folder), "--out", str(out)]) == 2
     assert "vocab.txt:5: token 'w1' again (first on line 3)" in capsys.readouterr().err
     assert_nothing_written(out)
+
+
+def test_config_that_disagrees_with_the_weights_is_named(tmp_path):
+    folder = tmp_path / "etc"
+    shutil.copytree(FIXTURES / "etc_shared", folder)
+    (folder / "etc_config.json").write_text(json.dumps({**shared_config(), "intermediate_size": 48}))
+    with pytest.raises(InputError, match=r"feed_forward_layer_0/dense_layers/layer_0/kernel \(16, 32\) give "
+                                         r"encoder.layers.0.long_feed_forward.intermediate.weight the shape \(32, 16\), "
+                                         r"but the config asks for \(48, 16\)"):
+        read_etc(folder, SMALL)
