@@ -25,7 +25,8 @@ def _positive(text: str) -> int:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="source", required=True, metavar="DIR",
-                        help="the released checkpoint folder (model.ckpt-N.index and .data-* files, config, vocabulary)")
+                        help="the released checkpoint folder (model.ckpt-N.index and .data-* files, config, vocabulary), "
+                             "or the checkpoint's prefix DIR/model.ckpt-N")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder to create (must not exist, or be empty)")
     parser.add_argument("--vocab", metavar="FILE",
                         help="the WordPiece vocabulary (default: the folder's vocab.txt or its only *vocab*.txt)")

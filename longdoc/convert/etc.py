@@ -248,8 +248,8 @@ class ConvertedEtc:
 
 def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progress: bool = False) -> ConvertedEtc:
     """Read and convert the ETC checkpoint in `folder` (no files written)."""
-    folder = Path(folder)
     checkpoint = TFCheckpoint(find_checkpoint(folder))
+    folder = checkpoint.prefix.parent  # the configs lie beside the checkpoint
     family = checkpoint_family(folder, checkpoint)
     if family == "bert":
         raise InputError(f"{folder}: a BERT-style checkpoint ({BERT_CONFIG_FILE}, variables under bert/), not ETC; "
@@ -285,9 +285,10 @@ def convert_etc(folder: str | Path, out: str | Path, lengths: LengthOptions = Le
     from longdoc.convert.tf_conversion import read_vocabulary, save_converted
     from longdoc.train.pretraining import HEADS_FILE
 
-    folder, out = Path(folder), Path(out)
+    out = Path(out)
     refuse_existing(out)
     converted = read_etc(folder, lengths, progress=progress)
+    folder = converted.checkpoint.prefix.parent
     tokenizer, vocabulary = read_vocabulary(folder, None if vocab is None else Path(vocab), lower_case,
                                             lengths.long_max_len, converted.model.config.vocab_size)
     summary = conversion_summary("etc", folder, out, converted.checkpoint, converted.conversion, vocabulary, [])

@@ -146,9 +146,10 @@ def convert_realformer(folder: str | Path, out: str | Path, vocab: str | Path | 
     from longdoc.convert.tf_conversion import read_vocabulary, save_converted
     from longdoc.train.pretraining import HEADS_FILE
 
-    folder, out = Path(folder), Path(out)
+    out = Path(out)
     refuse_existing(out)
     checkpoint = TFCheckpoint(find_checkpoint(folder))
+    folder = checkpoint.prefix.parent  # the configs lie beside the checkpoint
     if checkpoint_family(folder, checkpoint) == "etc":
         raise InputError(f"{folder}: an ETC checkpoint ({ETC_CONFIG_FILE}, variables under etc_document_bert/), "
                          "not RealFormer's; convert it with `longdoc convert etc`")

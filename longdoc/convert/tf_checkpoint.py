@@ -201,8 +201,11 @@ class _Table:
 
 
 def find_checkpoint(folder: str | Path) -> Path:
-    """The checkpoint prefix in `folder`: the one the `checkpoint` file names, else the only `*.index`."""
+    """The checkpoint prefix in `folder`: the one the `checkpoint` file names, else the only `*.index`.
+    `folder` may also be a prefix itself (`DIR/model.ckpt-100000`)."""
     folder = Path(folder)
+    if not folder.is_dir() and folder.with_name(folder.name + ".index").is_file():
+        return folder
     if not folder.is_dir():
         raise InputError(f"{folder}: not a folder (expected a TF checkpoint folder with model.ckpt-N.index and .data-* files)")
     state = folder / "checkpoint"

@@ -54,6 +54,10 @@ def test_checkpoint_file_names_the_prefix(tmp_path):
         find_checkpoint(folder)
 
 
+def test_a_prefix_names_its_checkpoint():
+    assert find_checkpoint(FIXTURES / "sharded" / "model.ckpt-7") == FIXTURES / "sharded" / "model.ckpt-7"
+
+
 def test_folder_without_checkpoint(tmp_path):
     (tmp_path / "etc_config.json").write_text("{}")
     with pytest.raises(InputError, match=rf"{tmp_path}: no TF checkpoint here \(expected a file PREFIX.index"):
