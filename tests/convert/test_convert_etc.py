@@ -61,7 +61,7 @@ def etc_outputs(model: GlobalLocalModel, reference) -> tuple[np.ndarray, np.ndar
 
 
 @pytest.mark.parametrize("kernels", ["1", "0"])
-@pytest.mark.parametrize("name", ["etc_shared", "etc_separate_tied", "etc_share_kv_tied"])
+@pytest.mark.parametrize("name", ["etc_shared", "etc_hard_l2g", "etc_separate_tied", "etc_share_kv_tied"])
 def test_converted_etc_equals_etcmodel(name, kernels, monkeypatch):
     monkeypatch.setenv("LONGDOC_KERNELS", kernels)
     reference = np.load(FIXTURES / name / "reference.npz")
