@@ -19,6 +19,7 @@ COMMANDS = {
     "leaderboard": "longdoc.commands.leaderboard",
     "bench": "longdoc.commands.bench",
     "lift": "longdoc.commands.lift",
+    "convert": "longdoc.commands.convert",
     "make-data": "longdoc.commands.make_data",
     "ask": "longdoc.commands.ask",
     "predict": "longdoc.commands.predict",

@@ -1,0 +1,297 @@
+"""Google's released ETC checkpoints (etcmodel, Ainslie et al., 2020) -> longdoc model folders.
+
+A released ETC folder holds `model.ckpt-N.index` / `.data-*` (a TF1 checkpoint of etcmodel's
+`EtcModel`, variables under `etc_document_bert/`), `etc_config.json` (etcmodel's `EtcConfig`) and
+the vocabulary. `convert_etc` writes a longdoc folder: `model.safetensors` + `config.json` (a
+`GlobalLocalModel`), the tokenizer, and a model card naming the source.
+
+Every field of etc_config.json is mapped to a GlobalLocalConfig field or refused with its value
+(`etc_config_to_longdoc`); a field the file leaves out takes EtcConfig's default, not longdoc's.
+Every checkpoint variable is read by a rule, tied to another, or dropped for a stated reason
+(longdoc.convert.tf_conversion); the optimizer's slots and the step counter are the only drops.
+
+Where etcmodel has two variables that longdoc's encoder holds as one parameter, the conversion
+goes through only if they are equal (a `Tie`), else it stops naming them:
+- `long_emb_layer_norm` / `global_emb_layer_norm`: longdoc normalises both streams' embeddings
+  with one LayerNorm;
+- without `share_qkv_projections`, etcmodel projects keys and values separately per attention
+  piece (l2l, l2g, g2g, g2l; with `share_kv_projections` by the query's stream), while longdoc
+  projects each token by its own stream's projection: l2g must equal g2g and g2l must equal l2l
+  (with share_kv: l2l must equal g2g).
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from longdoc.convert.tf_checkpoint import TFCheckpoint, find_checkpoint
+from longdoc.convert.lift import _refuse_existing as refuse_existing
+from longdoc.convert.tf_conversion import (
+    ACTIVATIONS, OPTIMIZER_STATE, Conversion, Rule, Tie, conversion_summary, copy, dense_weight, fill, fused_bias,
+    fused_weight, model_card,
+)
+from longdoc.errors import InputError
+from longdoc.io import read_json
+from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.side_inputs import RelativeIdLayout
+
+ETC_CONFIG_FILE = "etc_config.json"
+BERT_CONFIG_FILE = "bert_config.json"
+ETC_SCOPE = "etc_document_bert/"
+
+# etcmodel's EtcConfig defaults (etcmodel/models/modeling.py), for fields a config file leaves out.
+ETC_DEFAULTS = dict(
+    segment_vocab_size=16, embedding_size=None, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+    local_radius=84, att_size_per_head=None, relative_pos_max_distance=12, relative_vocab_size=32,
+    max_absolute_position_embeddings=0, intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1,
+    attention_probs_dropout_prob=0.1, initializer_range=0.02, share_feed_forward_params=True,
+    share_kv_projections=False, share_qkv_projections=True, share_att_output_projection=False,
+    use_pre_activation_order=False, use_hard_g2l_mask=False, use_hard_l2g_mask=False, grad_checkpointing_period=0,
+)
+
+@dataclass(frozen=True)
+class LengthOptions:
+    """The input lengths the converted model accepts; the checkpoint does not fix them (relative
+    positions). Defaults: ETC's pretraining lengths."""
+
+    long_max_len: int = 4096
+    global_max_len: int = 256
+
+
+def _field(source: dict, name: str):
+    return source[name] if name in source else ETC_DEFAULTS[name]
+
+
+def _refuse(path: Path, name: str, value, expected: str) -> InputError:
+    return InputError(f"{path}: {name} = {json.dumps(value)} cannot be converted: {expected}")
+
+
+def etc_config_to_longdoc(source: dict, path: Path, lengths: LengthOptions) -> GlobalLocalConfig:
+    """A GlobalLocalConfig computing what etcmodel computes with `source` (an etc_config.json)."""
+    unknown = sorted(set(source) - set(ETC_DEFAULTS) - {"vocab_size"})
+    if unknown:
+        raise InputError(f"{path}: unknown field(s) {', '.join(unknown)} (expected only etcmodel EtcConfig's fields)")
+    if "vocab_size" not in source:
+        raise InputError(f"{path}: no vocab_size (EtcConfig needs it)")
+    hidden, heads = _field(source, "hidden_size"), _field(source, "num_attention_heads")
+    for name, allowed in (("embedding_size", (None, hidden)), ("att_size_per_head", (None, hidden // heads)),
+                          ("max_absolute_position_embeddings", (0,)), ("use_pre_activation_order", (False,))):
+        value = _field(source, name)
+        if value not in allowed:
+            expected = {
+                "embedding_size": f"longdoc's embeddings have the hidden size ({hidden}); expected null or {hidden}",
+                "att_size_per_head": f"longdoc's heads have hidden_size / num_attention_heads = {hidden // heads} "
+                                     "dimensions; expected null or that",
+                "max_absolute_position_embeddings": "etcmodel's absolute positions have separate long and global "
+                                                    "tables, longdoc one; expected 0 (relative positions only)",
+                "use_pre_activation_order": "etcmodel's pre-LN stack has no final LayerNorm, longdoc's pre-LN adds "
+                                            "one per stream; expected false",
+            }[name]
+            raise _refuse(path, name, value, expected)
+    activation = _field(source, "hidden_act")
+    if activation not in ACTIVATIONS:
+        raise _refuse(path, "hidden_act", activation, f"expected one of {', '.join(ACTIVATIONS)}")
+    relative_vocab_size = _field(source, "relative_vocab_size")
+    if relative_vocab_size is None:
+        raise _refuse(path, "relative_vocab_size", None, "longdoc's ETC encoder always uses relative positions; "
+                      "expected a vocabulary of at least 2 * relative_pos_max_distance + 4")
+    try:
+        return GlobalLocalConfig(
+            vocab_size=source["vocab_size"],
+            type_vocab_size=_field(source, "segment_vocab_size"),
+            hidden_size=hidden,
+            num_hidden_layers=_field(source, "num_hidden_layers"),
+            num_attention_heads=heads,
+            intermediate_size=_field(source, "intermediate_size"),
+            hidden_act=ACTIVATIONS[activation],
+            hidden_dropout_prob=_field(source, "hidden_dropout_prob"),
+            attention_probs_dropout_prob=_field(source, "attention_probs_dropout_prob"),
+            initializer_range=_field(source, "initializer_range"),
+            layer_norm_eps=1e-12,  # etcmodel's LayerNormalization epsilon everywhere
+            long_max_len=lengths.long_max_len,
+            global_max_len=lengths.global_max_len,
+            local_radius=_field(source, "local_radius"),
+            position_embedding_type="relative",
+            max_relative_distance=_field(source, "relative_pos_max_distance"),
+            relative_vocab_size=relative_vocab_size,
+            hard_g2l=_field(source, "use_hard_g2l_mask"),
+            hard_l2g=_field(source, "use_hard_l2g_mask"),
+            residual_attention=False,
+            talking_heads=False,
+            pre_layer_norm=False,
+            share_qkv=_field(source, "share_qkv_projections"),
+            share_attention_output=_field(source, "share_att_output_projection"),
+            share_feed_forward=_field(source, "share_feed_forward_params"),
+            # share_kv_projections has no field of its own here: it decides which keys must be tied
+            # (etc_rules); grad_checkpointing_period only trades memory for time in training.
+        )
+    except ValueError as error:
+        raise InputError(f"{path}: {error}") from None
+
+
+def _norm(target: str, source: str) -> list[Rule]:
+    return [Rule(f"{target}.weight", (f"{source}/gamma",), copy), Rule(f"{target}.bias", (f"{source}/beta",), copy)]
+
+
+def _dense(target: str, source: str) -> list[Rule]:
+    return [Rule(f"{target}.weight", (f"{source}/kernel",), dense_weight),
+            Rule(f"{target}.bias", (f"{source}/bias",), copy)]
+
+
+def _fused_qkv(target: str, attention: str, query: str, key: str, value: str) -> list[Rule]:
+    projections = [f"{attention}/{name}/linear" for name in (query, key, value)]
+    return [Rule(f"{target}.weight", tuple(f"{p}/kernel" for p in projections), fused_weight),
+            Rule(f"{target}.bias", tuple(f"{p}/bias" for p in projections), fused_bias)]
+
+
+def _feed_forward(target: str, source: str) -> list[Rule]:
+    return _dense(f"{target}.intermediate", f"{source}/dense_layers/layer_0") + _dense(f"{target}.output", f"{source}/dense_layers/layer_1")
+
+
+def _relative_rows(layout: RelativeIdLayout):
+    """etcmodel's relative table [R, ...] -> longdoc's: the same ids but the two long-global ones.
+    etcmodel's input code (input_utils.make_global_local_transformer_side_inputs) gives a pair
+    2k+1 + (1 if the long token belongs to the global one else 0): unlinked 2k+1, linked 2k+2;
+    longdoc's RelativeIdLayout has linked 2k+1, unlinked 2k+2. Swapping the two rows makes every
+    pair read the row etcmodel read for it."""
+    etc_unlinked, etc_linked = 2 * layout.max_distance + 1, 2 * layout.max_distance + 2
+
+    def combine(values: list[np.ndarray]) -> np.ndarray:
+        (table,) = values
+        rows = np.arange(len(table))
+        rows[[layout.linked, layout.unlinked]] = [etc_linked, etc_unlinked]
+        return table[rows]
+
+    return combine
+
+
+def _tie_projection(kept: str, dropped: str, attention: str, reason: str) -> list[Tie]:
+    return [Tie(f"{attention}/{kept}/linear/{part}", f"{attention}/{dropped}/linear/{part}", reason)
+            for part in ("kernel", "bias")]
+
+
+def etc_rules(config: GlobalLocalConfig, share_kv_projections: bool) -> tuple[list[Rule], list[Tie]]:
+    """Rules from etcmodel's variable names (EtcModel, GlobalLocalTransformerLayers,
+    FusedGlobalLocalAttention) to GlobalLocalModel's parameters, and the ties longdoc needs."""
+    scope, layers = ETC_SCOPE, f"{ETC_SCOPE}global_local_transformer_layers"
+    rules = [
+        Rule("embeddings.word_embeddings.weight", (f"{scope}token_emb_lookup/embedding_table",), copy),
+        Rule("embeddings.token_type_embeddings.weight", (f"{scope}segment_emb_lookup/embedding_table",), copy),
+        *_norm("embeddings.layer_norm", f"{scope}long_emb_layer_norm"),
+    ]
+    ties = [Tie(f"{scope}long_emb_layer_norm/{part}", f"{scope}global_emb_layer_norm/{part}",
+                "longdoc normalises the long and global embeddings with one LayerNorm") for part in ("gamma", "beta")]
+    for i in range(config.num_hidden_layers):
+        block = f"{layers}/fused_att_layer_{i}"
+        attention = f"{block}/fused_global_local_att"
+        target = f"encoder.layers.{i}"
+        rules += _fused_qkv(f"{target}.attention.long_qkv", attention,
+                            "long_query_projection", "l2l_key_projection", "l2l_value_projection")
+        if not config.share_qkv:
+            rules += _fused_qkv(f"{target}.attention.global_qkv", attention,
+                                "global_query_projection", "g2g_key_projection", "g2g_value_projection")
+            for kind in ("key", "value"):
+                if share_kv_projections:
+                    # etcmodel: l2l's projection also makes the l2g keys (of global tokens), g2g's the g2l ones.
+                    ties += _tie_projection(f"l2l_{kind}_projection", f"g2g_{kind}_projection", attention,
+                                            "longdoc projects each token by its own stream's projection")
+                else:
+                    ties += _tie_projection(f"g2g_{kind}_projection", f"l2g_{kind}_projection", attention,
+                                            "longdoc projects global tokens with one projection for both softmaxes")
+                    ties += _tie_projection(f"l2l_{kind}_projection", f"g2l_{kind}_projection", attention,
+                                            "longdoc projects long tokens with one projection for both softmaxes")
+        relative_rows = _relative_rows(RelativeIdLayout(config.max_relative_distance))
+        for stream, table in (("long", "long_qkv_attention/qkv_relative_attention"), ("global", "global_qkv_attention")):
+            rules += [Rule(f"{target}.attention.{stream}_softmax.relative_key", (f"{attention}/{table}/relative_emb_table",), relative_rows),
+                      Rule(f"{target}.attention.{stream}_softmax.relative_bias", (f"{attention}/{table}/relative_bias_table",), relative_rows)]
+        rules += _dense(f"{target}.attention.long_output", f"{attention}/long_output_projection")
+        if not config.share_attention_output:
+            rules += _dense(f"{target}.attention.global_output", f"{attention}/global_output_projection")
+        rules += _norm(f"{target}.long_attention_norm", f"{block}/layer_norm_0")
+        rules += _norm(f"{target}.global_attention_norm", f"{block}/layer_norm_1")
+        if config.share_feed_forward:
+            shared = f"{layers}/feed_forward_layer_{i}"
+            rules += _feed_forward(f"{target}.long_feed_forward", shared)
+            # etcmodel shares the feed-forward block's LayerNorm too: both of longdoc's get it.
+            rules += _norm(f"{target}.long_output_norm", f"{shared}/layer_norm")
+            rules += _norm(f"{target}.global_output_norm", f"{shared}/layer_norm")
+        else:
+            for stream in ("long", "global"):
+                source = f"{layers}/{stream}_feed_forward_layer_{i}"
+                rules += _feed_forward(f"{target}.{stream}_feed_forward", source)
+                rules += _norm(f"{target}.{stream}_output_norm", f"{source}/layer_norm")
+    return rules, ties
+
+
+def checkpoint_family(folder: Path, checkpoint: TFCheckpoint) -> str:
+    """"etc" or "bert" from the config file present and the variables' scope."""
+    names = list(checkpoint.entries)
+    if (folder / ETC_CONFIG_FILE).is_file() or any(name.startswith(ETC_SCOPE) for name in names):
+        return "etc"
+    if (folder / BERT_CONFIG_FILE).is_file() or any(name.startswith("bert/") for name in names):
+        return "bert"
+    return "unknown"
+
+
+@dataclass
+class ConvertedEtc:
+    """A converted ETC checkpoint in memory: the model and where its weights came from."""
+
+    model: GlobalLocalModel
+    conversion: Conversion
+    checkpoint: TFCheckpoint
+    source_config: dict
+
+
+def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progress: bool = False) -> ConvertedEtc:
+    """Read and convert the ETC checkpoint in `folder` (no files written)."""
+    checkpoint = TFCheckpoint(find_checkpoint(folder))
+    folder = checkpoint.prefix.parent  # the configs lie beside the checkpoint
+    family = checkpoint_family(folder, checkpoint)
+    if family == "bert":
+        raise InputError(f"{folder}: a BERT-style checkpoint ({BERT_CONFIG_FILE}, variables under bert/), not ETC; "
+                         "RealFormer's are converted by `longdoc convert realformer`, other BERTs lifted by `longdoc lift`")
+    config_path = folder / ETC_CONFIG_FILE
+    if not config_path.is_file():
+        raise InputError(f"{config_path}: missing (an ETC checkpoint folder has etcmodel's config beside the checkpoint)")
+    source_config = read_json(config_path)
+    if not isinstance(source_config, dict):
+        raise InputError(f"{config_path}: expected a JSON object of EtcConfig fields")
+    config = etc_config_to_longdoc(source_config, config_path, lengths)
+    rules, ties = etc_rules(config, _field(source_config, "share_kv_projections"))
+    model = GlobalLocalModel(config)
+    shapes = {name: value.shape for name, value in model.state_dict().items()}
+    conversion = fill(checkpoint, rules, ties, OPTIMIZER_STATE, shapes, "ETC", progress=progress)
+    model.load_state_dict(conversion.state, strict=True)
+    return ConvertedEtc(model, conversion, checkpoint, source_config)
+
+
+ETC_NOTES = """The encoder computes what etcmodel's `EtcModel` computes for rows that hold one example each, with
+etcmodel's relative ids (`input_utils`: longdoc's linked/unlinked long-global ids are etcmodel's
+swapped, and so are the two rows of each relative table here), `hard_g2l` as the checkpoint was
+trained, and etcmodel's token types when none are given: 1 for long tokens, 0 for global ones (pass
+them explicitly: longdoc's default is 0 for both). Several examples packed in one row (etcmodel's
+example ids) have no counterpart in longdoc's encoder. Residual attention and talking heads are off:
+ETC has neither."""
+
+
+def convert_etc(folder: str | Path, out: str | Path, lengths: LengthOptions = LengthOptions(),
+                vocab: str | Path | None = None, lower_case: bool = True, progress: bool = False) -> dict:
+    """Convert the ETC checkpoint folder `folder` into the longdoc model folder `out` (written
+    atomically); returns the conversion summary."""
+    from longdoc.convert.tf_conversion import read_vocabulary, save_converted
+    from longdoc.train.pretraining import HEADS_FILE
+
+    out = Path(out)
+    refuse_existing(out)
+    converted = read_etc(folder, lengths, progress=progress)
+    folder = converted.checkpoint.prefix.parent
+    tokenizer, vocabulary = read_vocabulary(folder, None if vocab is None else Path(vocab), lower_case,
+                                            lengths.long_max_len, converted.model.config.vocab_size)
+    summary = conversion_summary("etc", folder, out, converted.checkpoint, converted.conversion, vocabulary, [])
+    card = model_card(out.name, summary, converted.source_config, ETC_CONFIG_FILE, ETC_NOTES)
+    save_converted(out, converted.model, tokenizer, card, None, HEADS_FILE)
+    return summary

@@ -1,0 +1,291 @@
+"""Filling a longdoc model from a TF checkpoint by explicit rules, so that no variable is forgotten.
+
+A converter (longdoc.convert.etc, longdoc.convert.realformer) states, for its checkpoint family:
+- `Rule`s: each longdoc parameter and the TF variables it is made from (a dense kernel transposed,
+  three projections concatenated into one fused Q/K/V, a table copied);
+- `Tie`s: two TF variables that longdoc holds as one parameter (one embedding LayerNorm for both
+  streams, say). A tie converts only if the two are equal; otherwise the conversion stops, naming
+  both and what longdoc's encoder lacks;
+- `Dropped` variables: read by nothing on purpose (optimizer slots, the step counter, a head
+  longdoc does not have), each with the reason, which the model card lists.
+
+`check_coverage` refuses a checkpoint with a variable no rule, tie or drop names (a converter
+that forgets a tensor must not pass) and one that lacks a variable a rule needs. `fill` checks the
+ties, then reads the variables rule by rule, checks shapes against the model, and returns the
+state dict. `save_converted` writes the model, the WordPiece tokenizer (`read_vocabulary`), the
+pretraining heads and the model card (`model_card`, from `conversion_summary`) into a folder built
+beside --out and renamed into place (`write_model_folder`), so nothing half-written is left there.
+"""
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from longdoc.convert.lift import _readable_by_all, _refuse_existing
+from longdoc.convert.tf_checkpoint import TFCheckpoint
+from longdoc.errors import InputError
+
+
+# etcmodel's and RealFormer's "gelu" is the tanh approximation (tensor_utils.gelu), which is
+# transformers' "gelu_new"; longdoc's "gelu" is the exact erf form.
+ACTIVATIONS = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """`target` (a longdoc parameter name) = combine(values of `sources`, in order)."""
+
+    target: str
+    sources: tuple[str, ...]
+    combine: Callable[[list[np.ndarray]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Tie:
+    """`dropped` must equal `kept`, which a Rule reads: longdoc has one parameter for both."""
+
+    kept: str
+    dropped: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """TF variables matching `pattern` (a full-match regex), read by nothing, and why."""
+
+    pattern: str
+    reason: str
+
+
+# Optimizer state and the step counter: not model weights. etcmodel trains with LAMB
+# (`VAR/lamb_m`, `VAR/lamb_v`); BERT-style code with Adam (`VAR/adam_m`, `VAR/adam_v`, or TF's
+# `VAR/Adam`, `VAR/Adam_1`, `beta1_power`, `beta2_power`).
+OPTIMIZER_STATE = [
+    Dropped(r".+/(lamb|adam)_[mv]|.+/Adam(_1)?|beta[12]_power", "optimizer state (LAMB/Adam moments), not a weight"),
+    Dropped(r"global_step", "the training step counter, not a weight"),
+]
+
+
+def copy(values: list[np.ndarray]) -> np.ndarray:
+    (value,) = values
+    return value
+
+
+def dense_weight(values: list[np.ndarray]) -> np.ndarray:
+    """A TF dense kernel [in, out] -> a torch Linear weight [out, in]."""
+    (kernel,) = values
+    return kernel.T
+
+
+def fused_weight(values: list[np.ndarray]) -> np.ndarray:
+    """Query, key and value kernels [in, out] -> one fused weight [3 out, in], rows q, k, v."""
+    return np.concatenate([kernel.T for kernel in values])
+
+
+def fused_bias(values: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(values)
+
+
+@dataclass
+class Conversion:
+    """What was done: the filled state, the variables read, tied and dropped (for the model card
+    and the --json summary)."""
+
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
+    read: list[str] = field(default_factory=list)
+    tied: list[Tie] = field(default_factory=list)
+    dropped: dict[str, str] = field(default_factory=dict)  # variable -> reason
+
+
+def check_coverage(checkpoint: TFCheckpoint, rules: Iterable[Rule], ties: Iterable[Tie],
+                   dropped: Iterable[Dropped], what: str) -> dict[str, str]:
+    """Refuse a checkpoint that lacks a variable the rules need, or has one nothing accounts for.
+    Returns the dropped variables with their reasons."""
+    needed = {source for rule in rules for source in rule.sources} | {tie.dropped for tie in ties}
+    missing = sorted(needed - set(checkpoint.entries))
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise InputError(f"{checkpoint.index_path}: not {what} with this config: lacks {shown}")
+    drops = {}
+    unread = []
+    for name in sorted(set(checkpoint.entries) - needed):
+        reason = next((drop.reason for drop in dropped if re.fullmatch(drop.pattern, name)), None)
+        if reason is None:
+            unread.append(name)
+        else:
+            drops[name] = reason
+    if unread:
+        shown = ", ".join(unread[:5]) + (f" and {len(unread) - 5} more" if len(unread) > 5 else "")
+        raise InputError(f"{checkpoint.index_path}: variables that no rule of the {what} converter reads: {shown} "
+                         "(a checkpoint of another kind, or a head this converter does not know)")
+    return drops
+
+
+def fill(checkpoint: TFCheckpoint, rules: list[Rule], ties: list[Tie], dropped: list[Dropped],
+         expected: dict[str, torch.Size], what: str, progress: bool = False) -> Conversion:
+    """The state dict for parameters `expected` (name -> shape) from `checkpoint` by `rules`."""
+    conversion = Conversion(dropped=check_coverage(checkpoint, rules, ties, dropped, what))
+    targets = {rule.target for rule in rules}
+    if targets != set(expected):
+        # A converter bug, not bad input: its rules and the model it builds disagree.
+        raise RuntimeError(f"{what} rules and the model disagree: no rule for {sorted(set(expected) - targets)}, "
+                           f"rules for unknown parameters {sorted(targets - set(expected))}")
+    # Ties first: a checkpoint that cannot be converted exactly is refused before the long read.
+    for tie in ties:
+        kept, other = checkpoint.read(tie.kept), checkpoint.read(tie.dropped)
+        if kept.shape != other.shape or not np.array_equal(kept, other):
+            raise InputError(f"{checkpoint.index_path}: {tie.dropped} differs from {tie.kept}, and {tie.reason}; "
+                             "this checkpoint cannot be converted exactly")
+        conversion.tied.append(tie)
+    total = sum(checkpoint.entries[source].size for rule in rules for source in rule.sources)
+    with tqdm(total=total, unit="B", unit_scale=True, desc=f"reading {checkpoint.index_path.parent.name}",
+              disable=not progress) as bar:
+        for rule in rules:
+            values = [checkpoint.read(source) for source in rule.sources]
+            value = np.require(rule.combine(values), np.float32, ["C_CONTIGUOUS", "WRITEABLE"])
+            if value.shape != tuple(expected[rule.target]):
+                shapes = ", ".join(f"{source} {tuple(v.shape)}" for source, v in zip(rule.sources, values))
+                raise InputError(f"{checkpoint.index_path}: {shapes} give {rule.target} the shape {value.shape}, "
+                                 f"but the config asks for {tuple(expected[rule.target])} (the config and the weights disagree)")
+            conversion.state[rule.target] = torch.from_numpy(value)
+            conversion.read.extend(source for source in rule.sources if source not in conversion.read)
+            bar.update(sum(checkpoint.entries[source].size for source in rule.sources))
+    return conversion
+
+
+def write_model_folder(out: Path, write: Callable[[Path], None]) -> Path:
+    """Run `write(folder)` on a fresh temporary folder beside `out`, then rename it to `out`
+    (which must not exist, or be an empty folder). On any error nothing is left behind."""
+    _refuse_existing(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        write(building)
+        _readable_by_all(building)
+        _refuse_existing(out)
+        if out.is_dir():
+            out.rmdir()  # empty: checked just above
+        os.rename(building, out)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    return out
+
+
+def read_vocabulary(folder: Path, vocab: Path | None, lower_case: bool, max_length: int, vocab_size: int):
+    """The WordPiece tokenizer of a Google checkpoint folder: `vocab` if given, else the folder's
+    vocab.txt or its only *vocab*.txt; BERT's basic tokenization, lower-cased or not."""
+    from transformers import BertTokenizerFast
+
+    if vocab is None:
+        candidates = [folder / "vocab.txt"] if (folder / "vocab.txt").is_file() else sorted(folder.glob("*vocab*.txt"))
+        pieces = sorted(folder.glob("*.model"))
+        if len(candidates) != 1:
+            found = ", ".join(path.name for path in candidates + pieces) or "none"
+            hint = (" SentencePiece vocabularies (*.model) are not converted yet." if pieces and not candidates else "")
+            raise InputError(f"{folder}: expected one WordPiece vocabulary (vocab.txt or *vocab*.txt), found: {found}; "
+                             f"name it with --vocab.{hint}")
+        vocab = candidates[0]
+    if not vocab.is_file():
+        raise InputError(f"--vocab {vocab}: not a file")
+    # Google's load_vocab: one token per "\n"-ended line, stripped, numbered from 0 (not splitlines():
+    # it also splits at characters a vocabulary may hold, such as U+2028).
+    lines = vocab.read_text(encoding="utf-8").removesuffix("\n").split("\n")
+    tokens: dict[str, int] = {}
+    for index, line in enumerate(lines):
+        token = line.strip()
+        if token in tokens:
+            # etcmodel's load_vocab keeps the first and numbers densely, BERT's keeps the last: ids would be a guess.
+            raise InputError(f"{vocab}:{index + 1}: token {token!r} again (first on line {tokens[token] + 1}); "
+                             "expected each token once")
+        tokens[token] = index
+    tokenizer = BertTokenizerFast(vocab=tokens, do_lower_case=lower_case, model_max_length=max_length)
+    if len(tokenizer) > vocab_size:
+        raise InputError(f"{vocab}: {len(tokenizer)} tokens, but the checkpoint's embeddings have {vocab_size} rows "
+                         "(a vocabulary of another model)")
+    return tokenizer, vocab
+
+
+def save_converted(out: Path, model, tokenizer, card: str, heads: dict[str, torch.Tensor] | None,
+                   heads_file: str) -> Path:
+    """Write model (safetensors + config.json), tokenizer, model card and the pretraining heads
+    (if any) to `out`, atomically."""
+    from safetensors.torch import save_file
+
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        if heads:
+            save_file({name: value.contiguous() for name, value in heads.items()}, str(folder / heads_file))
+        (folder / "README.md").write_text(card, encoding="utf-8")
+
+    return write_model_folder(out, write)
+
+
+def conversion_summary(family: str, source: Path, out: Path, checkpoint: TFCheckpoint, conversion: Conversion,
+                       vocabulary: Path, heads: list[str]) -> dict:
+    """What `longdoc convert --json` prints, and what the model card lists."""
+    return {
+        "family": family,
+        "source": str(source),
+        "checkpoint": checkpoint.prefix.name,
+        "out": str(out),
+        "vocabulary": vocabulary.name,
+        "variables_read": len(conversion.read),
+        "bytes_read": sum(checkpoint.entries[name].size for name in conversion.read),
+        "parameters": len(conversion.state),
+        "pretraining_heads": heads,
+        "tied": [{"kept": tie.kept, "dropped": tie.dropped, "because": tie.reason} for tie in conversion.tied],
+        "dropped": conversion.dropped,
+    }
+
+
+def model_card(title: str, summary: dict, source_config: dict, config_file: str, notes: str) -> str:
+    config_rows = "\n".join(f"| `{key}` | `{json.dumps(value)}` |" for key, value in sorted(source_config.items()))
+    tied = "\n".join(f"- `{tie['dropped']}` = `{tie['kept']}` ({tie['because']})" for tie in summary["tied"]) or "- none"
+    reasons: dict[str, int] = {}
+    for reason in summary["dropped"].values():
+        reasons[reason] = reasons.get(reason, 0) + 1
+    dropped = "\n".join(f"- {count} variable(s): {reason}" for reason, count in reasons.items()) or "- none"
+    heads = ", ".join(f"`{name}`" for name in summary["pretraining_heads"]) or "none"
+    return f"""# {title}
+
+A longdoc global-local encoder converted by `longdoc convert {summary['family']}` from Google's TF checkpoint
+`{summary['checkpoint']}` in `{summary['source']}` ({summary['variables_read']} variables,
+{summary['bytes_read']:,} bytes read; vocabulary `{summary['vocabulary']}`).
+
+{notes}
+
+## Source config (`{config_file}`)
+
+| field | value |
+| --- | --- |
+{config_rows}
+
+## Variables held as one parameter (checked equal)
+{tied}
+
+## Variables not converted
+{dropped}
+
+Pretraining heads converted: {heads}.
+
+## Use
+
+```python
+from transformers import AutoTokenizer
+from longdoc import GlobalLocalModel
+
+model = GlobalLocalModel.from_pretrained("{title}")
+tokenizer = AutoTokenizer.from_pretrained("{title}")
+```
+"""
