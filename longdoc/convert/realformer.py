@@ -144,7 +144,7 @@ def convert_realformer(folder: str | Path, out: str | Path, vocab: str | Path | 
     """Convert the RealFormer checkpoint folder `folder` into the longdoc model folder `out`
     (written atomically); returns the conversion summary."""
     from longdoc.convert.tf_conversion import read_vocabulary, save_converted
-    from longdoc.train.pretraining import HEADS_FILE
+    from longdoc.model.pretraining import HEADS_FILE
 
     out = Path(out)
     refuse_existing(out)

@@ -172,7 +172,7 @@ def test_realformer_command_output_equals_realformer(tmp_path, kernels, monkeypa
 def test_realformer_mlm_head_is_what_pretraining_reads(tmp_path):
     from safetensors.torch import load_file
 
-    from longdoc.train.pretraining import HEADS_FILE, GlobalLocalForPretraining
+    from longdoc.model.pretraining import HEADS_FILE, GlobalLocalForPretraining
 
     out = tmp_path / "realformer"
     # --from may name the checkpoint's prefix instead of its folder.
