@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from longdoc.convert.tf_checkpoint import TFCheckpoint, find_checkpoint
-from longdoc.convert.lift import _refuse_existing as refuse_existing
+from longdoc.convert.model_folder import refuse_existing
 from longdoc.convert.tf_conversion import (
     ACTIVATIONS, OPTIMIZER_STATE, Conversion, Rule, Tie, conversion_summary, copy, dense_weight, fill, fused_bias,
     fused_weight, model_card,

@@ -26,8 +26,6 @@ a temporary folder beside the target and renamed into place.
 import copy
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,8 +35,9 @@ import torch
 from longdoc.convert.checkpoint import (
     READER_HEAD, BertCheckpoint, locate_checkpoint, read_checkpoint, read_tokenizer,
 )
-from longdoc.model.config import GlobalLocalConfig
+from longdoc.convert.model_folder import refuse_existing, write_model_folder
 from longdoc.errors import InputError
+from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.span_reader import SpanReader
 
@@ -224,7 +223,7 @@ def lift(source: str, out: str | os.PathLike, options: LiftOptions | dict = Lift
     `options`: all of them (a LiftOptions), or a dict of those chosen, the others at the defaults for
     what `source` is (`default_options`). A QA checkpoint gives a SpanReader, any other an encoder."""
     out = Path(out)
-    _refuse_existing(out)
+    refuse_existing(out)
     directory = locate_checkpoint(source)
     checkpoint = read_checkpoint(directory)
     if not isinstance(options, LiftOptions):
@@ -243,36 +242,12 @@ def lift(source: str, out: str | os.PathLike, options: LiftOptions | dict = Lift
         result = lift_model(checkpoint, options)
         model = result.model
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
-        model.save_pretrained(building)
-        tokenizer.save_pretrained(building)
-        (building / "README.md").write_text(model_card(source, checkpoint, options, result, out.name), encoding="utf-8")
-        _readable_by_all(building)
-        _refuse_existing(out)
-        if out.is_dir():
-            out.rmdir()  # empty: checked just above
-        os.rename(building, out)
-    except BaseException:
-        shutil.rmtree(building, ignore_errors=True)
-        raise
-    return out
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        (folder / "README.md").write_text(model_card(source, checkpoint, options, result, out.name), encoding="utf-8")
 
-
-def _readable_by_all(folder: Path) -> None:
-    """Give the folder and its files the permissions the user's umask asks for: mkdtemp makes the
-    folder private and the weights writer makes its file private, but a lifted model is meant to be shared."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(folder, 0o777 & ~umask)
-    for path in folder.iterdir():
-        os.chmod(path, 0o666 & ~umask)
-
-
-def _refuse_existing(out: Path) -> None:
-    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
-        raise InputError(f"--out {out}: already exists and is not an empty folder; choose another or remove it")
+    return write_model_folder(out, write)
 
 
 def model_card(source: str, checkpoint: BertCheckpoint, options: LiftOptions, result: LiftResult, title: str) -> str:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from longdoc.convert.etc import BERT_CONFIG_FILE, ETC_CONFIG_FILE, checkpoint_family, refuse_existing
+from longdoc.convert.etc import BERT_CONFIG_FILE, ETC_CONFIG_FILE, checkpoint_family
+from longdoc.convert.model_folder import refuse_existing
 from longdoc.convert.tf_checkpoint import TFCheckpoint, find_checkpoint
 from longdoc.convert.tf_conversion import (
     ACTIVATIONS, OPTIMIZER_STATE, Dropped, Rule, conversion_summary, copy, dense_weight, fill, fused_bias, fused_weight,

@@ -18,10 +18,7 @@ beside --out and renamed into place (`write_model_folder`), so nothing half-writ
 """
 
 import json
-import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -30,7 +27,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from longdoc.convert.lift import _readable_by_all, _refuse_existing
+from longdoc.convert.model_folder import write_model_folder
 from longdoc.convert.tf_checkpoint import TFCheckpoint
 from longdoc.errors import InputError
 
@@ -160,25 +157,6 @@ def fill(checkpoint: TFCheckpoint, rules: list[Rule], ties: list[Tie], dropped: 
             conversion.read.extend(source for source in rule.sources if source not in conversion.read)
             bar.update(sum(checkpoint.entries[source].size for source in rule.sources))
     return conversion
-
-
-def write_model_folder(out: Path, write: Callable[[Path], None]) -> Path:
-    """Run `write(folder)` on a fresh temporary folder beside `out`, then rename it to `out`
-    (which must not exist, or be an empty folder). On any error nothing is left behind."""
-    _refuse_existing(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
-        write(building)
-        _readable_by_all(building)
-        _refuse_existing(out)
-        if out.is_dir():
-            out.rmdir()  # empty: checked just above
-        os.rename(building, out)
-    except BaseException:
-        shutil.rmtree(building, ignore_errors=True)
-        raise
-    return out
 
 
 def read_vocabulary(folder: Path, vocab: Path | None, lower_case: bool, max_length: int, vocab_size: int):
