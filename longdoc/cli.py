@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"longdoc {version('longdoc')}")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--quiet", action="store_true",
-                        help="errors only: also hide longdoc's warnings (by default transformers' log messages "
-                             "and weight-loading progress bars are hidden, longdoc's own shown)")
+                        help="also hide longdoc's warnings (by default transformers' log messages and "
+                             "weight-loading progress bars are hidden, longdoc's own messages shown)")
     output.add_argument("--verbose", action="store_true",
                         help="also show transformers' log messages and weight-loading progress bars")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
