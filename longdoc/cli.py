@@ -1,18 +1,28 @@
-"""The `longdoc` command: one subcommand per module under longdoc/commands.
+"""The `longdoc` command.
 
-Each command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`;
-they parse arguments and call library functions, nothing more. Heavy imports (torch, transformers)
-happen inside `run`, so `longdoc --help` stays fast.
+Each command module (longdoc/commands) defines `HELP` (one line), `add_arguments(parser)` and
+`run(args) -> int`; they parse arguments and call library functions, nothing more. Heavy imports
+(torch, transformers) happen inside `run`, so `longdoc --help` stays fast.
 """
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
+from importlib.metadata import version
 
 from longdoc.commands.hints import with_hint
 from longdoc.cpu_memory import configure_allocator
 from longdoc.errors import InputError
+
+DESCRIPTION = """\
+longdoc answers questions over long documents: ask a question of your own files (with the
+answer's exact place in them), train and run question-answering models on WikiHop, HotpotQA,
+Natural Questions and OpenKP, score predictions with each dataset's official metric and rank the
+runs beside the published figures."""
+
+EPILOG = "Run `longdoc COMMAND --help` for a command's options; `longdoc demo` runs the main job end to end."
 
 COMMANDS = {
     "evaluate": "longdoc.commands.evaluate",
@@ -28,9 +38,23 @@ COMMANDS = {
     "demo": "longdoc.commands.demo",
 }
 
+# Commands that never import transformers: its output settings are left unloaded for them.
+WITHOUT_TRANSFORMERS = {"evaluate", "leaderboard"}
+
+# The exit status of a program ended by SIGPIPE (128 + 13), as `cat` or `grep` report when the
+# reader closes the pipe early: `set -o pipefail` treats longdoc as it treats them.
+BROKEN_PIPE_STATUS = 141
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="longdoc", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="longdoc", description=DESCRIPTION, epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"longdoc {version('longdoc')}")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--quiet", action="store_true",
+                        help="also hide longdoc's warnings (by default transformers' log messages and "
+                             "weight-loading progress bars are hidden, longdoc's own messages shown)")
+    output.add_argument("--verbose", action="store_true",
+                        help="also show transformers' log messages and weight-loading progress bars")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
@@ -46,12 +70,42 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
     return f"longdoc: warning: {message}\n"
 
 
-def main(argv=None) -> int:
+def _configure_output(args) -> None:
+    """What this process prints besides results: set here, by the program, never by a library import."""
     warnings.formatwarning = _format_warning
-    configure_allocator()  # freed memory kept for every command (longdoc/cpu_memory.py)
+    if args.quiet:
+        warnings.simplefilter("ignore")
+    if args.command in WITHOUT_TRANSFORMERS:
+        return
+    from transformers.utils import logging as transformers_logging
+
+    if args.verbose:
+        transformers_logging.set_verbosity_info()
+        transformers_logging.enable_progress_bar()
+    else:
+        transformers_logging.set_verbosity_error()
+        transformers_logging.disable_progress_bar()
+
+
+def _silence_closed_stdout() -> None:
+    # Python's advice (signal module docs, "Note on SIGPIPE"): point stdout at devnull, so that the
+    # flush at exit does not raise a second BrokenPipeError.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    configure_allocator()  # freed memory kept for every command (longdoc/cpu_memory.py)
+    _configure_output(args)
     try:
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # The reader stopped reading (`longdoc leaderboard --json | head`): end quietly.
+        _silence_closed_stdout()
+        return BROKEN_PIPE_STATUS
     except (InputError, FileNotFoundError, IsADirectoryError) as error:
         print(f"longdoc {args.command}: error: {with_hint(error)}", file=sys.stderr)
         return 2

@@ -247,7 +247,7 @@ def evaluate_restricted(task, model_dir: Path, dev: Path, out: Path, restricted_
     metrics = predict_and_score(task, model, dev, out / DEV_PREDICTIONS_FILE, read_tokenizer(model_dir))
     write_metrics_json(out, task=task.name, split="dev", model=f"{model_dir} (first {restricted_length} wordpieces)",
                        config={"model": str(model_dir), "dev": str(dev), "restricted_length": restricted_length},
-                       metrics=metrics)
+                       metrics=metrics, gold=dev)
     return metrics
 
 

@@ -58,7 +58,8 @@ class Task:
     reader: str  # module path
     metric: str  # module path
     headline_metric: str  # the key the leaderboard ranks by
-    reference_rows: tuple[dict, ...] = ()  # published figures: {"name", "source", "metrics": {key: value}}
+    # published figures: {"name", "source", "measured_on": {"set", "files", "examples"}, "metrics": {key: value}}
+    reference_rows: tuple[dict, ...] = ()
     metric_options: tuple[Option, ...] = ()  # evaluate_files' keywords, offered by `longdoc evaluate`
     # The task's own training/feature options, offered by `longdoc train`; those its model takes as
     # task_options are stored in the trained model's config.json, so prediction uses the same values.

@@ -32,7 +32,8 @@ def add_arguments(parser) -> None:
                             help=f"{', '.join(tasks)} only: {option.help} (default {option.default})")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="also write DIR/metrics.json, for `longdoc leaderboard`")
-    parser.add_argument("--split", help="split name recorded in metrics.json (with --out)")
+    parser.add_argument("--split", help="split name recorded in metrics.json (with --out); a run without one "
+                                        "is ranked apart from the dev runs")
     parser.add_argument("--model", help="model name recorded in metrics.json (with --out)")
 
 
@@ -63,6 +64,6 @@ def run(args) -> int:
     if args.out:
         config = {"gold": str(args.gold.resolve()), "pred": str(args.pred.resolve()), **options}
         path = write_metrics_json(args.out, task=args.task, split=args.split, model=args.model, config=config,
-                                  metrics=metrics)
+                                  metrics=metrics, gold=args.gold)
         print(f"wrote {path}", file=sys.stderr)
     return 0

@@ -1,16 +1,26 @@
 """Run records (`metrics.json`) and the leaderboard built from them.
 
 Every prediction run, and every `longdoc evaluate --out DIR`, writes one `metrics.json` beside its
-predictions: task, split, model, config, date and the metrics as the task's official metric
-returns them (fractions with the official key names), so that every number can be re-checked.
-`build_leaderboards` gathers such records into one table per task, sorted by the task's headline
-metric, with the published dev figures of each task's record (`Task.reference_rows`) as marked
-reference rows. A reference row shows only the figures its paper published; other cells stay empty.
+predictions: task, split, model, config, date, the number of gold examples scored, the gold file's
+identity (name, size, sha256) and the metrics as the task's official metric returns them
+(fractions with the official key names), so that every number can be re-checked.
+
+`build_leaderboards` gathers such records into one board per task, and ranks only what is
+comparable: runs scored on the same gold file (same sha256) under the same split form one ranked
+group, sorted by the task's headline metric. The published figures of each task's record
+(`Task.reference_rows`) form their own group, labelled with the set they were measured on (the full
+dev set); a run joins them only when its gold has that set's file names and example count. A run
+that recorded no split is ranked apart from the dev runs; a metrics.json without the gold's identity
+(written before it was recorded) is shown, flagged, and never ranked. A reference row shows only the
+figures its paper published; other cells stay empty.
 """
 
+import glob
+import gzip
+import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -34,6 +44,8 @@ class RunRecord:
     date: str
     metrics: dict[str, float]
     path: Path
+    examples: int | None = None  # gold examples scored; None in a metrics.json written before it was recorded
+    gold: dict | None = None  # {"files": [name, ...], "bytes", "sha256"}; None likewise
 
 
 @dataclass(frozen=True)
@@ -44,6 +56,18 @@ class LeaderboardRow:
     source: str  # the run's metrics.json, or the paper a reference row comes from
     reference: bool
     metrics: dict[str, float]
+    examples: int | None
+    gold: str  # the gold's files and short hash, or the set a reference row was measured on
+    rank: int | None = None  # within its group; None where the group is not ranked
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    """Rows scored on one gold set: ranked among themselves, never against another group."""
+
+    title: str
+    ranked: bool
+    rows: list[LeaderboardRow]
 
 
 @dataclass(frozen=True)
@@ -51,27 +75,34 @@ class TaskLeaderboard:
     task: str
     headline_metric: str
     columns: list[str]
-    rows: list[LeaderboardRow]
+    groups: list[RowGroup]
 
     def to_markdown(self) -> str:
-        header = ["model", "split", *self.columns, "date", "source"]
-        rows = [
-            [
-                f"{row.model} [reference]" if row.reference else row.model,
-                row.split or "",
-                *(_format_value(row.metrics.get(column)) for column in self.columns),
-                row.date or "",
-                row.source,
+        header = ["rank", "model", "split", "examples", "gold", *self.columns, "date", "source"]
+        sections = [f"### {self.task} (sorted by {self.headline_metric}; ranked within each gold set only)"]
+        for group in self.groups:
+            rows = [
+                [
+                    "" if row.rank is None else str(row.rank),
+                    f"{row.model} [reference]" if row.reference else row.model,
+                    row.split or "unknown",
+                    "" if row.examples is None else str(row.examples),
+                    row.gold,
+                    *(_format_value(row.metrics.get(column)) for column in self.columns),
+                    row.date or "",
+                    row.source,
+                ]
+                for row in group.rows
             ]
-            for row in self.rows
-        ]
-        return f"### {self.task} (sorted by {self.headline_metric})\n\n" + markdown_table(header, rows)
+            sections.append(f"#### {group.title}\n\n" + markdown_table(header, rows))
+        return "\n\n".join(sections)
 
     def to_json(self) -> dict:
         return {
             "headline_metric": self.headline_metric,
             "columns": self.columns,
-            "rows": [asdict(row) for row in self.rows],
+            "groups": [{"title": group.title, "ranked": group.ranked, "rows": [asdict(row) for row in group.rows]}
+                       for group in self.groups],
         }
 
 
@@ -95,25 +126,77 @@ def _check_metrics(metrics: Any, where: str) -> dict[str, float]:
     return metrics
 
 
+def gold_files(gold) -> list[Path]:
+    """The gold file, or the shards a glob pattern names (Natural Questions' dev set is five)."""
+    path = Path(gold)
+    if path.is_file():
+        return [path]
+    files = sorted(Path(found) for found in glob.glob(str(gold)) if Path(found).is_file())
+    if not files:
+        raise FileNotFoundError(f"no gold file: {gold}")
+    return files
+
+
+def _count_examples(path: Path) -> int:
+    """Records in a gold file: the items of a JSON list (HotpotQA, WikiHop), else its non-blank
+    JSON lines (Natural Questions, OpenKP), counted without parsing them."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        if handle.read(4096).lstrip().startswith(b"["):
+            return len(read_json(path))
+        handle.seek(0)
+        return sum(1 for line in handle if line.strip())
+
+
+def gold_identity(gold) -> tuple[int, dict]:
+    """(examples, identity) of a gold file or glob: the number of gold examples, which the official
+    metrics all average over (a question without a prediction scores 0), and the files' names,
+    total size and the sha256 of their bytes in name order."""
+    files = gold_files(gold)
+    digest, size = hashlib.sha256(), 0
+    for path in files:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+                size += len(block)
+    examples = sum(_count_examples(path) for path in files)
+    return examples, {"files": [path.name for path in files], "bytes": size, "sha256": digest.hexdigest()}
+
+
 def write_metrics_json(run_dir, *, task: str, split: str | None, model: str | None, config: Any,
-                       metrics: dict[str, float]) -> Path:
-    """Write run_dir/metrics.json atomically, stamped with the current UTC date and time."""
+                       metrics: dict[str, float], gold) -> Path:
+    """Write run_dir/metrics.json atomically, stamped with the current UTC date and time, with the
+    number of examples and the identity of the gold file (or glob) `gold` the metrics were scored on."""
     _require_task(task)
+    metrics = _check_metrics(dict(metrics), f"metrics for {task}")
+    examples, identity = gold_identity(gold)
     record = {
         "task": task,
         "split": split,
         "model": model,
         "config": config,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "metrics": _check_metrics(dict(metrics), f"metrics for {task}"),
+        "examples": examples,
+        "gold": identity,
+        "metrics": metrics,
     }
     path = Path(run_dir) / METRICS_FILE
     atomic_write_json(path, record)
     return path
 
 
+def _check_gold(gold: Any, where: str) -> dict:
+    files = gold.get("files") if isinstance(gold, dict) else None
+    if (not isinstance(files, list) or not files or not all(isinstance(name, str) for name in files)
+            or isinstance(gold.get("bytes"), bool) or not isinstance(gold.get("bytes"), int)
+            or not isinstance(gold.get("sha256"), str) or len(gold["sha256"]) != 64):
+        raise InputError(f"{where}: 'gold' must be {{\"files\": [name, ...], \"bytes\": int, \"sha256\": 64 hex digits}}")
+    return gold
+
+
 def read_metrics_json(path) -> RunRecord:
-    """Read and check one metrics.json; errors name the file and the field."""
+    """Read and check one metrics.json; errors name the file and the field. `examples` and `gold`
+    may be absent (a record written before they were recorded): such a run is shown, never ranked."""
     path = Path(path)
     record = read_json(path)
     if not isinstance(record, dict):
@@ -125,9 +208,14 @@ def read_metrics_json(path) -> RunRecord:
     for field in ("split", "model"):
         if record.get(field) is not None and not isinstance(record[field], str):
             raise InputError(f"{path}: {field!r} must be text or null")
+    examples = record.get("examples")
+    if examples is not None and (isinstance(examples, bool) or not isinstance(examples, int) or examples < 1):
+        raise InputError(f"{path}: 'examples' must be a positive whole number, got {examples!r}")
+    gold = None if record.get("gold") is None else _check_gold(record["gold"], str(path))
     return RunRecord(
         task=record["task"], split=record.get("split"), model=record.get("model"), config=record.get("config"),
         date=str(record["date"]), metrics=_check_metrics(record["metrics"], str(path)), path=path,
+        examples=examples, gold=gold,
     )
 
 
@@ -144,22 +232,80 @@ def find_runs(paths: Iterable) -> list[RunRecord]:
     return runs
 
 
+def _describe_gold(gold: dict) -> str:
+    return f"{', '.join(gold['files'])} (sha256 {gold['sha256'][:12]})"
+
+
 def _run_row(run: RunRecord) -> LeaderboardRow:
     return LeaderboardRow(
         model=run.model or run.path.parent.name, split=run.split, date=run.date, source=str(run.path),
-        reference=False, metrics=run.metrics,
+        reference=False, metrics=run.metrics, examples=run.examples,
+        gold=_describe_gold(run.gold) if run.gold else "not recorded",
     )
 
 
 def _reference_row(reference: dict) -> LeaderboardRow:
+    measured_on = reference.get("measured_on") or {}
     return LeaderboardRow(
         model=reference["name"], split="dev", date=None, source=reference["source"], reference=True,
-        metrics=reference["metrics"],
+        metrics=reference["metrics"], examples=measured_on.get("examples"), gold=measured_on.get("set", "not stated"),
     )
 
 
+def _on_published_set(run: RunRecord, measured_on: dict) -> bool:
+    """Whether a run was scored on the set the papers measured: its split is dev and its gold has
+    that set's file names and example count (the published files' hashes are not known to us)."""
+    return (run.split == "dev" and bool(measured_on) and run.examples == measured_on["examples"]
+            and sorted(run.gold["files"]) == sorted(measured_on["files"]))
+
+
+def _sorted_rows(rows: list[LeaderboardRow], headline: str, ranked: bool) -> list[LeaderboardRow]:
+    # Highest headline first; rows without it (a paper that did not publish it) go last, unranked.
+    rows = sorted(rows, key=lambda row: (headline not in row.metrics, -row.metrics.get(headline, 0.0), row.reference,
+                                         row.model))
+    if not ranked:
+        return rows
+    return [replace(row, rank=position if headline in row.metrics else None)
+            for position, row in enumerate(rows, start=1)]
+
+
+def _task_groups(runs: list[RunRecord], references: tuple[dict, ...], headline: str) -> list[RowGroup]:
+    """The published set's group first (with the runs on that set), then one group per (split, gold)
+    in split and file order, the runs with an unrecorded split after those with one, the runs
+    without the gold's identity last and unranked."""
+    measured_on = next((reference["measured_on"] for reference in references if reference.get("measured_on")), {})
+    published = [_reference_row(reference) for reference in references]
+    by_gold: dict[tuple, list[LeaderboardRow]] = {}
+    unidentified = []
+    for run in runs:
+        if run.gold is None or run.examples is None:
+            unidentified.append(_run_row(run))
+        elif _on_published_set(run, measured_on):
+            published.append(_run_row(run))
+        else:
+            key = (run.split is None, run.split or "", tuple(run.gold["files"]), run.gold["sha256"])
+            by_gold.setdefault(key, []).append(_run_row(run))
+    groups = []
+    if published:
+        if measured_on:
+            title = (f"{measured_on['set']} ({measured_on['examples']} examples, {', '.join(measured_on['files'])}): "
+                     "published figures, with the runs whose dev gold has these files and example count")
+        else:
+            title = "published figures (the set they were measured on is not stated)"
+        groups.append(RowGroup(title, True, _sorted_rows(published, headline, ranked=True)))
+    for (_, split, files, sha256), rows in sorted(by_gold.items()):
+        gold = f"{', '.join(files)}: {rows[0].examples} examples, sha256 {sha256[:12]}"
+        title = f"split {split}, gold {gold}" if split else f"split not recorded (ranked apart from dev runs), gold {gold}"
+        groups.append(RowGroup(title, True, _sorted_rows(rows, headline, ranked=True)))
+    if unidentified:
+        groups.append(RowGroup("not ranked: metrics.json without the gold's identity and example count "
+                               "(written before they were recorded)", False, _sorted_rows(unidentified, headline, ranked=False)))
+    return groups
+
+
 def build_leaderboards(runs: list[RunRecord], columns: list[str] | None = None) -> list[TaskLeaderboard]:
-    """One leaderboard per task that has runs, in registry order, rows by descending headline metric.
+    """One leaderboard per task that has runs, in registry order, its rows in groups of the same gold
+    set (see the module docstring), each by descending headline metric.
 
     `columns` narrows the metric columns to those named that the task's rows report (the headline
     metric always comes first); by default every key reported, in the order the metric returns them.
@@ -170,14 +316,11 @@ def build_leaderboards(runs: list[RunRecord], columns: list[str] | None = None) 
         if not task_runs:
             continue
         headline = get_task(task).headline_metric
-        rows = [_run_row(run) for run in task_runs] + [_reference_row(ref) for ref in get_task(task).reference_rows]
-        reported = list(dict.fromkeys([headline] + [key for row in rows for key in row.metrics]))
+        groups = _task_groups(task_runs, get_task(task).reference_rows, headline)
+        reported = list(dict.fromkeys([headline] + [key for group in groups for row in group.rows for key in row.metrics]))
         # Chosen columns apply to every task: each table keeps those its rows report.
         chosen = reported if columns is None else [headline] + [key for key in columns if key in reported and key != headline]
-        # Highest headline first; rows without it (a paper that did not publish it) go last.
-        rows.sort(key=lambda row: (headline not in row.metrics, -row.metrics.get(headline, 0.0), row.reference,
-                                   row.model))
-        boards.append(TaskLeaderboard(task=task, headline_metric=headline, columns=chosen, rows=rows))
+        boards.append(TaskLeaderboard(task=task, headline_metric=headline, columns=chosen, groups=groups))
     return boards
 
 

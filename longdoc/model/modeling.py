@@ -144,7 +144,7 @@ class GlobalLocalEncoder(nn.Module):
 
 class GlobalLocalPreTrainedModel(PreTrainedModel):
     config_class = GlobalLocalConfig
-    base_model_prefix = "global_local"
+    base_model_prefix = "encoder"  # the attribute task models hold it under (BertModel: "bert")
     supports_gradient_checkpointing = True
     _no_split_modules = ["GlobalLocalLayer"]
 

@@ -91,5 +91,5 @@ def train_task(task: Task, options: Mapping[str, Any]):
         from longdoc.evaluate.leaderboard import write_metrics_json
 
         write_metrics_json(out, task=task.name, split="dev", model=str(out), config=options_json(options),
-                           metrics=result.metrics)
+                           metrics=result.metrics, gold=options["dev"])
     return result

@@ -1,6 +1,7 @@
 """`longdoc evaluate` through the real entry point (longdoc.cli.main): output, flags, errors, --out."""
 
 import argparse
+import hashlib
 import json
 
 import pytest
@@ -132,6 +133,31 @@ def test_out_writes_metrics_json(shared_data, hotpot_self_prediction, tmp_path, 
     assert record["metrics"] == printed
     assert record["config"] == {"gold": str((shared_data / HOTPOT).resolve()), "pred": str(hotpot_self_prediction.resolve())}
     assert record["date"]
+    gold = shared_data / HOTPOT
+    assert record["examples"] == 53
+    assert record["gold"] == {"files": [gold.name], "bytes": gold.stat().st_size,
+                              "sha256": hashlib.sha256(gold.read_bytes()).hexdigest()}
+
+
+def test_a_perfect_prediction_on_the_sample_does_not_rank_with_the_published_rows(shared_data, hotpot_self_prediction,
+                                                                                  tmp_path, capsys):
+    gold = shared_data / HOTPOT
+    for name, split in (("oracle", "dev"), ("oracle-no-split", None)):
+        argv = ["evaluate", "hotpotqa", "--gold", str(gold), "--pred", str(hotpot_self_prediction),
+                "--out", str(tmp_path / "runs" / name), "--model", name]
+        assert cli.main(argv + (["--split", split] if split else [])) == 0
+    capsys.readouterr()
+    assert cli.main(["leaderboard", str(tmp_path / "runs"), "--json"]) == 0
+    groups = json.loads(capsys.readouterr().out)["hotpotqa"]["groups"]
+    published, on_sample, without_split = groups
+    assert [row["model"] for row in published["rows"]] == ["ETC-large + RealFormer", "ETC-large", "ETC-large"]
+    assert published["title"].startswith("full dev (7405 examples")
+    [oracle] = on_sample["rows"]
+    assert (oracle["model"], oracle["rank"], oracle["examples"], oracle["metrics"]["joint_f1"]) == ("oracle", 1, 53, 1.0)
+    assert on_sample["title"].startswith(f"split dev, gold {gold.name}: 53 examples")
+    [no_split] = without_split["rows"]
+    assert (no_split["model"], no_split["split"]) == ("oracle-no-split", None)
+    assert without_split["title"].startswith("split not recorded (ranked apart from dev runs)")
 
 
 def test_split_without_out_is_refused(capsys, tmp_path):
