@@ -95,8 +95,8 @@ def _silence_closed_stdout() -> None:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
     configure_allocator()  # freed memory kept for every command (longdoc/cpu_memory.py)
+    args = build_parser().parse_args(argv)
     _configure_output(args)
     try:
         status = args.run(args)
