@@ -5,17 +5,20 @@ with its untitled paragraphs and their sentences, in the order they stand in the
 was trained on documents read in order, and a chain "A works for B." ... "B is based in C." read
 backwards is not what it learned), so the task's own feature
 builder and model read them (`longdoc.tasks.hotpotqa.features` / `.model`, named through the task
-registry); an example longer than the encoder is read in several windows. From the outputs:
+registry); an example longer than the encoder is read in several windows. The outputs are read
+with the task's own decoder (`longdoc.tasks.hotpotqa.decode`, through the registry too):
 
 - answer type: the type probabilities averaged over windows; "yes"/"no" when one of them is the
   most probable (then the answer has no location: `file`, `start`, `end` are null);
 - span answers: the best `SPANS_PER_WINDOW` spans of each window inside one sentence run of one
-  passage (`longdoc.model.heads.top_spans`), each scored by its probability (start softmax x end
-  softmax over the window's allowed tokens); spans with the same text (case and spacing aside) are
-  merged, keeping the best location and score; those under `min_score` are dropped, and when none
-  is left the answer list is empty: "no answer found", never an invented span;
-- support: the sentences whose supporting-fact probability reaches the model's threshold (its
-  `task_options["sp_threshold"]`, else 0.5), best first, at least the best one.
+  passage, at most the model's `max_answer_length` wordpieces, each scored by its probability
+  (start softmax x end softmax over the window's tokens) times the span type's probability; spans
+  with the same text (case and spacing aside) are merged, keeping the best location and score;
+  those under `min_score` are dropped, and when none is left the answer list is empty: "no answer
+  found", never an invented span;
+- support: the sentences whose supporting-fact probability (the highest over the windows that
+  hold them) reaches the model's threshold (its `task_options["sp_threshold"]`, else the
+  decoder's default), best first, at least the best one.
 Every location is mapped back to the file: `text == source.text[start:end]`.
 """
 
@@ -26,17 +29,13 @@ import torch
 
 from longdoc.ask.index import CorpusIndex, Hit
 from longdoc.data.examples import Document, Paragraph, Span, StructuredExample
-from longdoc.data.features import GlobalKind, GlobalMarkers, build_features
-from longdoc.data.spans import TokenSpan, token_span_to_char_span
+from longdoc.data.prediction import WindowScores, score_examples
 from longdoc.data.text import split_paragraphs
-from longdoc.model.heads import top_spans
 from longdoc.tasks import get_task
 
 SPANS_PER_WINDOW = 20
 MIN_SCORE = 0.05
-DEFAULT_SP_THRESHOLD = 0.5
 READER_TASK = "hotpotqa"
-ANSWER_TYPES = ("span", "yes", "no")  # the HotpotQA type head's classes, in its order
 
 
 @dataclass
@@ -100,35 +99,32 @@ def _normalised(text: str) -> str:
 def read_answers(question: str, corpus: CorpusIndex, hits: Sequence[Hit], model, tokenizer, *, top_k: int = 1,
                  min_score: float = MIN_SCORE, batch_size: int = 4) -> list[Answer]:
     """The answers the model reads in the passages `hits`, best first (at most `top_k`)."""
-    features_module = get_task(READER_TASK).load("features")
+    task = get_task(READER_TASK)
+    features_module, decode = task.load("features"), task.load("decode")
     if not hits:
         return []
     hits = sorted(hits, key=lambda hit: (hit.document, hit.passage))
     example = passages_example(question, corpus, hits)
-    windows = build_features(example, tokenizer, features_module.feature_settings(model.config),
-                             GlobalMarkers.from_tokenizer(tokenizer))
     with torch.inference_mode():
-        outputs = model.forward_rows([features_module.window_inputs(f) for f in windows], features_module.collate,
-                                     batch_size, progress=False)
+        ((_, windows),) = score_examples(
+            model, [example], tokenizer=tokenizer, settings=features_module.feature_settings(model.config),
+            inputs=lambda _, features: features_module.window_inputs(features), collate=features_module.collate,
+            batch_size=batch_size, progress=False)
 
-    support = _support(corpus, hits, windows, outputs, model)
-    type_probabilities = torch.stack([o["type_logits"].float().softmax(-1) for o in outputs]).mean(0)
-    answer_type = ANSWER_TYPES[int(type_probabilities.argmax())]
+    support = _support(corpus, hits, windows, model, decode)
+    answer_type, type_probabilities = decode.answer_type(windows)
     if answer_type != "span":
         return [Answer(Location(answer_type, None, None, None), float(type_probabilities.max()), support)]
 
-    max_length = model.config.task_options.get("max_answer_length", 30)
+    max_length = model.task_options["max_answer_length"]
     best: dict[str, Answer] = {}
-    for features, output in zip(windows, outputs):
-        length = len(features.long_input_ids)
-        is_sentence = [kind == GlobalKind.SENTENCE for kind in features.global_kinds]
-        groups = torch.tensor([paragraph if owner >= 0 and is_sentence[owner] else -1
-                               for owner, paragraph in zip(features.sentence_ids, features.long_paragraph_ids)])
-        start_logits, end_logits = output["start_logits"][:length].float(), output["end_logits"][:length].float()
-        start_log_p, end_log_p = start_logits.log_softmax(-1), end_logits.log_softmax(-1)
-        for _, first, last in top_spans(start_logits, end_logits, groups, max_length, k=SPANS_PER_WINDOW):
+    for window in windows:
+        length = len(window.features.long_input_ids)
+        start_log_p = window.outputs["start_logits"][:length].log_softmax(-1)
+        end_log_p = window.outputs["end_logits"][:length].log_softmax(-1)
+        for _, first, last in decode.window_spans(window, max_length, k=SPANS_PER_WINDOW):
             score = float((start_log_p[first] + end_log_p[last]).exp())
-            span = token_span_to_char_span(features.long_offsets, features.long_source_ids, TokenSpan(first, last))
+            span = decode.char_span(window.features, first, last)
             if span is None or score < min_score:
                 continue
             location = _location(corpus, hits[span.document], span.start, span.end)
@@ -138,16 +134,11 @@ def read_answers(question: str, corpus: CorpusIndex, hits: Sequence[Hit], model,
     return sorted(best.values(), key=lambda answer: answer.score, reverse=True)[:top_k]
 
 
-def _support(corpus, hits, windows, outputs, model) -> list[Location]:
-    threshold = model.config.task_options.get("sp_threshold")
-    threshold = DEFAULT_SP_THRESHOLD if threshold is None else float(threshold)
+def _support(corpus: CorpusIndex, hits: Sequence[Hit], windows: Sequence[WindowScores], model, decode) -> list[Location]:
+    threshold = model.task_options.get("sp_threshold")
+    threshold = decode.DEFAULT_SP_THRESHOLD if threshold is None else float(threshold)
     sentence_spans = [(d, span) for d, hit in enumerate(hits) for span in corpus.passage(hit).sentences]
-    probabilities: dict[int, float] = {}
-    for features, output in zip(windows, outputs):
-        for g, (kind, item) in enumerate(zip(features.global_kinds, features.global_item_ids)):
-            if kind == GlobalKind.SENTENCE:
-                probability = float(torch.sigmoid(output["sp_logits"][g].float()))
-                probabilities[item] = max(probability, probabilities.get(item, 0.0))
+    probabilities = decode.sentence_item_probabilities(windows)
     ranked = sorted(probabilities, key=probabilities.get, reverse=True)
     chosen = [item for item in ranked if probabilities[item] >= threshold] or ranked[:1]
     locations = []

@@ -81,14 +81,17 @@ class GlobalTokenScorer(nn.Module):
         return mask_logits(self.projection(global_hidden).squeeze(-1), selected)
 
 
-def pool_linked(long_hidden: Tensor, links: Tensor, num_globals: int) -> Tensor:
-    """[B, G, H]: for each global token, the mean hidden state of the long tokens linked to it
-    (links [B, L]: a global index per long token, -1 for none, e.g. `mention_ids`); zeros where
-    none is linked. Gives a global token the content of its own text (a WikiHop candidate's name
-    and mentions) beside its own state."""
-    one_hot = F.one_hot(links.clamp(min=-1) + 1, num_globals + 1)[..., 1:].to(long_hidden.dtype)  # [B, L, G]
-    total = one_hot.transpose(1, 2) @ long_hidden  # [B, G, H]
-    return total / one_hot.sum(1).clamp(min=1).unsqueeze(-1)
+def pool_linked(long_hidden: Tensor, links: Tensor, count: int) -> Tensor:
+    """[B, count, H]: for each of `count` targets, the mean hidden state of the long tokens linked to
+    it (links [B, L]: a target index per long token, -1 for none); zeros where none is linked. Gives a
+    global token the content of its own text (WikiHop: a candidate's name and mentions, `mention_ids`)
+    beside its own state, or a word the mean of its wordpieces (OpenKP: `word_ids`)."""
+    batch, _, hidden = long_hidden.shape
+    # One extra slot collects the tokens linked to nothing; it is dropped after the mean.
+    index = torch.where(links >= 0, links, count).unsqueeze(-1).expand(-1, -1, hidden)
+    pooled = long_hidden.new_zeros(batch, count + 1, hidden)
+    pooled = pooled.scatter_reduce(1, index, long_hidden, reduce="mean", include_self=False)
+    return pooled[:, :count]
 
 
 def span_loss(

@@ -20,14 +20,15 @@ threshold; else 0.5 (that runner's default).
 
 import sys
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
+from torch import Tensor
 
-from longdoc.data.examples import StructuredExample
-from longdoc.data.features import Features, GlobalKind, GlobalMarkers, build_features
+from longdoc.data.examples import StructuredExample, TextSpan
+from longdoc.data.features import Features, GlobalKind
+from longdoc.data.prediction import WindowScores, score_examples
 from longdoc.data.spans import TokenSpan, token_span_to_char_span
 from longdoc.io import atomic_write_json
 from longdoc.model.heads import top_spans
@@ -41,52 +42,65 @@ DEFAULT_SP_THRESHOLD = 0.5
 SP_THRESHOLD_GRID = tuple(step / 10 for step in range(11))
 
 
-@dataclass
-class WindowScores:
-    """One window's features and the model's outputs on it (one row of HotpotQAOutput)."""
+def answer_type(windows: Sequence[WindowScores]) -> tuple[str, Tensor]:
+    """(the answer type, the type probabilities [len(ANSWER_TYPES)] averaged over the windows)."""
+    probabilities = torch.stack([w.outputs["type_logits"].softmax(-1) for w in windows]).mean(0)
+    return ANSWER_TYPES[int(probabilities.argmax())], probabilities
 
-    features: Features
-    type_logits: torch.Tensor  # [3]
-    start_logits: torch.Tensor  # [>= L]
-    end_logits: torch.Tensor  # [>= L]
-    sp_logits: torch.Tensor  # [>= G]
+
+def window_spans(window: WindowScores, max_answer_length: int, k: int = 1) -> list[tuple[float, int, int]]:
+    """The k best (start + end logit, first, last) long-token spans of one window that lie inside
+    one paragraph's sentences and are at most `max_answer_length` wordpieces long, best first."""
+    features = window.features
+    length = len(features.long_input_ids)
+    is_sentence = [kind == GlobalKind.SENTENCE for kind in features.global_kinds]
+    # A span's ends must share a paragraph id and lie on sentence tokens (not question, title, [SEP]).
+    groups = torch.tensor([paragraph if owner >= 0 and is_sentence[owner] else -1
+                           for owner, paragraph in zip(features.sentence_ids, features.long_paragraph_ids)])
+    return top_spans(window.outputs["start_logits"][:length], window.outputs["end_logits"][:length], groups,
+                     max_answer_length, k)
+
+
+def char_span(features: Features, first: int, last: int) -> TextSpan | None:
+    """The characters of long tokens first..last in the example's text; None across documents."""
+    return token_span_to_char_span(features.long_offsets, features.long_source_ids, TokenSpan(first, last))
 
 
 def decode_answer(example: StructuredExample, windows: Sequence[WindowScores], max_answer_length: int) -> str:
     """The answer text of one example (see the module docstring)."""
-    type_probabilities = torch.stack([w.type_logits.float().softmax(-1) for w in windows]).mean(0)
-    answer_type = ANSWER_TYPES[int(type_probabilities.argmax())]
-    if answer_type != "span":
-        return answer_type
+    answer, _ = answer_type(windows)
+    if answer != "span":
+        return answer
     best = None
     for window in windows:
-        features = window.features
-        length = len(features.long_input_ids)
-        is_sentence = [kind == GlobalKind.SENTENCE for kind in features.global_kinds]
-        # A span's ends must share a paragraph id and lie on sentence tokens (not question, title, [SEP]).
-        groups = torch.tensor([paragraph if owner >= 0 and is_sentence[owner] else -1
-                               for owner, paragraph in zip(features.sentence_ids, features.long_paragraph_ids)])
-        for score, first, last in top_spans(window.start_logits[:length], window.end_logits[:length], groups,
-                                            max_answer_length):
+        for score, first, last in window_spans(window, max_answer_length):
             if best is None or score > best[0]:
-                best = (score, features, first, last)
+                best = (score, window.features, first, last)
     if best is None:
         return ""
     _, features, first, last = best
-    span = token_span_to_char_span(features.long_offsets, features.long_source_ids, TokenSpan(first, last))
-    return example.text_of(span)
+    return example.text_of(char_span(features, first, last))
+
+
+def sentence_item_probabilities(windows: Sequence[WindowScores]) -> dict[int, float]:
+    """{sentence (its index in the example's flat sentence order, as `global_item_ids` numbers them):
+    supporting-fact probability, the highest over the windows that hold it}."""
+    probabilities: dict[int, float] = {}
+    for window in windows:
+        features = window.features
+        for g, (kind, item) in enumerate(zip(features.global_kinds, features.global_item_ids)):
+            if kind == GlobalKind.SENTENCE:
+                probability = float(torch.sigmoid(window.outputs["sp_logits"][g]))
+                probabilities[item] = max(probability, probabilities.get(item, 0.0))
+    return probabilities
 
 
 def sentence_probabilities(example: StructuredExample, windows: Sequence[WindowScores]) -> dict[tuple[str, int], float]:
     """{(title, sentence index): supporting-fact probability} for every sentence some window holds."""
     facts = sentence_facts(example)
     probabilities: dict[tuple[str, int], float] = {}
-    for window in windows:
-        features = window.features
-        for g, (kind, item) in enumerate(zip(features.global_kinds, features.global_item_ids)):
-            if kind == GlobalKind.SENTENCE:
-                probability = float(torch.sigmoid(window.sp_logits[g].float()))
-                probabilities[facts[item]] = max(probability, probabilities.get(facts[item], 0.0))
+    for item, probability in sentence_item_probabilities(windows).items():
+        probabilities[facts[item]] = max(probability, probabilities.get(facts[item], 0.0))
     # Context order, so the prediction file lists facts as the context does.
     return {fact: probabilities[fact] for fact in facts if fact in probabilities}
 
@@ -140,16 +154,10 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: 
     """Predict every example of the HotpotQA file `data_path`; write the official prediction file
     to `out_path` (atomically) and return its path."""
     examples = list(read_examples(data_path))
-    settings = feature_settings(model.config)
-    markers = GlobalMarkers.from_tokenizer(tokenizer)
-    windows = [(e, features) for e, example in enumerate(examples)
-               for features in build_features(example, tokenizer, settings, markers)]
-    outputs = model.forward_rows([window_inputs(features) for _, features in windows], collate, batch_size,
-                                 progress=progress, desc="hotpotqa predict")
-    per_example: list[list[WindowScores]] = [[] for _ in examples]
-    for (e, features), output in zip(windows, outputs):
-        per_example[e].append(WindowScores(features, output["type_logits"], output["start_logits"],
-                                           output["end_logits"], output["sp_logits"]))
+    per_example = [windows for _, windows in score_examples(
+        model, examples, tokenizer=tokenizer, settings=feature_settings(model.config),
+        inputs=lambda _, features: window_inputs(features), collate=collate, batch_size=batch_size,
+        progress=progress, desc="hotpotqa predict")]
     max_answer_length = model.config.task_options["max_answer_length"]
     answers = {example.id: decode_answer(example, scores, max_answer_length)
                for example, scores in zip(examples, per_example)}

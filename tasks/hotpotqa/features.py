@@ -35,17 +35,17 @@ from longdoc.data.batching import collate_features
 from longdoc.data.examples import StructuredExample
 from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, build_features, window_settings
 from longdoc.data.spans import char_span_to_token_span
+from longdoc.model.heads import IGNORE_INDEX
 from longdoc.model.inputs import InputSpec
 from longdoc.tasks.hotpotqa.reader import read_examples
 
 ANSWER_TYPES = ("span", "yes", "no")
-IGNORE = -1
 # The rows' keys beside the encoder inputs, as `collate` batches them (labels only in training rows).
 EXTRA_INPUTS = (
     InputSpec("answer_mask", ("batch", "long"), torch.long, pad=0),
     InputSpec("sentence_mask", ("batch", "global"), torch.long, pad=0),
     InputSpec("question_mask", ("batch", "global"), torch.long, pad=0),
-    InputSpec("sp_labels", ("batch", "global"), torch.long, pad=IGNORE),
+    InputSpec("sp_labels", ("batch", "global"), torch.long, pad=IGNORE_INDEX),
     InputSpec("answer_type", ("batch",), torch.long),
     InputSpec("start_positions", ("batch",), torch.long),
     InputSpec("end_positions", ("batch",), torch.long),
@@ -85,10 +85,10 @@ def window_row(example: StructuredExample, features: Features, facts: Sequence[t
     """One training row: `window_inputs` plus the labels of the module docstring."""
     row = window_inputs(features)
     gold = {(title, index) for title, index in example.labels["supporting_facts"]}
-    row["sp_labels"] = [int(facts[item] in gold) if kind == GlobalKind.SENTENCE else IGNORE
+    row["sp_labels"] = [int(facts[item] in gold) if kind == GlobalKind.SENTENCE else IGNORE_INDEX
                         for kind, item in zip(features.global_kinds, features.global_item_ids)]
     row["answer_type"] = answer_type(example)
-    row["start_positions"] = row["end_positions"] = IGNORE
+    row["start_positions"] = row["end_positions"] = IGNORE_INDEX
     for answer in example.answers:
         tokens = char_span_to_token_span(features.long_offsets, features.long_source_ids, answer)
         if tokens is not None and row["answer_mask"][tokens.first] and row["answer_mask"][tokens.last]:

@@ -24,16 +24,14 @@ Thresholds on the scores are left to the metric, which sweeps them (nq_eval.py).
 A document without any top-level candidate gets the null long answer (score 0: no prediction).
 """
 
-from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 from longdoc.data.examples import StructuredExample
-from longdoc.data.features import Features, GlobalKind, GlobalMarkers, build_features
+from longdoc.data.features import Features, GlobalKind
+from longdoc.data.prediction import WindowScores, score_examples
 from longdoc.io import atomic_write_json
 from longdoc.model.heads import top_spans
 from longdoc.tasks.nq.features import (
@@ -43,19 +41,6 @@ from longdoc.tasks.nq.features import (
 from longdoc.tasks.nq.reader import read_examples
 
 NULL_SPAN = {"start_token": -1, "end_token": -1, "start_byte": -1, "end_byte": -1}
-
-
-@dataclass
-class WindowScores:
-    """One window's features and the model's outputs on it (one row of NQOutput; logits may be
-    longer than the window's long input: batch padding)."""
-
-    features: Features
-    type_logits: torch.Tensor  # [5]
-    long_start_logits: torch.Tensor  # [>= L]
-    long_end_logits: torch.Tensor
-    short_start_logits: torch.Tensor
-    short_end_logits: torch.Tensor
 
 
 def candidate_tokens(example: StructuredExample, features: Features) -> dict[int, tuple[int, int, int]]:
@@ -91,11 +76,12 @@ def candidate_scores(example: StructuredExample, windows: Sequence[WindowScores]
     """{paragraph index: (best score over windows, window index)} of every candidate some window holds whole."""
     scores: dict[int, tuple[float, int]] = {}
     for w, window in enumerate(windows):
-        null = float(window.long_start_logits[0] + window.long_end_logits[0])
+        long_start, long_end = window.outputs["long_start_logits"], window.outputs["long_end_logits"]
+        null = float(long_start[0] + long_end[0])
         for paragraph, (_, first, last) in candidate_tokens(example, window.features).items():
             if first < 0:
                 continue
-            score = float(window.long_start_logits[first] + window.long_end_logits[last]) - null
+            score = float(long_start[first] + long_end[last]) - null
             if paragraph not in scores or score > scores[paragraph][0]:
                 scores[paragraph] = (score, w)
     return scores
@@ -114,9 +100,9 @@ def short_span_scores(example: StructuredExample, windows: Sequence[WindowScores
             continue
         length = len(features.long_input_ids)
         groups = torch.tensor([0 if owner == tokens[0] else -1 for owner in features.sentence_ids])
-        null = float(window.short_start_logits[0] + window.short_end_logits[0])
-        for score, first, last in top_spans(window.short_start_logits[:length], window.short_end_logits[:length],
-                                            groups, max_length):
+        short_start, short_end = window.outputs["short_start_logits"], window.outputs["short_end_logits"]
+        null = float(short_start[0] + short_end[0])
+        for score, first, last in top_spans(short_start[:length], short_end[:length], groups, max_length):
             key = (token_of(features.long_offsets[first][0]), token_of(features.long_offsets[last][1] - 1) + 1)
             spans[key] = max(score - null, spans.get(key, float("-inf")))
     return spans
@@ -144,7 +130,7 @@ def decode_example(example: StructuredExample, windows: Sequence[WindowScores], 
     candidate = example.labels["long_answer_candidates"][example.labels["top_level_candidates"][paragraph]]
     record["long_answer"] = _span_record(example, candidate["start_token"], candidate["end_token"], candidate)
     record["long_answer_score"] = score
-    answer_type = ANSWER_TYPES[int(windows[w].type_logits.argmax())]
+    answer_type = ANSWER_TYPES[int(windows[w].outputs["type_logits"].argmax())]
     if answer_type in ("yes", "no"):
         record["yes_no_answer"] = answer_type.upper()
         record["short_answers_score"] = score
@@ -164,30 +150,12 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: 
     Bad lines stop the run unless `options` (a training run's) say `skip_bad_lines`.
     Examples are read and run CHUNK_EXAMPLES at a time, so memory does not grow with the file
     beyond the predictions themselves."""
-    settings = feature_settings(model.config)
-    wrapped = HtmlMarkerTokenizer(tokenizer)
-    markers = GlobalMarkers.from_tokenizer(tokenizer)
     max_length = model.config.task_options["max_short_answer_length"]
     skip = bool(option(options, model.config, "skip_bad_lines"))
-    predictions = []
-    examples = read_examples(data_path, skip_bad_lines=skip)
-    with tqdm(desc="nq predict", unit=" examples", disable=not progress) as bar:
-        while True:
-            chunk = list(islice(examples, CHUNK_EXAMPLES))
-            if not chunk:
-                break
-            windows = [(e, features) for e, example in enumerate(chunk)
-                       for features in build_features(example, wrapped, settings, markers)]
-            outputs = model.forward_rows([window_inputs(features) for _, features in windows], collate, batch_size,
-                                         progress=False)
-            per_example: list[list[WindowScores]] = [[] for _ in chunk]
-            for (e, features), output in zip(windows, outputs):
-                # On the CPU: decoding builds its masks there, wherever the model ran.
-                logits = {name: value.float().cpu() for name, value in output.items()}
-                per_example[e].append(WindowScores(
-                    features, logits["type_logits"], logits["long_start_logits"], logits["long_end_logits"],
-                    logits["short_start_logits"], logits["short_end_logits"]))
-            predictions.extend(decode_example(example, scores, max_length) for example, scores in zip(chunk, per_example))
-            bar.update(len(chunk))
+    scored = score_examples(model, read_examples(data_path, skip_bad_lines=skip),
+                            tokenizer=HtmlMarkerTokenizer(tokenizer), settings=feature_settings(model.config),
+                            inputs=lambda _, features: window_inputs(features), collate=collate,
+                            batch_size=batch_size, progress=progress, desc="nq predict", chunk_size=CHUNK_EXAMPLES)
+    predictions = [decode_example(example, windows, max_length) for example, windows in scored]
     atomic_write_json(out_path, {"predictions": predictions})
     return Path(out_path)

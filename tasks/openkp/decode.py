@@ -11,37 +11,39 @@ the token list of its best-scoring occurrence as the text spells it. Phrases hol
 """
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
 from longdoc.data.examples import StructuredExample
-from longdoc.data.features import GlobalMarkers, build_features
+from longdoc.data.prediction import WindowScores, score_examples
 from longdoc.io import atomic_write_text
 from longdoc.tasks.openkp.features import collate, feature_settings, window_inputs, window_words, words_of
 from longdoc.tasks.openkp.reader import read_examples
 
 TOP_K = 5
 
-
-@dataclass
-class WindowScores:
-    first_word: int  # the window's first word in the page
-    ngram_logits: torch.Tensor  # [MAX_NGRAM, >= W]: (n - 1, i) scores the window's words i .. i + n - 1
-    num_words: int  # W, the window's words
+# One window as the phrase decoder reads it: (its first word in the page, ngram_logits [MAX_NGRAM, W]
+# over its W words: entry (n - 1, i) scores the window's words i .. i + n - 1).
+WordWindow = tuple[int, torch.Tensor]
 
 
-def phrase_scores(words: Sequence[str], windows: Sequence[WindowScores]) -> dict[str, tuple[float, list[str]]]:
+def word_window(example: StructuredExample, window: WindowScores) -> WordWindow:
+    """The words of one scored window and their n-gram logits (cut to the window's words, as
+    `window_inputs`' word_mask counts them)."""
+    first, word_ids = window_words(example, window.features)
+    return first, window.outputs["ngram_logits"][:, :max(word_ids) + 1]
+
+
+def phrase_scores(words: Sequence[str], windows: Sequence[WordWindow]) -> dict[str, tuple[float, list[str]]]:
     """{lowercased phrase: (best score over its occurrences, its tokens at that occurrence)}."""
     best: dict[str, tuple[float, list[str]]] = {}
-    for window in windows:
-        logits = window.ngram_logits.float()
+    for first_word, logits in windows:
         for n_index in range(logits.shape[0]):
             n = n_index + 1
-            for local in range(window.num_words - n + 1):
-                start = window.first_word + local
+            for local in range(logits.shape[1] - n + 1):
+                start = first_word + local
                 tokens = list(words[start:start + n])
                 if len(tokens) < n or any(token == "" for token in tokens):
                     continue
@@ -52,7 +54,7 @@ def phrase_scores(words: Sequence[str], windows: Sequence[WindowScores]) -> dict
     return best
 
 
-def top_phrases(words: Sequence[str], windows: Sequence[WindowScores], k: int = TOP_K) -> list[list[str]]:
+def top_phrases(words: Sequence[str], windows: Sequence[WordWindow], k: int = TOP_K) -> list[list[str]]:
     """The k best distinct phrases (lowercase-distinct), best first, as token lists."""
     scores = phrase_scores(words, windows)
     ranked = sorted(scores.values(), key=lambda item: -item[0])
@@ -63,19 +65,12 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: 
             progress: bool = True) -> Path:
     """Predict the keyphrases of every page of the OpenKP file `data_path`; write the official
     prediction file (JSON lines) to `out_path` (atomically) and return its path."""
-    examples: list[StructuredExample] = list(read_examples(data_path))
-    settings = feature_settings(model.config)
-    markers = GlobalMarkers.from_tokenizer(tokenizer)
-    windows = [(e, features) for e, example in enumerate(examples)
-               for features in build_features(example, tokenizer, settings, markers)]
-    rows = [window_inputs(examples[e], features) for e, features in windows]
-    outputs = model.forward_rows(rows, collate, batch_size, progress=progress, desc="openkp predict")
-    per_example: list[list[WindowScores]] = [[] for _ in examples]
-    for (e, features), row, output in zip(windows, rows, outputs):
-        first, _ = window_words(examples[e], features)
-        per_example[e].append(WindowScores(first, output["ngram_logits"].float().cpu(), len(row["word_mask"])))
-    lines = [json.dumps({"url": example.labels["url"], "KeyPhrases": top_phrases(words_of(example), scores)},
+    scored = score_examples(model, read_examples(data_path), tokenizer=tokenizer,
+                            settings=feature_settings(model.config), inputs=window_inputs, collate=collate,
+                            batch_size=batch_size, progress=progress, desc="openkp predict")
+    lines = [json.dumps({"url": example.labels["url"],
+                         "KeyPhrases": top_phrases(words_of(example), [word_window(example, w) for w in windows])},
                         ensure_ascii=False)
-             for example, scores in zip(examples, per_example)]
+             for example, windows in scored]
     atomic_write_text(out_path, "".join(line + "\n" for line in lines))
     return Path(out_path)

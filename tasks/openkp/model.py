@@ -15,11 +15,10 @@ feature projection.
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 from transformers.utils import ModelOutput
 
-from longdoc.model.heads import NgramScorer
+from longdoc.model.heads import NgramScorer, pool_linked
 from longdoc.model.task_model import TaskModel
 from longdoc.tasks.openkp import TASK
 from longdoc.tasks.openkp.features import MAX_NGRAM
@@ -33,17 +32,6 @@ class OpenKPOutput(ModelOutput):
 
     loss: Tensor | None = None
     ngram_logits: Tensor | None = None
-
-
-def pool_words(long_hidden: Tensor, word_ids: Tensor, num_words: int) -> Tensor:
-    """The mean of the long hidden states [B, L, H] of each word: [B, num_words, H]; word_ids [B, L]
-    (-1: no word; those positions are left out)."""
-    batch, _, hidden = long_hidden.shape
-    # One extra slot collects the positions of no word; it is dropped after the mean.
-    index = torch.where(word_ids >= 0, word_ids, num_words).unsqueeze(-1).expand(-1, -1, hidden)
-    pooled = long_hidden.new_zeros(batch, num_words + 1, hidden)
-    pooled = pooled.scatter_reduce(1, index, long_hidden, reduce="mean", include_self=False)
-    return pooled[:, :num_words]
 
 
 def ngram_loss(logits: Tensor, labels: Tensor) -> Tensor | None:
@@ -81,7 +69,7 @@ class OpenKPModel(TaskModel):
         """`inputs`: the encoder's (GlobalLocalModel.forward); word_ids [B, L], word_mask [B, W] and
         ngram_labels [B, MAX_NGRAM, W] as in longdoc.tasks.openkp.features."""
         encoded = self.encode(inputs)
-        words = pool_words(encoded.long_hidden_state, word_ids, word_mask.shape[1])
+        words = pool_linked(encoded.long_hidden_state, word_ids, word_mask.shape[1])
         logits = self.ngram_head(words, word_mask)
         loss = None if ngram_labels is None else ngram_loss(logits, ngram_labels)
         return OpenKPOutput(loss=loss, ngram_logits=logits)

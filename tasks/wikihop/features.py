@@ -30,10 +30,10 @@ from tqdm.auto import tqdm
 from longdoc.data.batching import collate_features
 from longdoc.data.examples import Candidate, Document, StructuredExample, TextSpan
 from longdoc.data.features import FeatureSettings, Features, GlobalKind, GlobalMarkers, build_features, window_settings
+from longdoc.model.heads import IGNORE_INDEX
 from longdoc.model.inputs import InputSpec
 from longdoc.tasks.wikihop.reader import read_examples
 
-IGNORE = -1
 # The rows' keys beside the encoder inputs, as `collate` batches them (the label only in training rows).
 EXTRA_INPUTS = (
     InputSpec("candidate_mask", ("batch", "global"), torch.long, pad=0),
@@ -105,7 +105,7 @@ def window_row(example: StructuredExample, features: Features) -> dict[str, Any]
     row = window_inputs(features)
     answer = example.labels["answer_index"]
     row["label"] = next((g for g, (kind, item) in enumerate(zip(features.global_kinds, features.global_item_ids))
-                         if kind == GlobalKind.CANDIDATE and item == answer), IGNORE)
+                         if kind == GlobalKind.CANDIDATE and item == answer), IGNORE_INDEX)
     return row
 
 
@@ -117,7 +117,7 @@ def training_features(path, tokenizer, config, options=None, progress: bool = Tr
     for example in tqdm(read_examples(path), desc=f"wikihop features {path}", unit=" examples", disable=not progress):
         rows.append(window_row(example, example_window(example, tokenizer, settings, markers, cuts)))
     cuts.warn(path, settings.long_max_len)
-    labelled = [row for row in rows if row["label"] != IGNORE]
+    labelled = [row for row in rows if row["label"] != IGNORE_INDEX]
     if len(labelled) < len(rows):
         warnings.warn(f"{path}: {len(rows) - len(labelled)} of {len(rows)} examples lost their answer candidate to "
                       f"global_max_len {settings.global_max_len}; left out of training", stacklevel=2)

@@ -178,5 +178,5 @@ def test_forward_rows_moves_batches_to_the_models_device_and_results_to_the_cpu(
 def test_pool_linked_means_the_linked_long_states():
     long_hidden = torch.tensor([[[1.0, 0.0], [3.0, 2.0], [5.0, 4.0], [7.0, 6.0]]])
     links = torch.tensor([[1, -1, 1, 0]])
-    pooled = pool_linked(long_hidden, links, num_globals=3)
+    pooled = pool_linked(long_hidden, links, count=3)
     assert torch.equal(pooled, torch.tensor([[[7.0, 6.0], [3.0, 2.0], [0.0, 0.0]]]))

@@ -66,7 +66,8 @@ def _scores(features, type_logits=(5.0, 0.0, 0.0), start=None, end=None, sp=None
         end_logits[position] = value
     for position, value in (sp or {}).items():
         sp_logits[position] = value
-    return WindowScores(features, torch.tensor(type_logits), start_logits, end_logits, sp_logits)
+    return WindowScores(features, {"type_logits": torch.tensor(type_logits), "start_logits": start_logits,
+                                   "end_logits": end_logits, "sp_logits": sp_logits})
 
 
 def test_labels_of_one_window(tokenizer):

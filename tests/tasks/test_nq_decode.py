@@ -35,9 +35,10 @@ def example_and_windows(tmp_path_factory):
 
 def scores(features, long_bias: float = 0.0, type_logits=None) -> WindowScores:
     length = len(features.long_input_ids)
-    return WindowScores(features, torch.tensor(type_logits or [0.0, 0, 0, 0, 1]),
-                        torch.full((length,), long_bias), torch.full((length,), long_bias),
-                        torch.zeros(length), torch.zeros(length))
+    return WindowScores(features, {"type_logits": torch.tensor(type_logits or [0.0, 0, 0, 0, 1]),
+                                   "long_start_logits": torch.full((length,), long_bias),
+                                   "long_end_logits": torch.full((length,), long_bias),
+                                   "short_start_logits": torch.zeros(length), "short_end_logits": torch.zeros(length)})
 
 
 def shared_candidate(example, windows):
@@ -55,8 +56,8 @@ def test_same_candidate_in_two_windows_counts_once_with_its_best_score(example_a
     window_scores = [scores(f) for f in windows]
     for w, value in ((a, 2.0), (b, 4.0)):
         _, first, last = candidate_tokens(example, windows[w])[paragraph]
-        window_scores[w].long_start_logits[first] = value / 2
-        window_scores[w].long_end_logits[last] = value / 2
+        window_scores[w].outputs["long_start_logits"][first] = value / 2
+        window_scores[w].outputs["long_end_logits"][last] = value / 2
     found = candidate_scores(example, window_scores)
     assert found[paragraph] == (4.0, b)
     assert sum(1 for p in found if p == paragraph) == 1
@@ -77,9 +78,9 @@ def test_best_span_across_windows_after_subtracting_each_windows_null(example_an
     # Window 0's logits are all 10 higher (its [CLS] too): raw, its candidate would win 21 to 2.
     window_scores = [scores(f, long_bias=10.0 if w == 0 else 0.0) for w, f in enumerate(windows)]
     _, first, last = candidate_tokens(example, first_window)[p]
-    window_scores[0].long_start_logits[first] += 1.0
+    window_scores[0].outputs["long_start_logits"][first] += 1.0
     _, first, last = candidate_tokens(example, last_window)[q]
-    window_scores[-1].long_start_logits[first] += 2.0
+    window_scores[-1].outputs["long_start_logits"][first] += 2.0
     found = candidate_scores(example, window_scores)
     assert found[p] == (1.0, 0) and found[q] == (2.0, len(windows) - 1)
     record = decode_example(example, window_scores, 8)
@@ -94,16 +95,16 @@ def test_short_answer_lies_inside_the_long_answer_and_is_counted_once(example_an
     window_scores = [scores(f) for f in windows]
     for w in (a, b):
         _, first, last = candidate_tokens(example, windows[w])[paragraph]
-        window_scores[w].long_start_logits[first] = window_scores[w].long_end_logits[last] = 5.0
+        window_scores[w].outputs["long_start_logits"][first] = window_scores[w].outputs["long_end_logits"][last] = 5.0
         # The best short logits of the window lie outside the candidate: they must be ignored.
-        window_scores[w].short_start_logits[:] = 9.0
-        window_scores[w].short_start_logits[first:last + 1] = 0.0
-        window_scores[w].short_end_logits[:] = 9.0
-        window_scores[w].short_end_logits[first:last + 1] = 0.0
+        window_scores[w].outputs["short_start_logits"][:] = 9.0
+        window_scores[w].outputs["short_start_logits"][first:last + 1] = 0.0
+        window_scores[w].outputs["short_end_logits"][:] = 9.0
+        window_scores[w].outputs["short_end_logits"][first:last + 1] = 0.0
         # Inside: the same span (wordpieces first+1 .. first+2) in both windows, 3 then 1 above null.
-        window_scores[w].short_start_logits[first + 1] = 2.0 if w == a else 1.0
-        window_scores[w].short_end_logits[first + 2] = 1.0 if w == a else 0.0
-        window_scores[w].short_start_logits[0] = window_scores[w].short_end_logits[0] = 0.0
+        window_scores[w].outputs["short_start_logits"][first + 1] = 2.0 if w == a else 1.0
+        window_scores[w].outputs["short_end_logits"][first + 2] = 1.0 if w == a else 0.0
+        window_scores[w].outputs["short_start_logits"][0] = window_scores[w].outputs["short_end_logits"][0] = 0.0
     spans = short_span_scores(example, window_scores, paragraph, 8)
     best = max(spans.items(), key=lambda item: item[1])
     assert best[1] == 3.0 and list(spans.values()).count(3.0) == 1

@@ -14,12 +14,12 @@ from longdoc.cli import main
 from longdoc.data.features import GlobalKind, GlobalMarkers, build_features
 from longdoc.errors import InputError
 from longdoc.tasks import get_task
-from longdoc.tasks.openkp.decode import WindowScores, phrase_scores, top_phrases
+from longdoc.tasks.openkp.decode import phrase_scores, top_phrases
 from longdoc.tasks.openkp.features import (
     MAX_NGRAM, feature_settings, keyphrase_starts, window_row, window_words, words_of,
 )
-from longdoc.model.heads import MASKED_LOGIT, NgramScorer
-from longdoc.tasks.openkp.model import OpenKPModel, ngram_loss, pool_words
+from longdoc.model.heads import MASKED_LOGIT, NgramScorer, pool_linked
+from longdoc.tasks.openkp.model import OpenKPModel, ngram_loss
 from longdoc.tasks.openkp.reader import read_examples
 from tests.tasks.conftest import TINY_ENCODER, write_encoder
 
@@ -83,7 +83,7 @@ def test_ngram_decoder_takes_the_max_over_occurrences_and_matches_lowercased():
     logits[0, 2] = 2.0  # "for"
     logits[0, 6] = 9.0  # the empty token: never proposed
     logits[1, 5] = 9.0  # "users" + "": never proposed
-    windows = [WindowScores(0, logits, len(words))]
+    windows = [(0, logits)]
     scores = phrase_scores(words, windows)
     assert scores["web application"] == (4.0, ["web", "application"])
     assert "" not in scores and not any(key.endswith(" ") for key in scores)
@@ -91,7 +91,7 @@ def test_ngram_decoder_takes_the_max_over_occurrences_and_matches_lowercased():
     # A second window that sees "Web Application" at 0 with a better score: max over windows.
     later = torch.full((MAX_NGRAM, 4), -5.0)
     later[1, 0] = 6.0
-    ranked = top_phrases(words, [windows[0], WindowScores(0, later, 4)], k=5)
+    ranked = top_phrases(words, [windows[0], (0, later)], k=5)
     assert ranked[0] == ["Web", "Application"] and len({" ".join(p).lower() for p in ranked}) == len(ranked) == 5
 
 
@@ -118,7 +118,7 @@ def test_ngram_scorer_scores_each_ngram_from_its_own_words():
 def test_words_are_mean_pooled_and_the_loss_spreads_over_gold_ngrams():
     hidden = torch.arange(12.0).reshape(1, 6, 2)
     word_ids = torch.tensor([[-1, 0, 0, 1, 1, -1]])  # [CLS] w0 w0 w1 w1 [SEP]
-    torch.testing.assert_close(pool_words(hidden, word_ids, 3), torch.tensor([[[3.0, 4.0], [7.0, 8.0], [0.0, 0.0]]]))
+    torch.testing.assert_close(pool_linked(hidden, word_ids, 3), torch.tensor([[[3.0, 4.0], [7.0, 8.0], [0.0, 0.0]]]))
     logits = torch.tensor([[[0.0, 0.0], [0.0, MASKED_LOGIT]]])  # three real (n, start) pairs
     labels = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]])  # two gold pairs: half the mass on each
     torch.testing.assert_close(ngram_loss(logits, labels), torch.tensor(math.log(3)))

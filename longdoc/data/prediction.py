@@ -1,0 +1,53 @@
+"""Examples -> every window scored by a task model, grouped per example: the part of every task's
+`predict` that is the same (each task's decoder then turns an example's window scores into its
+official prediction record)."""
+
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any, Callable, Iterable, Iterator
+
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from longdoc.data.examples import StructuredExample
+from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, build_features
+
+
+@dataclass
+class WindowScores:
+    """One window of an example and the model's outputs on it, by output name (the task model's
+    typed output, e.g. "start_logits"; a sequence output may run past the window's own length:
+    batch padding)."""
+
+    features: Features
+    outputs: dict[str, Tensor]
+
+
+def score_examples(
+    model, examples: Iterable[StructuredExample], *, tokenizer, settings: FeatureSettings,
+    inputs: Callable[[StructuredExample, Features], dict[str, Any]], collate: Callable, batch_size: int,
+    progress: bool = True, desc: str = "predicting", chunk_size: int | None = None,
+) -> Iterator[tuple[StructuredExample, list[WindowScores]]]:
+    """Each example of `examples`, in order, with the scores of its windows.
+
+    The windows are `build_features(example, tokenizer, settings)`; `inputs(example, features)` is
+    one window's model-input row and `collate` batches rows (both the task's features module's);
+    `model.forward_rows` runs them `batch_size` at a time. Floating outputs come as float32 on the
+    CPU: decoders add and compare logits, which a lower precision would round. Examples are run
+    `chunk_size` at a time (None: all at once), so that the windows of a large file need not all be
+    held at once; the progress bar then counts examples, else windows.
+    """
+    markers = GlobalMarkers.from_tokenizer(tokenizer)
+    examples = iter(examples)
+    with tqdm(desc=desc, unit=" examples", disable=not progress or chunk_size is None) as bar:
+        while chunk := list(islice(examples, chunk_size)):
+            windows = [(e, features) for e, example in enumerate(chunk)
+                       for features in build_features(example, tokenizer, settings, markers)]
+            outputs = model.forward_rows([inputs(chunk[e], features) for e, features in windows], collate, batch_size,
+                                         progress=progress and chunk_size is None, desc=desc)
+            per_example: list[list[WindowScores]] = [[] for _ in chunk]
+            for (e, features), output in zip(windows, outputs):
+                floats = {name: value.float() if value.is_floating_point() else value for name, value in output.items()}
+                per_example[e].append(WindowScores(features, floats))
+            yield from zip(chunk, per_example)
+            bar.update(len(chunk))
