@@ -2,7 +2,7 @@
 
 `AskSession(sources, model_dir)` takes the documents `load_sources` read, indexes them (cached, `longdoc.ask.index`), loads the embedder and the reader
 once; `ask(question)` retrieves (`longdoc.ask.retrieve`), reads (`longdoc.ask.reader`) and returns
-the result object of DESIGN section 6: {"question", "answers": [{"text", "score", "file", "start",
+the result object `longdoc ask --json` prints: {"question", "answers": [{"text", "score", "file", "start",
 "end", "support": [...]}], "passages": [{"file", "start", "end", "score"}], "documents": [...]}.
 "documents" says, per file, what its offsets count: the file's decoded text, or the text extracted
 from its HTML; "evidence" is the cosine (MiniLM) between the question and the sentence of the
