@@ -58,12 +58,13 @@ ETC_DEFAULTS = dict(
 # the released fine-tuning code keeps "for transfer learning" (hotpotqa/generate_tf_examples_lib.py:
 # GLOBAL_TOKEN_TYPE_ID = 0, SENTENCE_TOKEN_TYPE_ID = 1). Global token ids (the same file's
 # WORDPIECE_DEFAULT_GLOBAL_TOKEN_IDS, BERT's WordPiece vocabulary): sentence [unused0] = 1 and the
-# CPC-masked sentence [unused1] = 2 ("used in pretraining"), candidate [unused3] = 4, paragraph
-# [unused4] = 5; etcmodel names no DOM-node id, longdoc's takes the next, [unused5] = 6.
+# CPC-masked sentence [unused1] = 2 ("used in pretraining"), question [unused2] = 3 (one global
+# per question wordpiece, as in etcmodel's HotpotQA and WikiHop inputs), candidate [unused3] = 4,
+# paragraph [unused4] = 5; etcmodel names no DOM-node id, longdoc's takes the next, [unused5] = 6.
 ETC_INPUT_CONVENTIONS = dict(
     long_question_token_type_id=1, long_document_token_type_id=1,
     global_question_token_type_id=0, global_structure_token_type_id=0,
-    global_token_ids=dict(sentence=1, cpc_mask=2, candidate=4, paragraph=5, dom_node=6),
+    global_token_ids=dict(sentence=1, cpc_mask=2, question=3, candidate=4, paragraph=5, dom_node=6),
 )
 
 
@@ -290,7 +291,7 @@ etcmodel's relative ids (`input_utils`: longdoc's linked/unlinked long-global id
 swapped, and so are the two rows of each relative table here) and `hard_g2l` as the checkpoint was
 trained. Its config carries etcmodel's input conventions, which longdoc's feature builders follow:
 token type 1 for every long token and 0 for every global one, and etcmodel's global token ids
-(sentence 1, CPC-masked sentence 2, candidate 4, paragraph 5; DOM node 6). Several examples packed in one row (etcmodel's
+(sentence 1, CPC-masked sentence 2, question 3, candidate 4, paragraph 5; DOM node 6). Several examples packed in one row (etcmodel's
 example ids) have no counterpart in longdoc's encoder. Residual attention and talking heads are off:
 ETC has neither."""
 

@@ -7,7 +7,8 @@ follow each other in order; every window repeats [CLS], the question and [SEP] (
 
 Global input, per window, in this order:
 - CLS: the tokenizer's [CLS] id; sees all long tokens (`global_sees_all`).
-- QUESTION: one per question wordpiece, with that wordpiece's id; sees all.
+- QUESTION: one per question wordpiece, with that wordpiece's id (or the model's question marker,
+  `GlobalMarkers.question`); sees all.
 - CANDIDATE: one per answer candidate (WikiHop), every window; sees all. The long tokens of a
   candidate's mentions point to it through `mention_ids` (longest mention wins where mentions
   overlap; ties go to the earlier candidate).
@@ -67,14 +68,16 @@ class GlobalKind(IntEnum):
 
 @dataclass(frozen=True)
 class GlobalMarkers:
-    """Input ids of the paragraph, sentence, candidate and DOM-node global tokens; `cpc_mask`: the
-    id of a sentence's global token when pretraining masks the sentence for CPC (None: it keeps
+    """Input ids of the paragraph, sentence, candidate and DOM-node global tokens; `question`: the
+    id of every question global (None: each carries its question wordpiece); `cpc_mask`: the id of
+    a sentence's global token when pretraining masks the sentence for CPC (None: it keeps
     `sentence`)."""
 
     paragraph: int
     sentence: int
     candidate: int
     dom_node: int
+    question: int | None = None
     cpc_mask: int | None = None
 
     @classmethod
@@ -284,7 +287,7 @@ def _window_features(example, settings, markers, tokenizer, question_ids, questi
     # --- global tokens: CLS, question, candidates, then structure in long order
     kinds = [GlobalKind.CLS] + [GlobalKind.QUESTION] * num_question
     items = [-1] + list(range(num_question))
-    global_ids = [cls_id] + list(question_ids)
+    global_ids = [cls_id] + (list(question_ids) if markers.question is None else [markers.question] * num_question)
     global_segments = [0] * (1 + num_question)
     types = settings.token_types
     budget = settings.global_max_len - len(kinds)

@@ -47,8 +47,9 @@ class GlobalLocalConfig(PretrainedConfig):
     (`long_document_token_type_id`, every pretraining long token), of the CLS and question globals
     (`global_question_token_type_id`), of every other global (`global_structure_token_type_id`, every
     pretraining global); `global_token_ids`: the input ids of the "paragraph", "sentence",
-    "candidate" and "dom_node" globals, and optionally "cpc_mask" (the global token of a sentence
-    masked for CPC, which otherwise keeps the sentence id); None: chosen from the tokenizer
+    "candidate" and "dom_node" globals, and optionally "question" (every question global, which
+    otherwise carries its question wordpiece) and "cpc_mask" (the global token of a sentence masked
+    for CPC, which otherwise keeps the sentence id); None: chosen from the tokenizer
     (`longdoc.data.features.GlobalMarkers.from_tokenizer`). A converted ETC checkpoint carries the
     conventions etcmodel's input code pretrained it with.
     """
@@ -200,7 +201,7 @@ class GlobalLocalConfig(PretrainedConfig):
 
     # --- input conventions ---
     GLOBAL_TOKEN_KINDS = ("paragraph", "sentence", "candidate", "dom_node")
-    OPTIONAL_GLOBAL_TOKEN_KINDS = ("cpc_mask",)
+    OPTIONAL_GLOBAL_TOKEN_KINDS = ("question", "cpc_mask")
 
     def _validate_input_conventions(self) -> None:
         for name in ("long_question_token_type_id", "long_document_token_type_id", "global_question_token_type_id",

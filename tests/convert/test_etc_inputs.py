@@ -141,8 +141,8 @@ def test_global_token_ids_are_etcs_wordpieces():
     config = converted_config(dict(relative_pos_max_distance=12, local_radius=84, use_hard_g2l_mask=True,
                                    long_length=4096, global_length=256))
     names = {kind: TOKENIZER.convert_ids_to_tokens(token_id) for kind, token_id in config.global_token_ids.items()}
-    assert names == dict(sentence="[unused0]", cpc_mask="[unused1]", candidate="[unused3]", paragraph="[unused4]",
-                         dom_node="[unused5]")
+    assert names == dict(sentence="[unused0]", cpc_mask="[unused1]", question="[unused2]", candidate="[unused3]",
+                         paragraph="[unused4]", dom_node="[unused5]")
 
 
 def test_cpc_sentences_take_etcs_cpc_global_token():
@@ -176,7 +176,8 @@ def test_task_features_for_a_converted_model_follow_its_config():
     (features,) = build_features(example, TOKENIZER, window_settings("test", config, ("stride", "max_question_len")))
     assert features.long_token_type_ids == [1] * len(features.long_input_ids)
     assert features.global_token_type_ids == [0] * len(features.global_input_ids)
-    marker = {GlobalKind.CANDIDATE: 4, GlobalKind.PARAGRAPH: 5, GlobalKind.SENTENCE: 1}
+    marker = {GlobalKind.QUESTION: 3, GlobalKind.CANDIDATE: 4, GlobalKind.PARAGRAPH: 5, GlobalKind.SENTENCE: 1}
     assert [i for i, k in zip(features.global_input_ids, features.global_kinds) if k in marker] == [
         marker[k] for k in features.global_kinds if k in marker]
-    assert features.global_kinds.count(GlobalKind.SENTENCE) == 2
+    assert features.global_kinds.count(GlobalKind.SENTENCE) == 2 and features.global_kinds.count(GlobalKind.QUESTION) == 3
+    assert TOKENIZER.convert_ids_to_tokens(features.long_input_ids[:5]) == ["[CLS]", "which", "city", "?", "[SEP]"]

@@ -152,11 +152,12 @@ def test_model_config_conventions_reach_the_features():
     assert f.long_token_type_ids == [2] * 5 + [3] * 13
     assert f.global_token_type_ids == [4] * 4 + [5] * 7
     assert f.global_input_ids[4:] == [4, 4, 5, 1, 1, 5, 1]  # 2 candidates, paragraph, 2 sentences, paragraph, sentence
+    assert f.global_input_ids[1:4] == f.long_input_ids[1:4]  # no question marker: the question's wordpieces
 
 
 @pytest.mark.parametrize("fields, message", [
     (dict(global_token_ids={"sentence": 1}), "missing: paragraph, candidate, dom_node, unknown: none"),
-    (dict(global_token_ids={**FOUR_KINDS, "question": 3}), "missing: none, unknown: question"),
+    (dict(global_token_ids={**FOUR_KINDS, "title": 3}), "missing: none, unknown: title"),
     (dict(global_token_ids={**FOUR_KINDS, "cpc_mask": 30522}),
      r"global_token_ids\['cpc_mask'\] must be an int in \[0, 30521\] \(vocab_size\), got 30522"),
     (dict(long_document_token_type_id=2), r"long_document_token_type_id must be an int in \[0, 1\] \(type_vocab_size\)"),
