@@ -291,8 +291,8 @@ etcmodel's relative ids (`input_utils`: longdoc's linked/unlinked long-global id
 swapped, and so are the two rows of each relative table here) and `hard_g2l` as the checkpoint was
 trained. Its config carries etcmodel's input conventions, which longdoc's feature builders follow:
 token type 1 for every long token and 0 for every global one, and etcmodel's global token ids
-(sentence 1, CPC-masked sentence 2, question 3, candidate 4, paragraph 5; DOM node 6). Several examples packed in one row (etcmodel's
-example ids) have no counterpart in longdoc's encoder. Residual attention and talking heads are off:
+(sentence 1, CPC-masked sentence 2, question 3, candidate 4, paragraph 5; DOM node 6). Several
+examples packed in one row (etcmodel's example ids) have no counterpart in longdoc's encoder. Residual attention and talking heads are off:
 ETC has neither."""
 
 

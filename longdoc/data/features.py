@@ -81,11 +81,9 @@ class GlobalMarkers:
     cpc_mask: int | None = None
 
     @classmethod
-    def for_model(cls, config: GlobalLocalConfig, tokenizer) -> "GlobalMarkers":
-        """The model config's `global_token_ids` when it names them, else `from_tokenizer`."""
-        if config.global_token_ids is not None:
-            return cls(**config.global_token_ids)
-        return cls.from_tokenizer(tokenizer)
+    def from_config(cls, config: GlobalLocalConfig) -> "GlobalMarkers | None":
+        """The model config's `global_token_ids`; None when it names none."""
+        return None if config.global_token_ids is None else cls(**config.global_token_ids)
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> "GlobalMarkers":
@@ -171,8 +169,7 @@ def window_settings(task: str, config: GlobalLocalConfig, names: Sequence[str], 
     them, with their values."""
     chosen = {"long_max_len": config.long_max_len, "global_max_len": config.global_max_len,
               **{name: config.task_options[name] for name in names}}
-    conventions = dict(token_types=TokenTypes.from_config(config),
-                       markers=None if config.global_token_ids is None else GlobalMarkers(**config.global_token_ids))
+    conventions = dict(token_types=TokenTypes.from_config(config), markers=GlobalMarkers.from_config(config))
     try:
         return FeatureSettings(**chosen, **fixed, **conventions)
     except ValueError as error:

@@ -14,8 +14,8 @@ Word Masking"); the CPC sentences are ETC's (Ainslie et al., 2020, arXiv:2004.08
    sentences, one document per input (a long document fills several).
 3. `PretrainingCollator`: per batch, picks the CPC sentences and replaces all their long tokens by
    [MASK] (their global tokens keep the sentence id, or take the model's `cpc_mask` global token
-   id where its config names one, as ETC's pretraining did), then whole-word masks `mask_rate` of the other tokens
-   (80% [MASK], 10% a random token, 10% unchanged), and builds the second-pass inputs: each CPC
+   id where its config names one, as ETC's pretraining did), then whole-word masks `mask_rate` of
+   the other tokens (80% [MASK], 10% a random token, 10% unchanged), and builds the second-pass inputs: each CPC
    sentence alone, unmasked, with one global token.
 """
 
@@ -295,8 +295,8 @@ class PretrainingCollator:
         if self.mask_id is None or self.pad_id is None:
             raise InputError(f"pretraining needs a tokenizer with a mask and a pad token; "
                              f"{type(tokenizer).__name__} lacks one")
-        self.markers = GlobalMarkers.from_tokenizer(tokenizer) if config is None else GlobalMarkers.for_model(
-            config, tokenizer)
+        self.markers = (None if config is None else GlobalMarkers.from_config(config)) or GlobalMarkers.from_tokenizer(
+            tokenizer)
         self.token_types = TokenTypes() if config is None else TokenTypes.from_config(config)
         self.vocab_size = len(tokenizer)
         # Random replacements avoid special tokens ([CLS], [SEP], [PAD], [MASK], markers).

@@ -216,8 +216,8 @@ class GlobalLocalConfig(PretrainedConfig):
         missing = [k for k in self.GLOBAL_TOKEN_KINDS if k not in kinds]
         unknown = sorted(kinds - set(self.GLOBAL_TOKEN_KINDS) - set(self.OPTIONAL_GLOBAL_TOKEN_KINDS))
         if missing or unknown:
-            raise ValueError(f"GlobalLocalConfig: global_token_ids needs the kinds {', '.join(self.GLOBAL_TOKEN_KINDS)} "
-                             f"(optionally {', '.join(self.OPTIONAL_GLOBAL_TOKEN_KINDS)}); missing: "
+            raise ValueError(f"GlobalLocalConfig: global_token_ids needs the kinds "
+                             f"{', '.join(self.GLOBAL_TOKEN_KINDS)} (optionally {', '.join(self.OPTIONAL_GLOBAL_TOKEN_KINDS)}); missing: "
                              f"{', '.join(missing) or 'none'}, unknown: {', '.join(unknown) or 'none'}")
         for kind, token_id in self.global_token_ids.items():
             if not isinstance(token_id, int) or not 0 <= token_id < self.vocab_size:

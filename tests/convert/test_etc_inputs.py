@@ -158,7 +158,8 @@ def test_cpc_sentences_take_etcs_cpc_global_token():
     assert len(cpc) == 2
     expected = [2 if s in cpc else 1 for s in range(4)]
     assert batch["global_input_ids"][0].tolist() == expected
-    assert batch["long_token_type_ids"].unique().tolist() == [1] and batch["global_token_type_ids"].unique().tolist() == [0]
+    assert batch["long_token_type_ids"].unique().tolist() == [1]
+    assert batch["global_token_type_ids"].unique().tolist() == [0]
     # The second pass (each CPC sentence alone, unmasked) keeps the sentence token.
     assert batch["cpc_global_input_ids"].flatten().tolist() == [1, 1]
 
@@ -179,5 +180,18 @@ def test_task_features_for_a_converted_model_follow_its_config():
     marker = {GlobalKind.QUESTION: 3, GlobalKind.CANDIDATE: 4, GlobalKind.PARAGRAPH: 5, GlobalKind.SENTENCE: 1}
     assert [i for i, k in zip(features.global_input_ids, features.global_kinds) if k in marker] == [
         marker[k] for k in features.global_kinds if k in marker]
-    assert features.global_kinds.count(GlobalKind.SENTENCE) == 2 and features.global_kinds.count(GlobalKind.QUESTION) == 3
+    assert features.global_kinds.count(GlobalKind.SENTENCE) == 2
+    assert features.global_kinds.count(GlobalKind.QUESTION) == 3
     assert TOKENIZER.convert_ids_to_tokens(features.long_input_ids[:5]) == ["[CLS]", "which", "city", "?", "[SEP]"]
+
+
+def test_converted_folder_config_carries_etcs_conventions(tmp_path):
+    from longdoc.convert.etc import convert_etc
+    from longdoc.model.config import GlobalLocalConfig
+
+    out = tmp_path / "etc"
+    convert_etc(Path(__file__).parents[1] / "fixtures" / "tf_checkpoint" / "etc_shared", out, LengthOptions(64, 8))
+    config = GlobalLocalConfig.from_pretrained(out)
+    assert (config.long_question_token_type_id, config.long_document_token_type_id) == (1, 1)
+    assert (config.global_question_token_type_id, config.global_structure_token_type_id) == (0, 0)
+    assert config.global_token_ids == dict(sentence=1, cpc_mask=2, question=3, candidate=4, paragraph=5, dom_node=6)

@@ -160,7 +160,8 @@ def test_model_config_conventions_reach_the_features():
     (dict(global_token_ids={**FOUR_KINDS, "title": 3}), "missing: none, unknown: title"),
     (dict(global_token_ids={**FOUR_KINDS, "cpc_mask": 30522}),
      r"global_token_ids\['cpc_mask'\] must be an int in \[0, 30521\] \(vocab_size\), got 30522"),
-    (dict(long_document_token_type_id=2), r"long_document_token_type_id must be an int in \[0, 1\] \(type_vocab_size\)"),
+    (dict(long_document_token_type_id=2),
+     r"long_document_token_type_id must be an int in \[0, 1\] \(type_vocab_size\)"),
 ])
 def test_bad_input_conventions_are_named(fields, message):
     with pytest.raises(ValueError, match=message):
