@@ -52,6 +52,22 @@ ETC_DEFAULTS = dict(
     use_pre_activation_order=False, use_hard_g2l_mask=False, use_hard_l2g_mask=False, grad_checkpointing_period=0,
 )
 
+# The input conventions etcmodel's input code gave the released checkpoints, written into the
+# converted config.json so that longdoc's feature builders follow them (GlobalLocalConfig's input
+# conventions). Token types: EtcModel.call's defaults, 1 for long and 0 for global tokens, which
+# the released fine-tuning code keeps "for transfer learning" (hotpotqa/generate_tf_examples_lib.py:
+# GLOBAL_TOKEN_TYPE_ID = 0, SENTENCE_TOKEN_TYPE_ID = 1). Global token ids (the same file's
+# WORDPIECE_DEFAULT_GLOBAL_TOKEN_IDS, BERT's WordPiece vocabulary): sentence [unused0] = 1 and the
+# CPC-masked sentence [unused1] = 2 ("used in pretraining"), question [unused2] = 3 (one global
+# per question wordpiece, as in etcmodel's HotpotQA and WikiHop inputs), candidate [unused3] = 4,
+# paragraph [unused4] = 5; etcmodel names no DOM-node id, longdoc's takes the next, [unused5] = 6.
+ETC_INPUT_CONVENTIONS = dict(
+    long_question_token_type_id=1, long_document_token_type_id=1,
+    global_question_token_type_id=0, global_structure_token_type_id=0,
+    global_token_ids=dict(sentence=1, cpc_mask=2, question=3, candidate=4, paragraph=5, dom_node=6),
+)
+
+
 @dataclass(frozen=True)
 class LengthOptions:
     """The input lengths the converted model accepts; the checkpoint does not fix them (relative
@@ -125,6 +141,7 @@ def etc_config_to_longdoc(source: dict, path: Path, lengths: LengthOptions) -> G
             share_qkv=_field(source, "share_qkv_projections"),
             share_attention_output=_field(source, "share_att_output_projection"),
             share_feed_forward=_field(source, "share_feed_forward_params"),
+            **ETC_INPUT_CONVENTIONS,
             # share_kv_projections has no field of its own here: it decides which keys must be tied
             # (etc_rules); grad_checkpointing_period only trades memory for time in training.
         )
@@ -271,10 +288,11 @@ def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progr
 
 ETC_NOTES = """The encoder computes what etcmodel's `EtcModel` computes for rows that hold one example each, with
 etcmodel's relative ids (`input_utils`: longdoc's linked/unlinked long-global ids are etcmodel's
-swapped, and so are the two rows of each relative table here), `hard_g2l` as the checkpoint was
-trained, and etcmodel's token types when none are given: 1 for long tokens, 0 for global ones (pass
-them explicitly: longdoc's default is 0 for both). Several examples packed in one row (etcmodel's
-example ids) have no counterpart in longdoc's encoder. Residual attention and talking heads are off:
+swapped, and so are the two rows of each relative table here) and `hard_g2l` as the checkpoint was
+trained. Its config carries etcmodel's input conventions, which longdoc's feature builders follow:
+token type 1 for every long token and 0 for every global one, and etcmodel's global token ids
+(sentence 1, CPC-masked sentence 2, question 3, candidate 4, paragraph 5; DOM node 6). Several
+examples packed in one row (etcmodel's example ids) have no counterpart in longdoc's encoder. Residual attention and talking heads are off:
 ETC has neither."""
 
 

@@ -7,17 +7,23 @@ follow each other in order; every window repeats [CLS], the question and [SEP] (
 
 Global input, per window, in this order:
 - CLS: the tokenizer's [CLS] id; sees all long tokens (`global_sees_all`).
-- QUESTION: one per question wordpiece, with that wordpiece's id; sees all.
+- QUESTION: one per question wordpiece, with that wordpiece's id (or the model's question marker,
+  `GlobalMarkers.question`); sees all.
 - CANDIDATE: one per answer candidate (WikiHop), every window; sees all. The long tokens of a
   candidate's mentions point to it through `mention_ids` (longest mention wins where mentions
   overlap; ties go to the earlier candidate).
 - then the structure tokens, each placed where its first long token in the window is, so globals
   follow the long tokens they own: PARAGRAPH (one per paragraph), SENTENCE (one per sentence),
   DOM_NODE (one per visual DOM node, with its feature vector in `global_features`).
-Input ids of non-question globals are kind markers (`GlobalMarkers`): BERT's [unused0..3] when
-the vocabulary has them, otherwise distinct special tokens of the tokenizer (see `from_tokenizer`).
-Global token types: 0 for CLS and question globals (like the question's long tokens), 1 for the
-rest; kinds are told apart by their marker ids, so two types keep BERT's type table usable.
+Input ids of non-question globals are kind markers (`GlobalMarkers`): the model config's
+`global_token_ids` when it names them (a converted ETC checkpoint: the ids etcmodel pretrained and
+fine-tuned with), else BERT's [unused0..3] when the vocabulary has them, otherwise distinct special
+tokens of the tokenizer (see `from_tokenizer`).
+Token types (`TokenTypes`, from the model config; longdoc's defaults in brackets): the long
+[CLS] question [SEP] prefix (0), the document's long tokens and the final [SEP] (1), CLS and
+question globals (0, like the question's long tokens), every other global (1); kinds are told apart
+by their marker ids, so two types keep BERT's type table usable. A converted ETC checkpoint has
+etcmodel's: 1 for every long token, 0 for every global token.
 
 `sentence_ids` (the "belongs to" link): a question long token points to its question global,
 [CLS] and [SEP] to the CLS global, a document token to its most specific kept owner: its DOM node
@@ -62,12 +68,22 @@ class GlobalKind(IntEnum):
 
 @dataclass(frozen=True)
 class GlobalMarkers:
-    """Input ids of the paragraph, sentence, candidate and DOM-node global tokens."""
+    """Input ids of the paragraph, sentence, candidate and DOM-node global tokens; `question`: the
+    id of every question global (None: each carries its question wordpiece); `cpc_mask`: the id of
+    a sentence's global token when pretraining masks the sentence for CPC (None: it keeps
+    `sentence`)."""
 
     paragraph: int
     sentence: int
     candidate: int
     dom_node: int
+    question: int | None = None
+    cpc_mask: int | None = None
+
+    @classmethod
+    def from_config(cls, config: GlobalLocalConfig) -> "GlobalMarkers | None":
+        """The model config's `global_token_ids`; None when it names none."""
+        return None if config.global_token_ids is None else cls(**config.global_token_ids)
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> "GlobalMarkers":
@@ -94,14 +110,36 @@ class GlobalMarkers:
 
 
 @dataclass(frozen=True)
+class TokenTypes:
+    """The token type ids the feature builders give (a model config's input conventions; the
+    defaults are longdoc's): the long [CLS] question [SEP] prefix, the long document tokens (and the
+    final [SEP]; every long token in pretraining), CLS and question globals, every other global
+    (every global in pretraining)."""
+
+    long_question: int = 0
+    long_document: int = 1
+    global_question: int = 0
+    global_structure: int = 1
+
+    @classmethod
+    def from_config(cls, config: GlobalLocalConfig) -> "TokenTypes":
+        return cls(config.long_question_token_type_id, config.long_document_token_type_id,
+                   config.global_question_token_type_id, config.global_structure_token_type_id)
+
+
+@dataclass(frozen=True)
 class FeatureSettings:
-    """Lengths of one encoder input. `stride`: overlap in tokens between consecutive windows."""
+    """Lengths of one encoder input. `stride`: overlap in tokens between consecutive windows.
+    `token_types`, `markers`: the model's input conventions (`window_settings` reads them from its
+    config); `markers` None: the markers given to `build_features`, else the tokenizer's."""
 
     long_max_len: int
     global_max_len: int
     stride: int = 0
     max_question_len: int = 64
     global_feature_size: int = 0
+    token_types: TokenTypes = TokenTypes()
+    markers: GlobalMarkers | None = None
 
     def __post_init__(self):
         if self.max_question_len < 0:
@@ -125,14 +163,15 @@ class FeatureSettings:
 
 
 def window_settings(task: str, config: GlobalLocalConfig, names: Sequence[str], **fixed) -> FeatureSettings:
-    """The window settings of a `task` model config: its lengths, the
+    """The window settings of a `task` model config: its lengths, its input conventions, the
     `task_options` listed in `names` (e.g. stride, max_question_len) and the task's `fixed` settings.
     Settings that do not fit together are an InputError naming the `longdoc train` flags that set
     them, with their values."""
     chosen = {"long_max_len": config.long_max_len, "global_max_len": config.global_max_len,
               **{name: config.task_options[name] for name in names}}
+    conventions = dict(token_types=TokenTypes.from_config(config), markers=GlobalMarkers.from_config(config))
     try:
-        return FeatureSettings(**chosen, **fixed)
+        return FeatureSettings(**chosen, **fixed, **conventions)
     except ValueError as error:
         flags = ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in chosen.items())
         raise InputError(f"{task} windows ({flags}): {error}") from None
@@ -200,9 +239,10 @@ class _DocumentTokens:
 def build_features(
     example: StructuredExample, tokenizer, settings: FeatureSettings, markers: GlobalMarkers | None = None
 ) -> list[Features]:
-    """The features of every window of `example` (one window when the documents fit)."""
+    """The features of every window of `example` (one window when the documents fit). The markers
+    of `settings` (the model's own, from its config) come before `markers`, then the tokenizer's."""
     example.validate()
-    markers = markers or GlobalMarkers.from_tokenizer(tokenizer)
+    markers = settings.markers or markers or GlobalMarkers.from_tokenizer(tokenizer)
     _check_dom_features(example, settings.global_feature_size)
     question = tokenizer(example.question, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     question_ids = question["input_ids"]
@@ -244,8 +284,9 @@ def _window_features(example, settings, markers, tokenizer, question_ids, questi
     # --- global tokens: CLS, question, candidates, then structure in long order
     kinds = [GlobalKind.CLS] + [GlobalKind.QUESTION] * num_question
     items = [-1] + list(range(num_question))
-    global_ids = [cls_id] + list(question_ids)
+    global_ids = [cls_id] + (list(question_ids) if markers.question is None else [markers.question] * num_question)
     global_segments = [0] * (1 + num_question)
+    types = settings.token_types
     budget = settings.global_max_len - len(kinds)
     kept_candidates = min(len(example.candidates), budget)
     if kept_candidates < len(example.candidates):
@@ -297,7 +338,7 @@ def _window_features(example, settings, markers, tokenizer, question_ids, questi
         window_end=window.end,
         long_input_ids=long_ids,
         long_attention_mask=[1] * len(long_ids),
-        long_token_type_ids=[0] * prefix + [1] * (len(doc) + 1),
+        long_token_type_ids=[types.long_question] * prefix + [types.long_document] * (len(doc) + 1),
         sentence_ids=owners,
         mention_ids=[-1] * prefix + [candidate_global.get(documents.mention[t], -1) for t in doc] + [-1],
         long_paragraph_ids=[0] * prefix + [documents.segment[t] for t in doc] + [0],
@@ -306,7 +347,8 @@ def _window_features(example, settings, markers, tokenizer, question_ids, questi
         long_source_ids=none + [SOURCE_QUESTION] * num_question + none + [documents.sources[t] for t in doc] + none,
         global_input_ids=global_ids,
         global_attention_mask=[1] * len(global_ids),
-        global_token_type_ids=[0 if k in (GlobalKind.CLS, GlobalKind.QUESTION) else 1 for k in kinds],
+        global_token_type_ids=[types.global_question if k in (GlobalKind.CLS, GlobalKind.QUESTION)
+                               else types.global_structure for k in kinds],
         global_paragraph_ids=global_segments,
         global_sees_all=[k in (GlobalKind.CLS, GlobalKind.QUESTION, GlobalKind.CANDIDATE) for k in kinds],
         global_kinds=[int(k) for k in kinds],

@@ -13,8 +13,9 @@ Word Masking"); the CPC sentences are ETC's (Ainslie et al., 2020, arXiv:2004.08
    the rest are packed into long inputs of at most `long_length` tokens and `global_max_len`
    sentences, one document per input (a long document fills several).
 3. `PretrainingCollator`: per batch, picks the CPC sentences and replaces all their long tokens by
-   [MASK] (their global tokens stay), then whole-word masks `mask_rate` of the other tokens
-   (80% [MASK], 10% a random token, 10% unchanged), and builds the second-pass inputs: each CPC
+   [MASK] (their global tokens keep the sentence id, or take the model's `cpc_mask` global token
+   id where its config names one, as ETC's pretraining did), then whole-word masks `mask_rate` of
+   the other tokens (80% [MASK], 10% a random token, 10% unchanged), and builds the second-pass inputs: each CPC
    sentence alone, unmasked, with one global token.
 """
 
@@ -29,9 +30,10 @@ import torch
 from torch import Tensor
 
 from longdoc.data.batching import collate_features
-from longdoc.data.features import GlobalMarkers
+from longdoc.data.features import GlobalMarkers, TokenTypes
 from longdoc.data.text import decode_text, split_paragraphs, split_sentences
 from longdoc.errors import InputError
+from longdoc.model.config import GlobalLocalConfig
 
 # A file whose first bytes hold a NUL is binary (git, grep and file(1) use the same test).
 _SNIFF_BYTES = 8192
@@ -282,17 +284,20 @@ class PretrainingCollator:
     """Rows of `prepare_corpus` -> a batch for `longdoc.model.pretraining.GlobalLocalForPretraining.forward`.
 
     Random choices draw from torch's global generator, so a run seeded (and resumed with its RNG
-    state) masks the same way.
+    state) masks the same way. `config`: the model's, whose input conventions (global token ids,
+    token types) the inputs follow; None: longdoc's defaults with the tokenizer's markers.
     """
 
-    def __init__(self, tokenizer, settings: PretrainingSettings):
+    def __init__(self, tokenizer, settings: PretrainingSettings, config: GlobalLocalConfig | None = None):
         self.settings = settings
         self.pad_id = tokenizer.pad_token_id
         self.mask_id = tokenizer.mask_token_id
         if self.mask_id is None or self.pad_id is None:
             raise InputError(f"pretraining needs a tokenizer with a mask and a pad token; "
                              f"{type(tokenizer).__name__} lacks one")
-        self.sentence_marker = GlobalMarkers.from_tokenizer(tokenizer).sentence
+        self.markers = (None if config is None else GlobalMarkers.from_config(config)) or GlobalMarkers.from_tokenizer(
+            tokenizer)
+        self.token_types = TokenTypes() if config is None else TokenTypes.from_config(config)
         self.vocab_size = len(tokenizer)
         # Random replacements avoid special tokens ([CLS], [SEP], [PAD], [MASK], markers).
         special = set(tokenizer.all_special_ids)
@@ -307,7 +312,8 @@ class PretrainingCollator:
             count = int(row["num_sentences"])
             masked_ids, row_labels = ids.clone(), torch.full_like(ids, -100)
             cpc_mask = torch.zeros_like(ids, dtype=torch.bool)
-            for sentence in self._cpc_sentences(count):
+            chosen = self._cpc_sentences(count)
+            for sentence in chosen:
                 here = owners == sentence
                 cpc_sentences.append(ids[here])
                 cpc_pairs.append((b, sentence))
@@ -315,28 +321,34 @@ class PretrainingCollator:
             masked_ids[cpc_mask] = self.mask_id
             self._mask_words(ids, masked_ids, row_labels, starts, cpc_mask)
             labels.append(row_labels)
-            model_rows.append(self._sentences_row(masked_ids, owners, count))
+            model_rows.append(self.sentences_row(masked_ids, owners, count, chosen))
         batch = collate_features(model_rows, self.pad_id)
         batch["mlm_labels"] = torch.nn.utils.rnn.pad_sequence(labels, batch_first=True, padding_value=-100)
         batch["cpc_positions"] = torch.tensor(cpc_pairs, dtype=torch.long).reshape(-1, 2)
-        sentence_rows = [self._sentences_row(sentence, torch.zeros_like(sentence), 1) for sentence in cpc_sentences]
+        sentence_rows = [self.sentences_row(sentence, torch.zeros_like(sentence), 1) for sentence in cpc_sentences]
         if sentence_rows:
             for name, value in collate_features(sentence_rows, self.pad_id).items():
                 batch[f"cpc_{name}"] = value
         return batch
 
-    def _sentences_row(self, ids: Tensor, owners: Tensor, count: int) -> dict[str, Tensor]:
+    def sentences_row(self, ids: Tensor, owners: Tensor, count: int,
+                      cpc_sentences: Sequence[int] = ()) -> dict[str, Tensor]:
         """Encoder inputs (named as in `longdoc.model.inputs.ENCODER_INPUTS`) of `count` sentences:
         long tokens `ids`, each linked to its sentence's global token by `owners` (hard g2l), one
-        sentence-marker global token per sentence; every token type 1, as fine-tuning gives document tokens."""
+        sentence-marker global token per sentence (the cpc_mask marker, where the model has one, for
+        `cpc_sentences`); long tokens take the document token type, global tokens the structure one,
+        as fine-tuning gives them."""
+        global_ids = torch.full((count,), self.markers.sentence)
+        if self.markers.cpc_mask is not None and len(cpc_sentences):
+            global_ids[list(cpc_sentences)] = self.markers.cpc_mask
         return {
             "long_input_ids": ids,
             "long_attention_mask": torch.ones_like(ids),
-            "long_token_type_ids": torch.ones_like(ids),
+            "long_token_type_ids": torch.full_like(ids, self.token_types.long_document),
             "sentence_ids": owners,
-            "global_input_ids": torch.full((count,), self.sentence_marker),
+            "global_input_ids": global_ids,
             "global_attention_mask": torch.ones(count, dtype=torch.long),
-            "global_token_type_ids": torch.ones(count, dtype=torch.long),
+            "global_token_type_ids": torch.full((count,), self.token_types.global_structure),
         }
 
     def _cpc_sentences(self, count: int) -> list[int]:

@@ -40,6 +40,18 @@ class GlobalLocalConfig(PretrainedConfig):
     `share_qkv`, `share_attention_output`, `share_feed_forward`: one set of weights for both streams.
     `global_feature_size`: size of a per-global-token feature vector (OpenKP's visual features)
     projected into the global embedding; 0 for none.
+
+    Input conventions (read by longdoc's feature builders, `longdoc.data.features` and
+    `longdoc.data.pretraining_corpus`, not by the model): the token types of the long [CLS] question
+    [SEP] prefix (`long_question_token_type_id`), of the document's long tokens and the final [SEP]
+    (`long_document_token_type_id`, every pretraining long token), of the CLS and question globals
+    (`global_question_token_type_id`), of every other global (`global_structure_token_type_id`, every
+    pretraining global); `global_token_ids`: the input ids of the "paragraph", "sentence",
+    "candidate" and "dom_node" globals, and optionally "question" (every question global, which
+    otherwise carries its question wordpiece) and "cpc_mask" (the global token of a sentence masked
+    for CPC, which otherwise keeps the sentence id); None: chosen from the tokenizer
+    (`longdoc.data.features.GlobalMarkers.from_tokenizer`). A converted ETC checkpoint carries the
+    conventions etcmodel's input code pretrained it with.
     """
 
     model_type = "longdoc-global-local"
@@ -76,6 +88,12 @@ class GlobalLocalConfig(PretrainedConfig):
         share_attention_output: bool = False,
         share_feed_forward: bool = False,
         global_feature_size: int = 0,
+        # --- input conventions (see the class docstring) ---
+        long_question_token_type_id: int = 0,
+        long_document_token_type_id: int = 1,
+        global_question_token_type_id: int = 0,
+        global_structure_token_type_id: int = 1,
+        global_token_ids: dict[str, int] | None = None,
         **kwargs,
     ):
         super().__init__(pad_token_id=pad_token_id, **kwargs)
@@ -108,7 +126,14 @@ class GlobalLocalConfig(PretrainedConfig):
         self.share_attention_output = share_attention_output
         self.share_feed_forward = share_feed_forward
         self.global_feature_size = global_feature_size
+        # --- input conventions ---
+        self.long_question_token_type_id = long_question_token_type_id
+        self.long_document_token_type_id = long_document_token_type_id
+        self.global_question_token_type_id = global_question_token_type_id
+        self.global_structure_token_type_id = global_structure_token_type_id
+        self.global_token_ids = None if global_token_ids is None else dict(global_token_ids)
         self._validate()
+        self._validate_input_conventions()
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "GlobalLocalConfig":
@@ -173,3 +198,28 @@ class GlobalLocalConfig(PretrainedConfig):
             not self.residual_attention_mean or self.residual_attention,
             "residual_attention_mean=True needs residual_attention=True",
         )
+
+    # --- input conventions ---
+    GLOBAL_TOKEN_KINDS = ("paragraph", "sentence", "candidate", "dom_node")
+    OPTIONAL_GLOBAL_TOKEN_KINDS = ("question", "cpc_mask")
+
+    def _validate_input_conventions(self) -> None:
+        for name in ("long_question_token_type_id", "long_document_token_type_id", "global_question_token_type_id",
+                     "global_structure_token_type_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 <= value < self.type_vocab_size:
+                raise ValueError(f"GlobalLocalConfig: {name} must be an int in [0, {self.type_vocab_size - 1}] "
+                                 f"(type_vocab_size), got {value!r}")
+        if self.global_token_ids is None:
+            return
+        kinds = set(self.global_token_ids)
+        missing = [k for k in self.GLOBAL_TOKEN_KINDS if k not in kinds]
+        unknown = sorted(kinds - set(self.GLOBAL_TOKEN_KINDS) - set(self.OPTIONAL_GLOBAL_TOKEN_KINDS))
+        if missing or unknown:
+            raise ValueError(f"GlobalLocalConfig: global_token_ids needs the kinds "
+                             f"{', '.join(self.GLOBAL_TOKEN_KINDS)} (optionally {', '.join(self.OPTIONAL_GLOBAL_TOKEN_KINDS)}); missing: "
+                             f"{', '.join(missing) or 'none'}, unknown: {', '.join(unknown) or 'none'}")
+        for kind, token_id in self.global_token_ids.items():
+            if not isinstance(token_id, int) or not 0 <= token_id < self.vocab_size:
+                raise ValueError(f"GlobalLocalConfig: global_token_ids[{kind!r}] must be an int in "
+                                 f"[0, {self.vocab_size - 1}] (vocab_size), got {token_id!r}")

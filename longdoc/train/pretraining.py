@@ -122,7 +122,7 @@ def build_pretraining_job(options):
         if options.get("dev") is not None else rows
     held_out = held_out.select(range(min(options["eval_rows"], len(held_out))))
     _warn_when_cpc_cannot_train(rows, settings, options["batch_size"])
-    collate = PretrainingCollator(tokenizer, settings)
+    collate = PretrainingCollator(tokenizer, settings, model.config)
 
     def evaluate(trained: GlobalLocalForPretraining, folder: Path) -> dict[str, float]:
         sums = trained.training_sums

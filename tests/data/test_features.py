@@ -7,9 +7,10 @@ import torch
 from longdoc.data.batching import collate_features
 from longdoc.errors import InputError
 from longdoc.data.examples import Candidate, Document, DomNode, Paragraph, Span, StructuredExample, TextSpan
-from longdoc.data.features import FeatureSettings, GlobalKind, GlobalMarkers, build_features
+from longdoc.data.features import FeatureSettings, GlobalKind, GlobalMarkers, build_features, window_settings
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.data.spans import SOURCE_NONE, SOURCE_QUESTION
+from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.inputs import MODEL_INPUT_NAMES
 from tests.data.token_text import check_offsets, small_bpe_tokenizer
 
@@ -133,3 +134,35 @@ def test_model_inputs_are_the_schema_fields_present():
     inputs = f.model_inputs()
     assert list(inputs) == [name for name in MODEL_INPUT_NAMES if name != "global_features"]  # no DOM features
     assert inputs["sentence_ids"] == f.sentence_ids and "long_offsets" not in inputs
+
+
+FOUR_KINDS = dict(paragraph=5, sentence=1, candidate=4, dom_node=6)
+
+
+def test_model_config_conventions_reach_the_features():
+    """A config's token types and global token ids, through a save/load round trip, are what
+    build_features gives (the markers passed in come after the model's own)."""
+    config = GlobalLocalConfig(long_max_len=64, global_max_len=32, long_question_token_type_id=2,
+                               long_document_token_type_id=3, global_question_token_type_id=4,
+                               global_structure_token_type_id=5, type_vocab_size=6, global_token_ids=FOUR_KINDS)
+    config = GlobalLocalConfig.from_dict(config.to_dict())
+    config.task_options = dict(max_question_len=8)
+    settings = window_settings("test", config, ("max_question_len",))
+    (f,) = build_features(two_paragraph_example(), TOKENIZER, settings, GlobalMarkers.from_tokenizer(TOKENIZER))
+    assert f.long_token_type_ids == [2] * 5 + [3] * 13
+    assert f.global_token_type_ids == [4] * 4 + [5] * 7
+    assert f.global_input_ids[4:] == [4, 4, 5, 1, 1, 5, 1]  # 2 candidates, paragraph, 2 sentences, paragraph, sentence
+    assert f.global_input_ids[1:4] == f.long_input_ids[1:4]  # no question marker: the question's wordpieces
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(global_token_ids={"sentence": 1}), "missing: paragraph, candidate, dom_node, unknown: none"),
+    (dict(global_token_ids={**FOUR_KINDS, "title": 3}), "missing: none, unknown: title"),
+    (dict(global_token_ids={**FOUR_KINDS, "cpc_mask": 30522}),
+     r"global_token_ids\['cpc_mask'\] must be an int in \[0, 30521\] \(vocab_size\), got 30522"),
+    (dict(long_document_token_type_id=2),
+     r"long_document_token_type_id must be an int in \[0, 1\] \(type_vocab_size\)"),
+])
+def test_bad_input_conventions_are_named(fields, message):
+    with pytest.raises(ValueError, match=message):
+        GlobalLocalConfig(**fields)
