@@ -15,9 +15,9 @@ Steps, each on the library's own code path:
 4. the same trained model predicting on the cut dev file (`longdoc predict` + `longdoc evaluate
    --out`): the row a 512-token encoder (BERT, MiniLM as published) would give, since it never
    sees the answer sentence; then the leaderboard of the two rows (`longdoc leaderboard`);
-5. the whole-document model copied to the folder `longdoc ask` reads by default, and the first
-   held-out example written as a plain text file for one question to it (`longdoc demo` then runs
-   `longdoc ask` on it).
+5. the whole-document model copied to a model folder (`--model-dir`), and the first held-out
+   example written as a plain text file for one question to it (`longdoc demo` then runs
+   `longdoc ask --model` that folder on it).
 
 The demo's documents carry no relation distractors (the two facts are the only "works for" and
 "based in" sentences): what it asks is reading far enough, which the model learns in minutes on a

@@ -217,7 +217,7 @@ def no_answer_rows(documents: int = 40, calibration: int = 20, floor: float | No
             asked = [("right", record["question"]), *(("off-topic", q) for q in NO_ANSWER_QUESTIONS),
                      ("other person", records[(index + 1) % len(records)]["question"])]
             for kind, question in asked:
-                scores.setdefault((part, kind), []).append(evidence(question, every_passage))
+                scores.setdefault((part, kind), []).append(evidence.ranked(question, every_passage)[0][0])
     return [{"documents": part, "questions": kind, "asked": len(values),
              f"evidence >= {floor}": sum(value >= floor for value in values),
              "lowest": round(min(values), 3), "highest": round(max(values), 3)}

@@ -59,7 +59,7 @@ class Answer:
         return {**self.location.to_json(), "score": self.score, "support": [s.to_json() for s in self.support]}
 
 
-def load_reader(model_dir):
+def load_structured_reader(model_dir):
     """(model, tokenizer) of a trained HotpotQA model folder; InputError saying what DIR is otherwise
     (a damaged weights file included: TaskModel.from_pretrained reads it through readable_weights)."""
     from pathlib import Path

@@ -56,16 +56,17 @@ def retrieve(question: str, corpus: CorpusIndex, embedder, k: int, second_hop: b
 
 
 class SentenceEvidence:
-    """How much the passages read speak of a question: the best cosine between the question and one
-    of their sentences (the no-answer rule of `longdoc.ask.session`). Sentence vectors are computed
-    once per passage and kept."""
+    """The sentences of the passages read, ranked by how much they speak of a question (cosine with
+    it): the best is the question's evidence (the no-answer rule of `longdoc.ask.session`), and the
+    answers of sentence mode. Sentence vectors are computed once per passage and kept."""
 
     def __init__(self, corpus: CorpusIndex, embedder):
         self.corpus, self.embedder = corpus, embedder
         self.vectors = {}  # (document, passage) -> its sentences' unit vectors, [sentences, dimension]
 
-    def __call__(self, question: str, hits: list[Hit]) -> float:
-        """The best cosine between `question` and a sentence of the passages `hits` (-1.0 for none)."""
+    def ranked(self, question: str, hits: list[Hit]) -> list[tuple[float, Hit, tuple[int, int]]]:
+        """(cosine with `question`, hit, character span) for every sentence of the passages `hits`, best
+        first; the first cosine is the question's evidence."""
         missing = [hit for hit in hits if (hit.document, hit.passage) not in self.vectors]
         sentences = [self.corpus.passage(hit).sentences for hit in missing]
         vectors = self.embedder.embed([self.corpus.documents[hit.document].source.text[start:end]
@@ -75,5 +76,7 @@ class SentenceEvidence:
             self.vectors[(hit.document, hit.passage)] = vectors[first:first + len(spans)]
             first += len(spans)
         question_vector = self.embedder.embed([question])[0]
-        return max((float((self.vectors[(hit.document, hit.passage)] @ question_vector).max(initial=-1.0))
-                    for hit in hits), default=-1.0)
+        scored = [(float(cosine), hit, span) for hit in hits
+                  for cosine, span in zip(self.vectors[(hit.document, hit.passage)] @ question_vector,
+                                          self.corpus.passage(hit).sentences)]
+        return sorted(scored, key=lambda item: item[0], reverse=True)

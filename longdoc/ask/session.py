@@ -1,60 +1,69 @@
 """An `ask` session: documents indexed once, then any number of questions answered over them.
 
-`AskSession(sources, model_dir)` takes the documents `load_sources` read, indexes them (cached, `longdoc.ask.index`), loads the embedder and the reader
-once; `ask(question)` retrieves (`longdoc.ask.retrieve`), reads (`longdoc.ask.reader`) and returns
-the result object `longdoc ask --json` prints: {"question", "answers": [{"text", "score", "file", "start",
-"end", "support": [...]}], "passages": [{"file", "start", "end", "score"}], "documents": [...]}.
-"documents" says, per file, what its offsets count: the file's decoded text, or the text extracted
-from its HTML; "evidence" is the cosine (MiniLM) between the question and the sentence of the
-passages read nearest to it.
+`AskSession(sources, model_dir)` takes the documents `load_sources` read, indexes them (cached,
+`longdoc.ask.index`), loads the embedder and the reader once; `ask(question)` retrieves
+(`longdoc.ask.retrieve`), reads and returns the result object `longdoc ask --json` prints:
+{"question", "mode", "evidence", "answers": [{"text", "score", "file", "start", "end", "support":
+[...]}], "passages": [{"file", "start", "end", "score"}], "documents": [...]}. "documents" says, per
+file, what its offsets count: the file's decoded text, or the text extracted from it (HTML, PDF,
+DOCX); "evidence" is the cosine (MiniLM) between the question and the sentence of the passages
+read nearest to it.
+
+What answers, by `model_dir`:
+- none: "mode" "sentence": the sentences of the passages read nearest to the question (the MiniLM
+  evidence), best first, each its own answer;
+- a lifted extractive QA reader (`longdoc lift --from QA_CHECKPOINT`): "mode" "span", read by
+  `longdoc.ask.span_reading`;
+- a trained HotpotQA-style model (`longdoc train hotpotqa|multihop`): "mode" "span", read by
+  `longdoc.ask.reader` in the HotpotQA construction, with supporting sentences.
 
 No answer: a question is refused ("answers" empty) when no sentence read is about it, that is when
-"evidence" is under `min_evidence` (default MIN_EVIDENCE). The reader's span probability cannot
-tell: the demo's model gives its document's answer whatever is asked (measured on 20 held-out
-generated documents: an off-topic question got the document's own answer 71 times in 100, with the
-same probability as the right question), while a question the document answers shares its
-bridge sentence's words ("A works for B."). Calibration and held-out figures: README, `longdoc ask`.
+"evidence" is under `min_evidence` (default MIN_EVIDENCE). A reader's span score cannot tell: the
+demo's model gives its document's answer whatever is asked (docs/ask.md), while a question the
+document answers shares words with a sentence of it.
 """
 
 from pathlib import Path
 from typing import Sequence
 
 from longdoc.ask.documents import SourceText
-from longdoc.ask.index import CorpusIndex, index_documents
+from longdoc.ask.index import CorpusIndex, Hit, index_documents
 from longdoc.ask.retrieve import SentenceEvidence, retrieve
-from longdoc.convert.pretrained import cache_dir
-from longdoc.errors import InputError
+from longdoc.model.cache import cache_dir
 
 PASSAGES_READ = 8
-MIN_EVIDENCE = 0.5  # calibrated on generated documents (README)
+MIN_EVIDENCE = 0.5  # calibrated on generated documents (docs/ask.md)
+SENTENCE_MODE_NOTE = ("answering with sentences (no reader given); for answer spans, lift an extractive QA "
+                      "checkpoint: `longdoc lift --from QA_CHECKPOINT --out READER`, then `longdoc ask --model READER`")
 
 
 def default_model_dir() -> Path:
-    """Where `longdoc demo` saves its trained multi-hop model, and `ask` looks by default."""
+    """Where `longdoc demo` saves its trained multi-hop model."""
     return cache_dir() / "models" / "multihop"
 
 
-def check_model_dir(model_dir=None) -> Path:
-    """`model_dir` (default: `default_model_dir()`) when it exists; else InputError saying how to get one."""
-    model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
-    if not model_dir.exists():
-        raise InputError(
-            f"{model_dir}: no trained model here; `longdoc ask` reads with a trained HotpotQA-style model: "
-            "run `longdoc demo` (it trains one into this folder), or train one with `longdoc make-data "
-            "multihop --n 480 --length 768 --min-distance 512 --comparison-fraction 0 --relation-share 0 "
-            "--chain-order --seed 0 --out train.json && longdoc train multihop --config demo --long-max-len 768 "
-            "--train train.json --out DIR` and pass --model DIR")
-    return model_dir
+def load_reader(model_dir) -> tuple[str, object, object]:
+    """("qa" or "structured", model, tokenizer) of a reader folder: a lifted extractive QA reader, or a
+    trained HotpotQA-style model; InputError saying what the folder is otherwise."""
+    from longdoc.ask.reader import load_structured_reader
+    from longdoc.convert.checkpoint import read_tokenizer
+    from longdoc.model.encoder_folder import describe_checkpoint
+    from longdoc.model.span_reader import SpanReader
+
+    model_dir = Path(model_dir)
+    if describe_checkpoint(model_dir).get("task") == SpanReader.task_name:
+        return "qa", SpanReader.from_pretrained(model_dir).eval(), read_tokenizer(model_dir)
+    return ("structured", *load_structured_reader(model_dir))
 
 
 class AskSession:
-    def __init__(self, sources: Sequence[SourceText], model_dir=None, *, passages: int = PASSAGES_READ, second_hop: bool = True,
-                 progress: bool = True, cache_root: Path | None = None):
+    def __init__(self, sources: Sequence[SourceText], model_dir=None, *, passages: int = PASSAGES_READ,
+                 second_hop: bool = True, progress: bool = True, cache_root: Path | None = None):
         from longdoc.ask.embedding import SentenceEmbedder
-        from longdoc.ask.reader import load_reader
 
-        self.model_dir = check_model_dir(model_dir)
-        self.model, self.tokenizer = load_reader(self.model_dir)
+        self.model_dir = None if model_dir is None else Path(model_dir)
+        self.reader_kind, self.model, self.tokenizer = (None, None, None) if model_dir is None else load_reader(model_dir)
+        self.mode = "sentence" if self.model is None else "span"
         self.sources = list(sources)
         self.embedder = SentenceEmbedder()
         self.corpus = CorpusIndex(index_documents(self.sources, self.embedder, cache_root=cache_root,
@@ -62,34 +71,56 @@ class AskSession:
         self.passages = passages
         self.evidence = SentenceEvidence(self.corpus, self.embedder)
         self.second_hop = second_hop
-        # Retrieval is for what the encoder cannot read at once: documents that fit its long input
-        # (beside the question) are read whole, every passage in file order, as the model was trained.
-        corpus_texts = [document.passage_text(passage) for document in self.corpus.documents
-                        for passage in document.passages]
-        self.corpus_wordpieces = sum(len(ids) for ids in self.tokenizer(corpus_texts, add_special_tokens=False)["input_ids"])
+        # Retrieval is for what the reader cannot read at once: documents that fit its input (beside
+        # the question) are read whole, as the reader was trained.
+        if self.model is not None:
+            corpus_texts = [document.passage_text(passage) for document in self.corpus.documents
+                            for passage in document.passages]
+            self.corpus_wordpieces = sum(len(ids) for ids in
+                                         self.tokenizer(corpus_texts, add_special_tokens=False)["input_ids"])
 
     def reads_whole_corpus(self, question: str) -> bool:
-        """Whether `[CLS] question [SEP] corpus [SEP]` fits the reader's long input."""
+        """Whether the question and every document fit the reader's input at once: the long input of a
+        HotpotQA-style model, one row of a QA reader."""
+        if self.model is None:
+            return False
+        from longdoc.ask.span_reading import row_length
+
         question_wordpieces = len(self.tokenizer(question, add_special_tokens=False)["input_ids"])
-        return self.corpus_wordpieces + question_wordpieces + 3 <= self.model.config.long_max_len
+        limit = row_length(self.model) if self.reader_kind == "qa" else self.model.config.long_max_len
+        return self.corpus_wordpieces + question_wordpieces + 3 <= limit
 
-    def ask(self, question: str, top_k: int = 1, min_score: float | None = None,
-            min_evidence: float | None = None) -> dict:
-        """The result object for `question` (see the module docstring); `min_score`: the reader's
-        (longdoc.ask.reader.MIN_SCORE when None); `min_evidence`: MIN_EVIDENCE when None."""
-        from longdoc.ask.reader import MIN_SCORE, read_answers
-
+    def ask(self, question: str, top_k: int = 1, min_score: float | None = None, min_evidence: float | None = None,
+            max_answer_len: int | None = None, handle_impossible: bool = False) -> dict:
+        """The result object for `question` (see the module docstring). `min_score`: a HotpotQA-style
+        model's (longdoc.ask.reader.MIN_SCORE when None); `min_evidence`: MIN_EVIDENCE when None;
+        `max_answer_len`: a QA reader's longest answer in wordpieces (its own setting, 15, when None);
+        `handle_impossible`: a SQuAD 2.0 reader's null score may refuse."""
         question = question.strip()
-        passages = len(self.corpus.locations) if self.reads_whole_corpus(question) else self.passages
+        whole = self.reads_whole_corpus(question)
+        passages = len(self.corpus.locations) if whole else self.passages
         hits = retrieve(question, self.corpus, self.embedder, passages, self.second_hop) if question else []
-        evidence = self.evidence(question, hits) if hits else -1.0
+        ranked = self.evidence.ranked(question, hits) if hits else []
+        evidence = ranked[0][0] if ranked else -1.0
         grounded = evidence >= (MIN_EVIDENCE if min_evidence is None else min_evidence)
-        answers = read_answers(question, self.corpus, hits, self.model, self.tokenizer, top_k=top_k,
-                               min_score=MIN_SCORE if min_score is None else min_score) if hits and grounded else []
+        if not hits or not grounded:
+            answers = []
+        elif self.model is None:
+            answers = [{**self._span(hit.document, start, end), "score": score, "support": []}
+                       for score, hit, (start, end) in ranked[:top_k]]
+        elif self.reader_kind == "qa":
+            answers = self._read_spans(question, hits, whole, top_k, max_answer_len, handle_impossible)
+        else:
+            from longdoc.ask.reader import MIN_SCORE, read_answers
+
+            answers = [answer.to_json() for answer in read_answers(
+                question, self.corpus, hits, self.model, self.tokenizer, top_k=top_k,
+                min_score=MIN_SCORE if min_score is None else min_score)]
         return {
             "question": question,
+            "mode": self.mode,
             "evidence": evidence,
-            "answers": [answer.to_json() for answer in answers],
+            "answers": answers,
             "passages": [{"file": self.corpus.documents[hit.document].source.path,
                           "start": self.corpus.passage(hit).start, "end": self.corpus.passage(hit).end,
                           "score": hit.score} for hit in hits],
@@ -97,3 +128,34 @@ class AskSession:
                            "offsets_into": "text extracted from HTML" if source.extracted else "decoded file text"}
                           for source in self.sources],
         }
+
+    def _read_spans(self, question: str, hits: Sequence[Hit], whole: bool, top_k: int, max_answer_len: int | None,
+                    handle_impossible: bool) -> list[dict]:
+        """A QA reader's answers: on each whole document when they all fit one row, else on the passages
+        retrieved (in file order); each with the sentences it lies in as support."""
+        from longdoc.ask.span_reading import read_spans
+
+        if whole:
+            places = [(d, 0, len(document.source.text)) for d, document in enumerate(self.corpus.documents)]
+        else:
+            places = [(hit.document, self.corpus.passage(hit).start, self.corpus.passage(hit).end)
+                      for hit in sorted(hits, key=lambda hit: (hit.document, hit.passage))]
+        texts = [self.corpus.documents[d].source.text[start:end] for d, start, end in places]
+        limit = self.model.task_options["max_answer_length"] if max_answer_len is None else max_answer_len
+        found = read_spans(question, texts, self.model, self.tokenizer, max_answer_len=limit,
+                           handle_impossible=handle_impossible)
+        answers = []
+        for answer in found[:top_k]:
+            d, offset, _ = places[answer.context]
+            start, end = offset + answer.start, offset + answer.end
+            answers.append({**self._span(d, start, end), "score": answer.score,
+                            "support": [self._span(d, *sentence) for sentence in self._sentences(d)
+                                        if sentence[0] < end and start < sentence[1]]})
+        return answers
+
+    def _sentences(self, document: int) -> list[tuple[int, int]]:
+        return [sentence for passage in self.corpus.documents[document].passages for sentence in passage.sentences]
+
+    def _span(self, document: int, start: int, end: int) -> dict:
+        source = self.corpus.documents[document].source
+        return {"text": source.text[start:end], "file": source.path, "start": start, "end": end}

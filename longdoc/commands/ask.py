@@ -1,4 +1,7 @@
-"""`longdoc ask --model DIR --question TEXT PATH... [--top-k K] [--json]`: answers from long documents.
+"""`longdoc ask [--model DIR] --question TEXT PATH... [--top-k K] [--json]`: answers from long documents.
+
+With --model a lifted extractive QA reader (or a trained HotpotQA-style model), answers are spans;
+without it, the sentences nearest to the question (longdoc.ask.session).
 
 Without --question: questions from standard input, interactively on a terminal (a prompt, line
 editing and history through readline, Ctrl-D to leave), else one per line with no prompt (with
@@ -19,20 +22,26 @@ HELP = "answer questions from long documents (.txt, .md, .html, folders) with th
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from longdoc.ask.session import MIN_EVIDENCE, PASSAGES_READ, default_model_dir
+    from longdoc.ask.session import MIN_EVIDENCE, PASSAGES_READ
 
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files (.txt, .md, .html, .htm) and folders")
     parser.add_argument("--model", type=Path, metavar="DIR",
-                        help=f"a trained HotpotQA-style model (default: {default_model_dir()}, where `longdoc demo` "
-                             "saves its model)")
+                        help="the reader: an extractive QA checkpoint lifted with `longdoc lift --from QA_CHECKPOINT "
+                             "--out DIR` (BertForQuestionAnswering, RobertaForQuestionAnswering, ...), or a model "
+                             "trained with `longdoc train hotpotqa|multihop`; without it, answers are the sentences "
+                             "nearest to the question")
     parser.add_argument("--question", help="the question; without it, questions are read from standard input")
     parser.add_argument("--top-k", type=int, default=1, metavar="K", help="answers to show per question (default 1)")
     parser.add_argument("--passages", type=int, default=PASSAGES_READ, metavar="N",
                         help=f"passages retrieved and read per question when the documents are longer than the "
                              f"model reads at once (default {PASSAGES_READ}); shorter ones are read whole")
+    parser.add_argument("--max-answer-len", type=int, metavar="N",
+                        help="a QA reader's longest answer, in wordpieces (default: the reader's, 15)")
+    parser.add_argument("--handle-impossible-answer", action="store_true",
+                        help="a SQuAD 2.0 reader may answer nothing: no answer when its null score beats every span")
     parser.add_argument("--min-score", type=float, metavar="P",
-                        help="drop span answers the model gives a lower probability (default 0.05); none left: "
-                             "'no answer found'")
+                        help="a HotpotQA-style model: drop span answers it gives a lower probability (default 0.05); "
+                             "none left: 'no answer found'")
     parser.add_argument("--min-evidence", type=float, metavar="C",
                         help=f"refuse ('no answer found') when no sentence read has a cosine similarity (MiniLM) of "
                              f"at least C with the question: the document does not speak of it (default {MIN_EVIDENCE}; "
@@ -97,20 +106,31 @@ def _questions(interactive: bool):
 
 def run(args: argparse.Namespace) -> int:
     from longdoc.ask.documents import load_sources
-    from longdoc.ask.session import AskSession, check_model_dir
+    from longdoc.ask.session import SENTENCE_MODE_NOTE, AskSession
+    from longdoc.model.encoder_folder import describe_checkpoint
 
     if args.top_k < 1 or args.passages < 1:
         raise InputError(f"--top-k and --passages must be >= 1, got {args.top_k} and {args.passages}")
-    check_model_dir(args.model)
+    if args.max_answer_len is not None and args.max_answer_len < 1:
+        raise InputError(f"--max-answer-len must be >= 1, got {args.max_answer_len}")
+    if args.model is not None:  # a wrong folder is told before the documents are indexed
+        if not args.model.is_dir():
+            raise InputError(f"{args.model}: no such folder; --model takes a reader: an extractive QA checkpoint "
+                             "lifted with `longdoc lift --from QA_CHECKPOINT --out DIR`, or a model trained with "
+                             "`longdoc train hotpotqa`; without --model, answers are the sentences nearest the question")
+        describe_checkpoint(args.model)
     sources, errors = load_sources(args.paths)
     for error in errors:
         print(f"longdoc ask: error: {error}", file=sys.stderr)
     if not sources:
         return 2
     session = AskSession(sources, args.model, passages=args.passages, second_hop=args.second_hop)
+    if session.mode == "sentence":
+        print(f"longdoc ask: {SENTENCE_MODE_NOTE}", file=sys.stderr)
     questions = [args.question] if args.question is not None else _questions(sys.stdin.isatty())
     for question in questions:
-        result = session.ask(question, top_k=args.top_k, min_score=args.min_score, min_evidence=args.min_evidence)
+        result = session.ask(question, top_k=args.top_k, min_score=args.min_score, min_evidence=args.min_evidence,
+                             max_answer_len=args.max_answer_len, handle_impossible=args.handle_impossible_answer)
         if args.json:
             print(json.dumps(result, ensure_ascii=False), flush=True)
         else:

@@ -31,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             help=f"{help_text} (default {getattr(defaults, name)})")
     parser.add_argument("--seed", type=int, default=defaults.seed, help=f"data seed (default {defaults.seed})")
     parser.add_argument("--model-dir", type=Path, metavar="DIR",
-                        help="where the whole-document model is copied for `longdoc ask` (default: the folder "
-                             "`longdoc ask` reads by default)")
+                        help="where the whole-document model is copied for `longdoc ask --model` (default: "
+                             "~/.cache/longdoc/models/multihop, under $LONGDOC_CACHE when set)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -87,8 +87,9 @@ class LiftOptions:
 
 
 # The options a QA reader is lifted with unless others are chosen: its source's computation. Fresh
-# relative tables or residual scores would change every logit of a reader that is used untrained.
-READER_DEFAULTS = {"positions": "absolute", "residual_attention": False}
+# relative tables or residual scores would change every logit of a reader that is used untrained,
+# and a window of 384 covers the rows Hub readers were trained on (longdoc.ask.span_reading).
+READER_DEFAULTS = {"positions": "absolute", "residual_attention": False, "local_radius": 383}
 
 
 def default_options(checkpoint: BertCheckpoint, **chosen) -> LiftOptions:

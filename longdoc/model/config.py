@@ -46,7 +46,7 @@ class GlobalLocalConfig(PretrainedConfig):
     [SEP] prefix (`long_question_token_type_id`), of the document's long tokens and the final [SEP]
     (`long_document_token_type_id`, every pretraining long token), of the CLS and question globals
     (`global_question_token_type_id`), of every other global (`global_structure_token_type_id`, every
-    pretraining global); `global_token_ids`: the input ids of the "paragraph", "sentence",
+    pretraining global; these two default to 1, or 0 for a model with one token type); `global_token_ids`: the input ids of the "paragraph", "sentence",
     "candidate" and "dom_node" globals, and optionally "question" (every question global, which
     otherwise carries its question wordpiece) and "cpc_mask" (the global token of a sentence masked
     for CPC, which otherwise keeps the sentence id); None: chosen from the tokenizer
@@ -90,9 +90,9 @@ class GlobalLocalConfig(PretrainedConfig):
         global_feature_size: int = 0,
         # --- input conventions (see the class docstring) ---
         long_question_token_type_id: int = 0,
-        long_document_token_type_id: int = 1,
+        long_document_token_type_id: int | None = None,
         global_question_token_type_id: int = 0,
-        global_structure_token_type_id: int = 1,
+        global_structure_token_type_id: int | None = None,
         global_token_ids: dict[str, int] | None = None,
         **kwargs,
     ):
@@ -128,9 +128,12 @@ class GlobalLocalConfig(PretrainedConfig):
         self.global_feature_size = global_feature_size
         # --- input conventions ---
         self.long_question_token_type_id = long_question_token_type_id
-        self.long_document_token_type_id = long_document_token_type_id
+        # None: type 1, or 0 where the model has one token type (RoBERTa's family).
+        second_type = min(1, self.type_vocab_size - 1)
+        self.long_document_token_type_id = second_type if long_document_token_type_id is None else long_document_token_type_id
         self.global_question_token_type_id = global_question_token_type_id
-        self.global_structure_token_type_id = global_structure_token_type_id
+        self.global_structure_token_type_id = (second_type if global_structure_token_type_id is None
+                                               else global_structure_token_type_id)
         self.global_token_ids = None if global_token_ids is None else dict(global_token_ids)
         self._validate()
         self._validate_input_conventions()

@@ -150,9 +150,9 @@ def test_plain_output_shows_the_best_supporting_sentences_one_line_each(model_di
 def test_missing_or_wrong_model_and_nothing_readable(model_dir, documents, capsys):
     assert main(["ask", "--model", str(documents / "nowhere"), "--question", "q", str(documents / "notes.txt")]) == 2
     error = capsys.readouterr().err
-    assert error.startswith(f"longdoc ask: error: {documents / 'nowhere'}: no trained model here")
+    assert error.startswith(f"longdoc ask: error: {documents / 'nowhere'}: no such folder; --model takes a reader")
     assert error.count("\n") == 1
-    assert "run `longdoc demo`" in error and "longdoc make-data multihop" in error and "--train train.json" in error
+    assert "longdoc lift --from QA_CHECKPOINT" in error and "without --model, answers are the sentences" in error
     assert main(["ask", "--model", str(model_dir / "encoder"), "--question", "q", str(documents / "notes.txt")]) == 2
     assert "bare encoder" in capsys.readouterr().err
     damaged = documents / "damaged"

@@ -142,7 +142,7 @@ def run_cli(monkeypatch, *arguments) -> int:
 def test_lifted_reader_logits_equal_the_source_readers(tmp_path, monkeypatch, name, options):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     source, source_tokenizer = save_source(tmp_path / "source", name)
-    # The reader's defaults (absolute positions, no residual attention, radius 84, 256 global
+    # The reader's defaults (absolute positions, no residual attention, radius 383, 256 global
     # positions): these inputs (at most 85 tokens, checked below) lie inside the local window.
     assert run_cli(monkeypatch, "--from", tmp_path / "source", "--out", tmp_path / "reader", *options) == 0
     reader = SpanReader.from_pretrained(tmp_path / "reader").eval()
@@ -188,7 +188,7 @@ def test_model_card_and_head_say_where_the_reader_came_from(tmp_path, monkeypatc
     assert f"Source folder: `{tmp_path / 'source'}`" in card
     assert "Source architecture: `BertForQuestionAnswering`" in card
     assert "Source `_name_or_path`: `someone/bert-squad`" in card
-    assert "on inputs of at most 85 tokens" in card  # radius 84 + 1; the source has 128 positions
+    assert "on inputs of at most 128 tokens" in card  # the source's 128 positions (radius 383 + 1 is more)
     assert "SpanReader.from_pretrained" in card
 
     saved = load_file(tmp_path / "reader" / "model.safetensors")
