@@ -42,6 +42,14 @@ class SourceText:
     sha256: str
     extracted: bool  # True: `text` is the text extracted from HTML, PDF or DOCX, not the file's own characters
 
+    @property
+    def extracted_from(self) -> str | None:
+        """The format the text was extracted from ("HTML", "PDF", "DOCX"), None for a plain text file."""
+        if not self.extracted:
+            return None
+        suffix = Path(self.path).suffix.lower()
+        return "PDF" if suffix in PDF_SUFFIXES else "DOCX" if suffix in DOCX_SUFFIXES else "HTML"
+
 
 @dataclass(frozen=True)
 class SourceError:

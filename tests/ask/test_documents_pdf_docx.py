@@ -1,11 +1,16 @@
 """PDF and DOCX documents for `longdoc ask`: the extracted text keeps pages/paragraphs as blank-line
 paragraphs, and a PDF without a text layer or a truncated PDF/DOCX gives one line and exit 2."""
 
+import json
+from pathlib import Path
+
 import docx
 import pytest
 
 from longdoc.ask.documents import load_sources, read_source
 from longdoc.cli import main
+
+from .test_ask_command import model_dir  # noqa: F401  (the tiny untrained reader, a fixture)
 
 
 def minimal_pdf(pages: list[list[str]]) -> bytes:
@@ -46,7 +51,7 @@ def files(tmp_path):
 
 def test_pdf_pages_become_paragraphs_with_offsets_into_the_extracted_text(files):
     source = read_source(files / "facts.pdf")
-    assert source.extracted
+    assert source.extracted_from == "PDF"
     paragraphs = source.text.split("\n\n")
     assert paragraphs[0] == "Ada Quell works for Orbix Group."
     assert "Tallinnford" in paragraphs[1] and "lamps" in paragraphs[1]
@@ -56,7 +61,7 @@ def test_pdf_pages_become_paragraphs_with_offsets_into_the_extracted_text(files)
 
 def test_docx_paragraphs_in_order_and_empty_ones_dropped(files):
     source = read_source(files / "facts.docx")
-    assert source.extracted
+    assert source.extracted_from == "DOCX"
     assert source.text == "Åsa Lind works for Kettle Labs.\n\nKettle Labs is based in Søndervik."
 
 
@@ -82,3 +87,21 @@ def test_bad_pdf_or_docx_is_one_line_and_exit_2(files, tmp_path, capsys, name, d
     assert main(["ask", "--model", str(model), "--question", "q", str(tmp_path / name)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [f"longdoc ask: error: {problem}"]
+
+
+def test_ask_answers_from_pdf_and_docx_with_offsets_into_the_extracted_text(model_dir, files, capsys, monkeypatch):
+    monkeypatch.setenv("LONGDOC_CACHE", str(files / "cache"))
+    paths = [str(files / "facts.pdf"), str(files / "facts.docx")]
+    assert main(["ask", "--model", str(model_dir / "model"), "--question", "Where is the employer of Ada based?",
+                 "--top-k", "5", "--min-score", "0", "--min-evidence", "-1", "--json", *paths]) == 0
+    result = json.loads(capsys.readouterr().out)
+    extracted = {path: read_source(Path(path)).text for path in paths}
+    assert result["passages"] and result["answers"]
+    for passage in result["passages"]:
+        assert 0 <= passage["start"] < passage["end"] <= len(extracted[passage["file"]])
+    for answer in result["answers"]:
+        assert answer["text"] == extracted[answer["file"]][answer["start"]:answer["end"]]
+        for sentence in answer["support"]:
+            assert sentence["text"] == extracted[sentence["file"]][sentence["start"]:sentence["end"]]
+    assert {d["file"] for d in result["documents"]} == set(paths)
+    assert all(d["offsets_into"] != "decoded file text" for d in result["documents"])
