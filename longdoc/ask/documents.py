@@ -15,6 +15,7 @@ naming the path; the other files are still read (`load_sources` returns both lis
 
 import hashlib
 import io
+import logging
 import os
 import zipfile
 import re
@@ -142,6 +143,11 @@ def pdf_to_text(data: bytes) -> str:
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
 
+    # pypdf logs what it repairs (a missing EOF marker, a bad xref) as warnings; the user gets one
+    # line per file from us instead, so they are dropped for the duration of this read only.
+    pypdf_log = logging.getLogger("pypdf")
+    level = pypdf_log.level
+    pypdf_log.setLevel(logging.ERROR)
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
@@ -151,6 +157,8 @@ def pdf_to_text(data: bytes) -> str:
         if isinstance(error, DocumentFormatError):
             raise
         raise DocumentFormatError(f"not a readable PDF ({type(error).__name__}: {error}); expected a valid PDF file")
+    finally:
+        pypdf_log.setLevel(level)
     return _paragraphs_text(paragraph for page in pages for paragraph in _BLANK_LINE.split(page))
 
 

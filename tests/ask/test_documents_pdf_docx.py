@@ -86,7 +86,7 @@ def test_bad_pdf_or_docx_is_one_line_and_exit_2(files, tmp_path, capsys, name, d
     model.mkdir()  # the documents are refused before any model is loaded
     assert main(["ask", "--model", str(model), "--question", "q", str(tmp_path / name)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == [f"longdoc ask: error: {problem}"]
+    assert lines == [f"longdoc ask: error: {problem}"]  # and nothing from pypdf
 
 
 def test_ask_answers_from_pdf_and_docx_with_offsets_into_the_extracted_text(model_dir, files, capsys, monkeypatch):
