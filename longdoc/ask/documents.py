@@ -1,18 +1,23 @@
 """User documents for `longdoc ask`: paths and folders -> decoded texts, with one-line errors.
 
 Supported: .txt and .md (the file's text), .html and .htm (the text a browser would show, taken
-with the standard library's `html.parser`; answer offsets then refer to that extracted text, which
-`SourceText.extracted` records and the JSON output states). A folder stands for every supported
+with the standard library's `html.parser`), .pdf (each page's text layer, read with `pypdf`) and
+.docx (the body's paragraphs, read with `python-docx`). For HTML, PDF and DOCX answer offsets refer
+to the extracted text, which `SourceText.extracted` records and the JSON output states. A folder stands for every supported
 file under it, in sorted order. Bytes that are not UTF-8 are replaced (U+FFFD) with a warning
 (`longdoc.data.text.decode_text`); offsets are character offsets into the decoded text.
 
-A file that is missing, unreadable, binary (a NUL byte in its first 8 KiB), of an unsupported
-type, or empty (nothing but whitespace), and a folder with no supported file, give a `SourceError`
+A file that is missing, unreadable, binary (a NUL byte in its first 8 KiB; PDF and DOCX excepted),
+of an unsupported type, empty (nothing but whitespace), a PDF without a text layer, or a PDF/DOCX
+that cannot be parsed, and a folder with no supported file, give a `SourceError`
 naming the path; the other files are still read (`load_sources` returns both lists).
 """
 
 import hashlib
+import io
+import logging
 import os
+import zipfile
 import re
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -23,7 +28,9 @@ from longdoc.data.text import decode_text
 
 TEXT_SUFFIXES = (".txt", ".md")
 HTML_SUFFIXES = (".html", ".htm")
-SUPPORTED_SUFFIXES = TEXT_SUFFIXES + HTML_SUFFIXES
+PDF_SUFFIXES = (".pdf",)
+DOCX_SUFFIXES = (".docx",)
+SUPPORTED_SUFFIXES = TEXT_SUFFIXES + HTML_SUFFIXES + PDF_SUFFIXES + DOCX_SUFFIXES
 BINARY_PROBE_BYTES = 8192
 
 
@@ -34,7 +41,15 @@ class SourceText:
     path: str
     text: str
     sha256: str
-    extracted: bool  # True: `text` is the text extracted from HTML, not the file's own characters
+    extracted: bool  # True: `text` is the text extracted from HTML, PDF or DOCX, not the file's own characters
+
+    @property
+    def extracted_from(self) -> str | None:
+        """The format the text was extracted from ("HTML", "PDF", "DOCX"), None for a plain text file."""
+        if not self.extracted:
+            return None
+        suffix = Path(self.path).suffix.lower()
+        return "PDF" if suffix in PDF_SUFFIXES else "DOCX" if suffix in DOCX_SUFFIXES else "HTML"
 
 
 @dataclass(frozen=True)
@@ -110,6 +125,56 @@ def html_to_text(markup: str) -> str:
     return "".join(parser.parts).strip()
 
 
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+
+
+def _paragraphs_text(paragraphs: Iterable[str]) -> str:
+    """Paragraphs joined by blank lines (what `split_paragraphs` splits on); the line wraps and
+    whitespace runs inside one paragraph become single spaces, so a sentence is not cut at a wrap."""
+    return "\n\n".join(joined for joined in (_SPACE_RUN.sub(" ", p).strip() for p in paragraphs) if joined)
+
+
+class DocumentFormatError(ValueError):
+    """A PDF or DOCX file that its parser refuses (truncated, corrupt, encrypted)."""
+
+
+def pdf_to_text(data: bytes) -> str:
+    """The text layer of a PDF: pages in order, each page's blank-line paragraphs kept as paragraphs."""
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+
+    # pypdf logs what it repairs (a missing EOF marker, a bad xref) as warnings; the user gets one
+    # line per file from us instead, so they are dropped for the duration of this read only.
+    pypdf_log = logging.getLogger("pypdf")
+    level = pypdf_log.level
+    pypdf_log.setLevel(logging.ERROR)
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            raise DocumentFormatError("encrypted PDF; expected an unencrypted PDF")
+        pages = [page.extract_text() or "" for page in reader.pages]
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError) as error:
+        if isinstance(error, DocumentFormatError):
+            raise
+        raise DocumentFormatError(f"not a readable PDF ({type(error).__name__}: {error}); expected a valid PDF file")
+    finally:
+        pypdf_log.setLevel(level)
+    return _paragraphs_text(paragraph for page in pages for paragraph in _BLANK_LINE.split(page))
+
+
+def docx_to_text(data: bytes) -> str:
+    """The body paragraphs of a Word .docx document, one paragraph each."""
+    import docx
+    from docx.opc.exceptions import PackageNotFoundError
+
+    try:
+        document = docx.Document(io.BytesIO(data))
+    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as error:
+        raise DocumentFormatError(f"not a readable .docx ({type(error).__name__}: {error}); "
+                                  "expected a Word .docx file (a ZIP package)")
+    return _paragraphs_text(paragraph.text for paragraph in document.paragraphs)
+
+
 def _expand(path: Path) -> tuple[list[Path], list[SourceError]]:
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES)
@@ -130,10 +195,20 @@ def read_source(path: Path) -> SourceText | SourceError:
         data = path.read_bytes()
     except OSError as error:
         return SourceError(str(path), f"cannot read: {error.strerror or error}")
+    suffix = path.suffix.lower()
+    if suffix in PDF_SUFFIXES + DOCX_SUFFIXES:
+        try:
+            text = pdf_to_text(data) if suffix in PDF_SUFFIXES else docx_to_text(data)
+        except DocumentFormatError as error:
+            return SourceError(str(path), str(error))
+        if not text.strip():
+            return SourceError(str(path), "a PDF with no text layer (scanned?): longdoc reads text, run OCR first"
+                               if suffix in PDF_SUFFIXES else "no text in this .docx's paragraphs")
+        return SourceText(str(path), text, hashlib.sha256(data).hexdigest(), True)
     if b"\x00" in data[:BINARY_PROBE_BYTES]:
         return SourceError(str(path), "binary file (contains NUL bytes), not text")
     text = decode_text(data, str(path))
-    extracted = path.suffix.lower() in HTML_SUFFIXES
+    extracted = suffix in HTML_SUFFIXES
     if extracted:
         text = html_to_text(text)
     if not text.strip():

@@ -2,6 +2,7 @@
 
 import argparse
 import importlib
+import json
 import sys
 
 from longdoc.tasks import get_task, task_names
@@ -31,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chain-order", action="store_true",
                         help="the two facts in the order of the chain, so a bridge answer always lies past "
                              "--min-distance (default: random order)")
+    parser.add_argument("--json", action="store_true",
+                        help="print what was written as one JSON object on stdout (path, examples, options)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,5 +41,14 @@ def run(args: argparse.Namespace) -> int:
     path = generator.write_examples(args.out, args.n, seed=args.seed, length=args.length,
                                     min_distance=args.min_distance, comparison_fraction=args.comparison_fraction,
                                     relation_share=args.relation_share, chain_order=args.chain_order)
-    print(f"wrote {args.n} {args.task} examples to {path}", file=sys.stderr)
+    if args.json:
+        summary = {"task": args.task, "path": str(path), "examples": args.n, "bytes": path.stat().st_size,
+                   "length": args.length, "seed": args.seed,
+                   # None is the generator's default, half of --length (see --min-distance's help)
+                   "min_distance": args.length // 2 if args.min_distance is None else args.min_distance,
+                   "comparison_fraction": args.comparison_fraction, "relation_share": args.relation_share,
+                   "chain_order": args.chain_order}
+        print(json.dumps(summary, ensure_ascii=False))
+    else:
+        print(f"wrote {args.n} {args.task} examples to {path}", file=sys.stderr)
     return 0

@@ -38,9 +38,9 @@ def test_folders_and_bad_input_give_one_error_each_and_keep_the_rest(tmp_path):
     (tmp_path / "empty.txt").write_text(" \n\n ", encoding="utf-8")
     (tmp_path / "binary.txt").write_bytes(b"abc\x00def")
     (tmp_path / "nothing").mkdir()
-    (tmp_path / "data.pdf").write_bytes(b"%PDF")
+    (tmp_path / "data.xlsx").write_bytes(b"PK\x03\x04")
     sources, errors = load_sources([folder, tmp_path / "missing.txt", tmp_path / "empty.txt",
-                                    tmp_path / "binary.txt", tmp_path / "nothing", tmp_path / "data.pdf"])
+                                    tmp_path / "binary.txt", tmp_path / "nothing", tmp_path / "data.xlsx"])
     assert [(s.path.replace(str(folder), "DOCS"), s.text, s.extracted) for s in sources] == [
         ("DOCS/notes.txt", "Some notes.", False), ("DOCS/sub/page.htm", "Hello there.", True)]
     messages = [str(error).replace(str(tmp_path), "T") for error in errors]
@@ -48,7 +48,7 @@ def test_folders_and_bad_input_give_one_error_each_and_keep_the_rest(tmp_path):
     assert messages[1] == "T/empty.txt: empty file (no text)"
     assert messages[2].startswith("T/binary.txt: binary file")
     assert messages[3].startswith("T/nothing: folder has no supported file")
-    assert messages[4].startswith("T/data.pdf: unsupported file type '.pdf'")
+    assert messages[4].startswith("T/data.xlsx: unsupported file type '.xlsx'")
     assert all("\n" not in message for message in messages)
 
 
