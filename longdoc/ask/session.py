@@ -125,7 +125,8 @@ class AskSession:
                           "start": self.corpus.passage(hit).start, "end": self.corpus.passage(hit).end,
                           "score": hit.score} for hit in hits],
             "documents": [{"file": source.path, "sha256": source.sha256,
-                           "offsets_into": "text extracted from HTML" if source.extracted else "decoded file text"}
+                           "offsets_into": f"text extracted from {source.extracted_from}" if source.extracted
+                           else "decoded file text"}
                           for source in self.sources],
         }
 
