@@ -8,7 +8,8 @@ setup(
     package_dir={"longdoc": "longdoc", "longdoc.tasks": "tasks"},
     # Each task's shipped hyperparameters (configs/NAME.json, with a README of their sources).
     package_data={
-        **{f"longdoc.tasks.{name}": ["configs/*.json", "configs/*.md"] for name in find_packages("tasks")},
+        **{f"longdoc.tasks.{name}": ["configs/*.json", "configs/*.md", "published.json"]
+           for name in find_packages("tasks")},
         # the attention kernels' sources, compiled on first use (longdoc/model/kernels)
         "longdoc.model.kernels": ["*.cpp", "*.h"],
     },

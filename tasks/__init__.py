@@ -29,6 +29,7 @@ adding a dataset means adding one package here and nothing else.
 """
 
 import importlib
+import json
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,21 @@ class Task:
     decode: str | None = None  # module path
     configs: Path | None = None  # folder of shipped hyperparameter files (name.json)
     extras: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def in_package(cls, package: str, *, model_class: str, **fields) -> "Task":
+        """The task named as its package (tasks/NAME) whose parts are the package's usual modules
+        (reader, metric, features, model with its class `model_class`, decode), whose configs are its
+        configs/ folder and whose published figures its published.json holds (when there is one:
+        {"note", "measured_on": {"set", "files", "examples"}, "rows": [{"name", "source", "metrics"}]})."""
+        folder = Path(importlib.import_module(package).__file__).parent
+        published = folder / "published.json"
+        if published.is_file():
+            figures = json.loads(published.read_text(encoding="utf-8"))
+            fields["reference_rows"] = tuple({**row, "measured_on": figures["measured_on"]} for row in figures["rows"])
+        return cls(name=package.rpartition(".")[2], reader=f"{package}.reader", metric=f"{package}.metric",
+                   features=f"{package}.features", model=f"{package}.model:{model_class}",
+                   decode=f"{package}.decode", configs=folder / "configs", **fields)
 
     def load(self, part: str):
         """The module (or `module:attribute`) a part names, imported now."""

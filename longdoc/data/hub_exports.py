@@ -12,8 +12,9 @@ In `datasets`, a sequence of records is stored as one record of lists ({"title":
 
 import os
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
+from longdoc.data.records import RecordFields, json_list_records
 from longdoc.errors import InputError
 from longdoc.io import iter_jsonl
 
@@ -51,6 +52,17 @@ def hub_rows(path: str | os.PathLike, dataset: str, columns: Sequence[str]) -> I
             raise InputError(f"{where}: not a {dataset} export: it has the columns {sorted(row)}, "
                              f"a {dataset} export has {list(columns)} (missing {missing}); read are {FORMATS}")
         yield where, index, row
+
+
+def example_records(path: str | os.PathLike, dataset: str, id_field: str, columns: Sequence[str],
+                    official_record: Callable[[dict, str], dict]) -> Iterator[RecordFields]:
+    """The checked fields of each example of a file that is one JSON list of official records, or of
+    a `datasets` export whose rows `official_record(row, where)` maps onto official records."""
+    if export_kind(path) is None:
+        yield from json_list_records(path, dataset, id_field, FORMATS)
+        return
+    for where, index, row in hub_rows(path, dataset, columns):
+        yield RecordFields(official_record(row, where), where, id_field, index)
 
 
 def records(value: Any, where: str, name: str) -> list[dict]:

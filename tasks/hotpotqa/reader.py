@@ -20,19 +20,15 @@ import re
 from typing import Iterator
 
 from longdoc.data.examples import Document, Paragraph, Span, StructuredExample, TextSpan
-from longdoc.data.hub_exports import FORMATS, export_kind, hub_rows, records
-from longdoc.data.records import RecordFields, json_list_records
+from longdoc.data.hub_exports import example_records, records
+from longdoc.data.records import RecordFields
 
 HUB_COLUMNS = ("id", "question", "answer", "supporting_facts", "context")
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:
-    if export_kind(path) is None:
-        for fields in json_list_records(path, "HotpotQA", "_id", FORMATS):
-            yield _example(fields)
-        return
-    for where, index, row in hub_rows(path, "HotpotQA", HUB_COLUMNS):
-        yield _example(RecordFields(official_record(row, where), where, "_id", index))
+    for fields in example_records(path, "HotpotQA", "_id", HUB_COLUMNS, official_record):
+        yield _example(fields)
 
 
 def official_record(row: dict, where: str) -> dict:

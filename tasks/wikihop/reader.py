@@ -18,22 +18,18 @@ import re
 from typing import Iterator
 
 from longdoc.data.examples import Candidate, Document, StructuredExample, TextSpan
-from longdoc.data.hub_exports import FORMATS, export_kind, hub_rows
-from longdoc.data.records import RecordFields, json_list_records
+from longdoc.data.hub_exports import example_records
+from longdoc.data.records import RecordFields
 
 HUB_COLUMNS = ("id", "question", "answer", "candidates", "supports")
 
 
 def read_examples(path: str | os.PathLike) -> Iterator[StructuredExample]:
-    if export_kind(path) is None:
-        for fields in json_list_records(path, "WikiHop", "id", FORMATS):
-            yield _example(fields)
-        return
-    for where, index, row in hub_rows(path, "WikiHop", HUB_COLUMNS):
-        yield _example(RecordFields(official_record(row), where, "id", index))
+    for fields in example_records(path, "WikiHop", "id", HUB_COLUMNS, official_record):
+        yield _example(fields)
 
 
-def official_record(row: dict) -> dict:
+def official_record(row: dict, where: str) -> dict:
     """The official record of a Hub `wiki_hop` row."""
     record = {"id": row["id"], "query": row["question"], "answer": row["answer"],
               "candidates": row["candidates"], "supports": row["supports"]}
