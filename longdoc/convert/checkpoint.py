@@ -26,6 +26,9 @@ from safetensors.torch import load_file
 from longdoc.errors import InputError
 from longdoc.model.encoder_folder import readable_weights
 
+# The fields of a BERT-family config that give a GlobalLocalConfig its shapes, under the same names.
+BERT_SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
 # RoBERTa and its descendants (fairseq's convention) number real tokens from padding_idx + 1, so
 # their first token reads row pad_token_id + 1 of the position table; BERT's reads row 0.
 ROBERTA_FAMILY = ("roberta", "xlm-roberta", "camembert")

@@ -253,6 +253,35 @@ def checkpoint_family(folder: Path, checkpoint: TFCheckpoint) -> str:
     return "unknown"
 
 
+# Per family: its config file, the class that file's fields belong to, and what a checkpoint of it
+# given to the other family's converter is told.
+FAMILIES = {
+    "etc": (ETC_CONFIG_FILE, "EtcConfig", f"an ETC checkpoint ({ETC_CONFIG_FILE}, variables under {ETC_SCOPE}), not "
+                                          "RealFormer's; convert it with `longdoc convert etc`"),
+    "bert": (BERT_CONFIG_FILE, "BertConfig", f"a BERT-style checkpoint ({BERT_CONFIG_FILE}, variables under bert/), "
+                                             "not ETC; RealFormer's are converted by `longdoc convert realformer`, "
+                                             "other BERTs lifted by `longdoc lift`"),
+}
+
+
+def open_checkpoint(folder: str | Path, family: str) -> tuple[TFCheckpoint, Path, dict]:
+    """The checkpoint in `folder` (or at a prefix), refused when it is of the other family, with the
+    path and fields of `family`'s config file, which lies beside it."""
+    checkpoint = TFCheckpoint(find_checkpoint(folder))
+    folder = checkpoint.prefix.parent
+    other = "bert" if family == "etc" else "etc"
+    if checkpoint_family(folder, checkpoint) == other:
+        raise InputError(f"{folder}: {FAMILIES[other][2]}")
+    config_file, config_class, _ = FAMILIES[family]
+    config_path = folder / config_file
+    if not config_path.is_file():
+        raise InputError(f"{config_path}: missing (the checkpoint folder has its {config_class} beside the checkpoint)")
+    source_config = read_json(config_path)
+    if not isinstance(source_config, dict):
+        raise InputError(f"{config_path}: expected a JSON object of {config_class} fields")
+    return checkpoint, config_path, source_config
+
+
 @dataclass
 class ConvertedEtc:
     """A converted ETC checkpoint in memory: the model and where its weights came from."""
@@ -265,18 +294,7 @@ class ConvertedEtc:
 
 def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progress: bool = False) -> ConvertedEtc:
     """Read and convert the ETC checkpoint in `folder` (no files written)."""
-    checkpoint = TFCheckpoint(find_checkpoint(folder))
-    folder = checkpoint.prefix.parent  # the configs lie beside the checkpoint
-    family = checkpoint_family(folder, checkpoint)
-    if family == "bert":
-        raise InputError(f"{folder}: a BERT-style checkpoint ({BERT_CONFIG_FILE}, variables under bert/), not ETC; "
-                         "RealFormer's are converted by `longdoc convert realformer`, other BERTs lifted by `longdoc lift`")
-    config_path = folder / ETC_CONFIG_FILE
-    if not config_path.is_file():
-        raise InputError(f"{config_path}: missing (an ETC checkpoint folder has etcmodel's config beside the checkpoint)")
-    source_config = read_json(config_path)
-    if not isinstance(source_config, dict):
-        raise InputError(f"{config_path}: expected a JSON object of EtcConfig fields")
+    checkpoint, config_path, source_config = open_checkpoint(folder, "etc")
     config = etc_config_to_longdoc(source_config, config_path, lengths)
     rules, ties = etc_rules(config, _field(source_config, "share_kv_projections"))
     model = GlobalLocalModel(config)

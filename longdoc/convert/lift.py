@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from longdoc.convert.checkpoint import (
-    READER_HEAD, BertCheckpoint, locate_checkpoint, read_checkpoint, read_tokenizer,
+    BERT_SHAPE_FIELDS, READER_HEAD, BertCheckpoint, locate_checkpoint, read_checkpoint, read_tokenizer,
 )
 from longdoc.convert.model_folder import refuse_existing, write_model_folder
 from longdoc.errors import InputError
@@ -115,11 +115,7 @@ def lifted_config(checkpoint: BertCheckpoint, options: LiftOptions) -> GlobalLoc
     source = checkpoint.config
     try:
         return GlobalLocalConfig(
-            vocab_size=source["vocab_size"],
-            hidden_size=source["hidden_size"],
-            num_hidden_layers=source["num_hidden_layers"],
-            num_attention_heads=source["num_attention_heads"],
-            intermediate_size=source["intermediate_size"],
+            **{name: source[name] for name in BERT_SHAPE_FIELDS},
             hidden_act=source["hidden_act"],
             hidden_dropout_prob=source.get("hidden_dropout_prob", 0.1),
             attention_probs_dropout_prob=source.get("attention_probs_dropout_prob", 0.1),

@@ -22,15 +22,14 @@ from pathlib import Path
 
 import torch
 
-from longdoc.convert.etc import BERT_CONFIG_FILE, ETC_CONFIG_FILE, checkpoint_family
+from longdoc.convert.checkpoint import BERT_SHAPE_FIELDS
+from longdoc.convert.etc import BERT_CONFIG_FILE, open_checkpoint
 from longdoc.convert.model_folder import refuse_existing
-from longdoc.convert.tf_checkpoint import TFCheckpoint, find_checkpoint
 from longdoc.convert.tf_conversion import (
     ACTIVATIONS, OPTIMIZER_STATE, Dropped, Rule, conversion_summary, copy, dense_weight, fill, fused_bias, fused_weight,
     model_card,
 )
 from longdoc.errors import InputError
-from longdoc.io import read_json
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 
@@ -76,11 +75,7 @@ def realformer_config_to_longdoc(source: dict, path: Path) -> GlobalLocalConfig:
     length = field["max_position_embeddings"]
     try:
         return GlobalLocalConfig(
-            vocab_size=field["vocab_size"],
-            hidden_size=field["hidden_size"],
-            num_hidden_layers=field["num_hidden_layers"],
-            num_attention_heads=field["num_attention_heads"],
-            intermediate_size=field["intermediate_size"],
+            **{name: field[name] for name in BERT_SHAPE_FIELDS},
             hidden_act=ACTIVATIONS[field["hidden_act"]],
             hidden_dropout_prob=field["hidden_dropout_prob"],
             attention_probs_dropout_prob=field["attention_probs_dropout_prob"],
@@ -149,17 +144,8 @@ def convert_realformer(folder: str | Path, out: str | Path, vocab: str | Path | 
 
     out = Path(out)
     refuse_existing(out)
-    checkpoint = TFCheckpoint(find_checkpoint(folder))
-    folder = checkpoint.prefix.parent  # the configs lie beside the checkpoint
-    if checkpoint_family(folder, checkpoint) == "etc":
-        raise InputError(f"{folder}: an ETC checkpoint ({ETC_CONFIG_FILE}, variables under etc_document_bert/), "
-                         "not RealFormer's; convert it with `longdoc convert etc`")
-    config_path = folder / BERT_CONFIG_FILE
-    if not config_path.is_file():
-        raise InputError(f"{config_path}: missing (a RealFormer checkpoint folder has BERT's config beside the checkpoint)")
-    source_config = read_json(config_path)
-    if not isinstance(source_config, dict):
-        raise InputError(f"{config_path}: expected a JSON object of BertConfig fields")
+    checkpoint, config_path, source_config = open_checkpoint(folder, "bert")
+    folder = checkpoint.prefix.parent  # the vocabulary lies beside the checkpoint too
     config = realformer_config_to_longdoc(source_config, config_path)
     model = GlobalLocalModel(config)
     rules = realformer_rules(config)

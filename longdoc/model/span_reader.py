@@ -41,21 +41,13 @@ class SpanReader(TaskModel):
         self.span_head = SpanHead(config.hidden_size)
         self.post_init()
 
-    def forward(
-        self,
-        answer_mask: Tensor | None = None,
-        start_positions: Tensor | None = None,
-        end_positions: Tensor | None = None,
-        **inputs: Tensor,
-    ) -> SpanReaderOutput:
+    def forward(self, answer_mask: Tensor | None = None, start_positions: Tensor | None = None,
+                end_positions: Tensor | None = None, **inputs: Tensor) -> SpanReaderOutput:
         """`inputs`: the encoder's (GlobalLocalModel.forward); answer_mask [B, L]: positions an answer may
         start or end at (None: all); start_positions, end_positions [B]: long-token targets
         (heads.IGNORE_INDEX for none)."""
-        encoded = self.encode(inputs)
-        start_logits, end_logits = self.span_head(encoded.long_hidden_state, answer_mask)
-        loss = None
-        if start_positions is not None:
-            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
+        start_logits, end_logits = self.span_head(self.encode(inputs).long_hidden_state, answer_mask)
+        loss = None if start_positions is None else span_loss(start_logits, end_logits, start_positions, end_positions)
         return SpanReaderOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
 
     def start_task_model(self, model_class: type[TaskModel], **task_options) -> TaskModel:
