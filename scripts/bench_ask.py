@@ -1,4 +1,4 @@
-"""Benchmarks of `longdoc ask` (README: "longdoc ask").
+"""Benchmarks of `longdoc ask` (docs/benchmarks.md).
 
   python scripts/bench_ask.py retrieval [--data HOTPOT_JSON] [--passages 2 4 6 8 10]
       how often one / all gold supporting sentences of each question lie inside the retrieved
@@ -9,6 +9,10 @@
       seconds to index a generated document of that many words (nothing cached), and per answer
       once indexed (retrieval + reading), with the model DIR or, without one, an untrained
       HotpotQA model on the lifted MiniLM (same size, same time).
+  python scripts/bench_ask.py sentences [--data HOTPOT_JSON]
+      sentence mode (no reader) on real text: each HotpotQA question that is not yes/no asked of its
+      own paragraphs; how often the first answer sentence holds the gold answer, beside plain MiniLM
+      ranking of every sentence (longdoc.ask.benchmark.sentence_mode_rows).
   python scripts/bench_ask.py no-answer [--documents 40] [--calibration 20]
       the no-answer rule: how many right, off-topic and other-person questions reach the evidence
       floor on the demo's held-out generated documents (longdoc.ask.benchmark.no_answer_rows).
@@ -16,7 +20,6 @@ All print a markdown table and, with --json FILE, write the rows.
 """
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -53,10 +56,13 @@ def main(argv=None) -> int:
     timing.add_argument("--model", type=Path, help="a trained model (default: untrained, same size)")
     timing.add_argument("--words", type=int, default=100_000)
     timing.add_argument("--questions", type=int, default=5)
+    sentences = modes.add_parser("sentences", help="sentence mode on real text: the first answer sentence of each "
+                                                   "HotpotQA question asked of its own paragraphs")
+    sentences.add_argument("--data", type=Path, default=SAMPLE)
     refusal = modes.add_parser("no-answer", help="the evidence floor on generated documents")
     refusal.add_argument("--documents", type=int, default=40)
     refusal.add_argument("--calibration", type=int, default=20)
-    for sub in (quality, timing, refusal):
+    for sub in (quality, timing, sentences, refusal):
         sub.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     from longdoc.cpu_memory import configure_allocator
@@ -66,6 +72,11 @@ def main(argv=None) -> int:
         from longdoc.ask.benchmark import no_answer_rows
 
         rows = no_answer_rows(args.documents, args.calibration)
+    elif args.mode == "sentences":
+        from longdoc.ask.benchmark import sentence_mode_rows
+
+        with tempfile.TemporaryDirectory() as cache:
+            rows = sentence_mode_rows(args.data, Path(cache))
     else:
         rows = retrieval(args) if args.mode == "retrieval" else speed(args)
     from longdoc.evaluate.tables import markdown_table

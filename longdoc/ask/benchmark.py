@@ -222,3 +222,33 @@ def no_answer_rows(documents: int = 40, calibration: int = 20, floor: float | No
              f"evidence >= {floor}": sum(value >= floor for value in values),
              "lowest": round(min(values), 3), "highest": round(max(values), 3)}
             for (part, kind), values in scores.items()]
+
+
+def sentence_mode_rows(path: Path, cache_root: Path) -> list[dict]:
+    """The HotpotQA questions of `path` that are not yes/no, each asked of its own paragraphs written as
+    one document (title line, then the sentences; blank lines between paragraphs): how often the first
+    answer sentence holds the gold answer (case aside), for `longdoc ask` without a reader (sentence
+    mode: retrieval with its second hop, then the nearest sentences of the passages read) and for
+    plain MiniLM ranking of every sentence of the document."""
+    from longdoc.ask.documents import load_sources
+    from longdoc.ask.embedding import SentenceEmbedder
+    from longdoc.ask.session import AskSession
+
+    records = [record for record in json.loads(Path(path).read_text(encoding="utf-8"))
+               if record["answer"] not in ("yes", "no")]
+    embedder = SentenceEmbedder()
+    found = {"longdoc ask (sentence mode)": 0, "MiniLM ranking of all sentences": 0}
+    for index, record in enumerate(records):
+        answer = record["answer"].lower()
+        text = "\n\n".join(title + "\n" + "".join(sentences) for title, sentences in record["context"])
+        document = cache_root / f"question{index}.txt"
+        document.write_text(text, encoding="utf-8")
+        sources, _ = load_sources([document])
+        session = AskSession(sources, None, progress=False, cache_root=cache_root)
+        first = session.ask(record["question"], min_evidence=-1.0)["answers"][0]["text"]
+        found["longdoc ask (sentence mode)"] += answer in first.lower()
+        sentences = [sentence.strip() for _, paragraph in record["context"] for sentence in paragraph if sentence.strip()]
+        nearest = int((embedder.embed(sentences) @ embedder.embed([record["question"]])[0]).argmax())
+        found["MiniLM ranking of all sentences"] += answer in sentences[nearest].lower()
+    return [{"ranking": name, "questions": len(records), "first sentence holds the answer": round(hits / len(records), 3)}
+            for name, hits in found.items()]
