@@ -81,11 +81,16 @@ def prepared(tmp_path, tokenizer, settings, **read_options):
     return inputs, report, [str(w.message) for w in caught]
 
 
-def test_documents_are_split_into_sentences_and_packed(tmp_path, tokenizer):
+def write_corpus(tmp_path, *texts: str) -> None:
+    """tmp_path/corpus with one .txt file per text (a.txt, b.txt, ...), as `prepared` reads it."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "a.txt").write_text("Ann met Bo. They talked.\n\nBo left early. Ann stayed.", encoding="utf-8")
-    (corpus / "b.txt").write_text("Unbelievably true. Short one.", encoding="utf-8")
+    for name, text in zip("abcdefgh", texts):
+        (corpus / f"{name}.txt").write_text(text, encoding="utf-8")
+
+
+def test_documents_are_split_into_sentences_and_packed(tmp_path, tokenizer):
+    write_corpus(tmp_path, "Ann met Bo. They talked.\n\nBo left early. Ann stayed.", "Unbelievably true. Short one.")
     settings = PretrainingSettings(long_length=10, global_max_len=3, min_sentences=2)
     inputs, report, _ = prepared(tmp_path, tokenizer, settings)
 
@@ -109,10 +114,7 @@ def test_documents_are_split_into_sentences_and_packed(tmp_path, tokenizer):
 
 
 def test_global_budget_and_long_sentences_are_cut_at_word_starts(tmp_path, tokenizer):
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "a.txt").write_text("One. Two. Three. Four. Five.", encoding="utf-8")
-    (corpus / "b.txt").write_text("Unbelievably true unbelievably true unbelievably. End.", encoding="utf-8")
+    write_corpus(tmp_path, "One. Two. Three. Four. Five.", "Unbelievably true unbelievably true unbelievably. End.")
     settings = PretrainingSettings(long_length=64, global_max_len=2, max_sentence_tokens=7)
     inputs, _, _ = prepared(tmp_path, tokenizer, settings)
     rows = [dict(inputs[i]) for i in range(len(inputs))]
