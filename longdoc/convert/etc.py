@@ -12,8 +12,6 @@ Every checkpoint variable is read by a rule, tied to another, or dropped for a s
 
 Where etcmodel has two variables that longdoc's encoder holds as one parameter, the conversion
 goes through only if they are equal (a `Tie`), else it stops naming them:
-- `long_emb_layer_norm` / `global_emb_layer_norm`: longdoc normalises both streams' embeddings
-  with one LayerNorm;
 - without `share_qkv_projections`, etcmodel projects keys and values separately per attention
   piece (l2l, l2g, g2g, g2l; with `share_kv_projections` by the query's stream), while longdoc
   projects each token by its own stream's projection: l2g must equal g2g and g2l must equal l2l
@@ -138,6 +136,7 @@ def etc_config_to_longdoc(source: dict, path: Path, lengths: LengthOptions) -> G
             residual_attention=False,
             talking_heads=False,
             pre_layer_norm=False,
+            separate_global_embedding_norm=True,
             share_qkv=_field(source, "share_qkv_projections"),
             share_attention_output=_field(source, "share_att_output_projection"),
             share_feed_forward=_field(source, "share_feed_forward_params"),
@@ -198,9 +197,9 @@ def etc_rules(config: GlobalLocalConfig, share_kv_projections: bool) -> tuple[li
         Rule("embeddings.word_embeddings.weight", (f"{scope}token_emb_lookup/embedding_table",), copy),
         Rule("embeddings.token_type_embeddings.weight", (f"{scope}segment_emb_lookup/embedding_table",), copy),
         *_norm("embeddings.layer_norm", f"{scope}long_emb_layer_norm"),
+        *_norm("embeddings.global_layer_norm", f"{scope}global_emb_layer_norm"),
     ]
-    ties = [Tie(f"{scope}long_emb_layer_norm/{part}", f"{scope}global_emb_layer_norm/{part}",
-                "longdoc normalises the long and global embeddings with one LayerNorm") for part in ("gamma", "beta")]
+    ties = []
     for i in range(config.num_hidden_layers):
         block = f"{layers}/fused_att_layer_{i}"
         attention = f"{block}/fused_global_local_att"

@@ -40,6 +40,9 @@ class GlobalLocalConfig(PretrainedConfig):
     `share_qkv`, `share_attention_output`, `share_feed_forward`: one set of weights for both streams.
     `global_feature_size`: size of a per-global-token feature vector (OpenKP's visual features)
     projected into the global embedding; 0 for none.
+    `separate_global_embedding_norm`: the global embeddings get a LayerNorm of their own (ETC's
+    `global_emb_layer_norm`, set for converted ETC checkpoints); off, both streams share one, which
+    is what a model lifted from a BERT checkpoint's single embedding norm starts from.
 
     Input conventions (read by longdoc's feature builders, `longdoc.data.features` and
     `longdoc.data.pretraining_corpus`, not by the model): the token types of the long [CLS] question
@@ -88,6 +91,7 @@ class GlobalLocalConfig(PretrainedConfig):
         share_attention_output: bool = False,
         share_feed_forward: bool = False,
         global_feature_size: int = 0,
+        separate_global_embedding_norm: bool = False,
         # --- input conventions (see the class docstring) ---
         long_question_token_type_id: int = 0,
         long_document_token_type_id: int | None = None,
@@ -126,6 +130,7 @@ class GlobalLocalConfig(PretrainedConfig):
         self.share_attention_output = share_attention_output
         self.share_feed_forward = share_feed_forward
         self.global_feature_size = global_feature_size
+        self.separate_global_embedding_norm = separate_global_embedding_norm
         # --- input conventions ---
         self.long_question_token_type_id = long_question_token_type_id
         # None: type 1, or 0 where the model has one token type (RoBERTa's family).

@@ -37,7 +37,8 @@ class GlobalLocalModelOutput(ModelOutput):
 
 class GlobalLocalEmbeddings(nn.Module):
     """Word + token type (+ absolute position) embeddings, shared by the long and global inputs;
-    global tokens may add a projected feature vector (OpenKP's visual features)."""
+    global tokens may add a projected feature vector (OpenKP's visual features) and have a LayerNorm
+    of their own (`separate_global_embedding_norm`)."""
 
     def __init__(self, config: GlobalLocalConfig):
         super().__init__()
@@ -50,9 +51,12 @@ class GlobalLocalEmbeddings(nn.Module):
             nn.Linear(config.global_feature_size, config.hidden_size) if config.global_feature_size else None
         )
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.global_layer_norm = (nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+                                  if config.separate_global_embedding_norm else None)
         self.dropout = Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, features: Tensor | None = None) -> Tensor:
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, features: Tensor | None = None,
+                is_global: bool = False) -> Tensor:
         embeddings = self.word_embeddings(input_ids)
         if token_type_ids is None:
             embeddings = embeddings + self.token_type_embeddings.weight[0]
@@ -62,7 +66,8 @@ class GlobalLocalEmbeddings(nn.Module):
             embeddings = embeddings + self.position_embeddings.weight[: input_ids.shape[1]]
         if features is not None:
             embeddings = embeddings + self.global_feature_projection(features.to(embeddings.dtype))
-        return self.dropout(self.layer_norm(embeddings))
+        norm = self.global_layer_norm if is_global and self.global_layer_norm is not None else self.layer_norm
+        return self.dropout(norm(embeddings))
 
 
 class FeedForward(nn.Module):
@@ -239,7 +244,7 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
         if global_input_ids is None:
             global_hidden = long_hidden.new_zeros(batch, 0, config.hidden_size)
         else:
-            global_hidden = self.embeddings(global_input_ids, global_token_type_ids, global_features)
+            global_hidden = self.embeddings(global_input_ids, global_token_type_ids, global_features, is_global=True)
 
         side = build_side_inputs(
             structure,
