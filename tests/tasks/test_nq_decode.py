@@ -3,13 +3,12 @@ the best span across windows, one entry per candidate or span however many windo
 scores made comparable by subtracting each window's [CLS] null score, short answers inside the
 long answer, yes/no from the type head."""
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.data.features import GlobalMarkers, build_features
+from longdoc.model.config import GlobalLocalConfig
 from longdoc.tasks.nq.decode import (
     WindowScores, candidate_scores, candidate_tokens, decode_example, short_span_scores,
 )
@@ -17,8 +16,8 @@ from longdoc.tasks.nq.features import ANSWER_TYPES, HtmlMarkerTokenizer, feature
 from longdoc.tasks.nq.reader import read_examples
 from longdoc.tasks.nq.synthetic import write_synthetic_nq
 
-CONFIG = SimpleNamespace(long_max_len=64, global_max_len=40,
-                         task_options={"stride": 30, "max_question_len": 16, "max_short_answer_length": 8})
+CONFIG = GlobalLocalConfig(long_max_len=64, global_max_len=40)
+CONFIG.task_options = {"stride": 30, "max_question_len": 16, "max_short_answer_length": 8}
 
 
 @pytest.fixture(scope="module")
