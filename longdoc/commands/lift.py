@@ -24,19 +24,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--long-max-len", type=int, help="long input length (default: 4096)")
     parser.add_argument("--global-max-len", type=int, help="global input length (default: 256)")
     parser.add_argument("--seed", type=int, help="seed for the freshly initialised tables (default: 0)")
+    parser.add_argument("--json", action="store_true",
+                        help="print what was written as one JSON object (out, kind, source, architecture, options)")
 
 
 def run(args: argparse.Namespace) -> int:
     import json
+    from dataclasses import fields
 
-    from longdoc.convert.lift import lift
+    from longdoc.convert.lift import LiftOptions, lift
+    from longdoc.model.span_reader import SpanReader
 
     names = ("positions", "residual_attention", "talking_heads", "local_radius", "long_max_len", "global_max_len",
              "seed")
     chosen = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     out = lift(args.source, args.out, chosen)
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    architecture = config["architectures"][0]
+    if args.json:
+        # The options the folder was lifted with, as its config records them; the seed is not recorded there.
+        options = {option.name: config["position_embedding_type" if option.name == "positions" else option.name]
+                   for option in fields(LiftOptions) if option.name != "seed"}
+        options["seed"] = chosen.get("seed", LiftOptions.seed)
+        print(json.dumps({"out": str(out), "kind": "span reader" if architecture == SpanReader.__name__ else "encoder",
+                          "source": args.source, "architecture": architecture, "options": options,
+                          "model_card": str(out / "README.md")}))
+        return 0
     residual = "on" if config["residual_attention"] else "off"
-    print(f"lifted {args.source} -> {out} ({config['architectures'][0]}, {config['position_embedding_type']} "
+    print(f"lifted {args.source} -> {out} ({architecture}, {config['position_embedding_type']} "
           f"positions, residual attention {residual}); model card: {out / 'README.md'}")
     return 0

@@ -1,6 +1,7 @@
 """`longdoc train TASK --train FILE --dev FILE --out DIR [options]`: fine-tune a task model on the one
 training engine (longdoc.train); under torchrun it trains data-parallel."""
 
+import json
 import sys
 from typing import Any, Callable
 
@@ -34,6 +35,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--config", metavar="FILE|NAME",
                         help="options in a JSON or YAML file, or the name of a config the task ships "
                              "(tasks/TASK/configs/NAME.json); the command line overrides it")
+    parser.add_argument("--json", action="store_true",
+                        help="at the end, print one JSON object on stdout: status, run folder, steps, dev metrics, "
+                             "the files written")
     add_option_arguments(parser, ENGINE_OPTIONS)
     task_options = _task_options()
     add_option_arguments(parser, [option for option, _ in task_options.values()],
@@ -57,14 +61,38 @@ def run(args) -> int:
         shown = ", ".join(f"{key} {value:.4f}" for key, value in result.metrics.items())
         return f"{args.task} model in {options['out']} after {result.step} steps" + (f"; dev: {shown}" if shown else "")
 
-    return run_and_report("train", lambda: train_task(task, options), done)
+    def summary(result) -> dict[str, Any]:
+        return run_summary(args.task, options, result)
+
+    return run_and_report("train", lambda: train_task(task, options), done, summary if args.json else None)
 
 
-def run_and_report(command: str, train: Callable[[], Any], done: Callable[[Any], str]) -> int:
+def run_summary(task_name: str, options: dict[str, Any], result) -> dict[str, Any]:
+    """`longdoc train --json`'s object: how the run ended and the files its folder holds (a finished
+    run's folder is also the final model, for `longdoc predict TASK --model OUT`)."""
+    from longdoc.evaluate.leaderboard import METRICS_FILE
+    from longdoc.train.engine import TRAIN_LOG_FILE
+    from longdoc.train.finetune import DEV_PREDICTIONS_FILE
+    from longdoc.train.options import RESOLVED_OPTIONS_FILE
+
+    out = options["out"]
+    files = {"options": out / RESOLVED_OPTIONS_FILE, "log": out / TRAIN_LOG_FILE, "metrics": out / METRICS_FILE,
+             "dev_predictions": out / DEV_PREDICTIONS_FILE}
+    return {
+        "task": task_name, "status": "interrupted" if result.interrupted else "finished", "out": str(out),
+        "step": result.step, "total_steps": result.total_steps, "dev_metrics": result.metrics,
+        "checkpoint": None if result.checkpoint is None else str(result.checkpoint),
+        "files": {name: str(path) for name, path in files.items() if path.is_file()},
+    }
+
+
+def run_and_report(command: str, train: Callable[[], Any], done: Callable[[Any], str],
+                   summary: Callable[[Any], dict] | None = None) -> int:
     """The exit status of a run on the training engine (`longdoc train`, `longdoc pretrain`): `train()`
     returns the engine's TrainingResult; the main process says on stderr how it ended (`done(result)`
-    for a finished run). 1: a checkpoint that cannot be resumed; INTERRUPTED_EXIT: stopped with a
-    checkpoint, to resume by rerunning."""
+    for a finished run) and, given `summary`, prints `summary(result)` on stdout as one JSON object.
+    1: a checkpoint that cannot be resumed; INTERRUPTED_EXIT: stopped with a checkpoint, to resume by
+    rerunning."""
     from longdoc.train.checkpoints import CheckpointError
 
     try:
@@ -72,6 +100,8 @@ def run_and_report(command: str, train: Callable[[], Any], done: Callable[[Any],
     except CheckpointError as error:
         print(f"longdoc {command}: error: {error}", file=sys.stderr)
         return 1
+    if result.is_main and summary is not None:
+        print(json.dumps(summary(result)))
     if result.interrupted:
         if result.is_main:
             print(f"longdoc {command}: stopped at step {result.step} of {result.total_steps}; checkpoint "

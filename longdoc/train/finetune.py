@@ -1,9 +1,9 @@
 """`train_task(task, options)`: a task model trained on the engine, from a Task record's parts.
 
-The job it builds: tokenizer and encoder from `--init` (default: the packaged lifted MiniLM), the
-encoder switches of this run (`--residual-attention`, `--talking-heads`, lengths) applied at
-`Class.from_encoder`, the task's own options that are model options stored in its config; rows from
-`features.training_features(train, tokenizer, model.config, options)`; evaluation as
+The job it builds: tokenizer and encoder from `--init` (default: the packaged MiniLM lifted with
+`--init-positions`), the encoder switches of this run (`--residual-attention`, `--talking-heads`,
+lengths) applied at `Class.from_encoder`, the task's own options that are model options stored in
+its config; rows from `features.training_features(train, tokenizer, model.config, options)`; evaluation as
 `decode.predict` on `--dev` followed by the task's official metric. At the end --out holds the
 final model and its tokenizer (`longdoc predict TASK --model OUT`), `dev_predictions.json`,
 `metrics.json`, `train_log.jsonl` and `train_options.json` (the resolved options).
@@ -41,18 +41,14 @@ def build_task_job(task: Task, options: Mapping[str, Any]):
     import torch
 
     from longdoc.convert.checkpoint import read_tokenizer
+    from longdoc.convert.pretrained import initial_weights
     from longdoc.train.engine import TrainingJob
 
     for part in ("features", "model", "decode"):
         if getattr(task, part) is None:
             raise InputError(f"the {task.name} task cannot be trained yet: it has no {part}")
     _check_files(options)
-    if options.get("init") is not None:
-        init = Path(options["init"])
-    else:
-        from longdoc.convert.pretrained import default_model_path
-
-        init = default_model_path()
+    init = initial_weights(options)
     tokenizer = read_tokenizer(init)
     model_class = task.load("model")
     features = task.load("features")

@@ -4,12 +4,15 @@ a `--config` file that holds the same options, and their resolution.
 Resolution order, lowest first: the defaults below (and a task's `Task.train_options` defaults),
 then the `--config` file (JSON, or YAML for .yaml/.yml; or the name of a file the task ships in
 tasks/<task>/configs/NAME.json), then what the command line gives. A name in the file that no
-option has is an error naming the option and the file. The resolved options are a plain dict keyed
+option has is an error naming the option and the file. Then the batch: where `effective_batch_size`
+is set (the published configs state their paper's batch so), `grad_accum` is derived from it and
+the number of processes torchrun starts (`accumulation_for`). The resolved options are a plain dict keyed
 by the options' long names with underscores (`batch_size`), written to `--out/train_options.json`.
 
 This module imports no torch: the command line builds its parser from it.
 """
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -40,12 +43,18 @@ ENGINE_OPTIONS: tuple[TrainOption, ...] = (
                 "FILE"),
     TrainOption("out", Path, None, "output folder: final model, checkpoints/, metrics.json, train_log.jsonl; "
                 "rerunning the same command on it resumes", "DIR"),
-    TrainOption("init", Path, None, "lifted encoder to start from (default: the packaged lifted MiniLM)", "DIR"),
+    TrainOption("init", Path, None, "lifted encoder to start from (default: the packaged MiniLM, lifted with "
+                "--init-positions)", "DIR"),
+    TrainOption("init_positions", str, None, "without --init, the positions of the packaged MiniLM's lift: "
+                "absolute (its table tiled to the long length, as Longformer; the default, it trained best on "
+                "the multihop task), relative (ETC's tables, fresh) or both", "P"),
     TrainOption("max_steps", int, None, "optimizer steps in all (default: --epochs over the training rows)", "N"),
     TrainOption("epochs", float, 1.0, "passes over the training rows when --max-steps is not given", "E"),
     TrainOption("batch_size", int, 8, "rows per forward pass per process", "B"),
-    TrainOption("grad_accum", int, 1, "forward passes per optimizer step; effective batch = B x K x processes",
-                "K"),
+    TrainOption("grad_accum", int, 1, "forward passes per process per optimizer step; effective batch = "
+                "B x K x processes", "K"),
+    TrainOption("effective_batch_size", int, None, "rows per optimizer step over all processes: sets --grad-accum "
+                "to N / (B x processes), so a run keeps its batch under torchrun", "N"),
     TrainOption("lr", float, 5e-5, "peak learning rate (AdamW)", "X"),
     TrainOption("warmup_ratio", float, 0.1, "share of the steps with a linear warm-up; linear decay to 0 after", "R"),
     TrainOption("weight_decay", float, 0.01, "AdamW weight decay (not on biases and norms)", "X"),
@@ -155,14 +164,17 @@ def resolve_options(
     options: Iterable[TrainOption],
     config: str | Path | None = None,
     shipped_configs: Path | None = None,
+    world_size: int | None = None,
 ) -> dict[str, Any]:
-    """Defaults < config file < `given` (command-line values; None means not given), checked.
+    """Defaults < config file < `given` (command-line values; None means not given), checked; the
+    accumulation for `world_size` processes (default: torchrun's WORLD_SIZE, else 1).
 
     Paths in a config file are taken relative to the current folder, as on the command line.
     """
     options = tuple(options)
     by_name = {option.name: option for option in options}
     resolved = {option.name: option.default for option in options}
+    chosen = set()  # the options the config file or the command line set
     if config is not None:
         path = find_config(config, shipped_configs)
         for key, value in read_config_file(path).items():
@@ -172,14 +184,42 @@ def resolve_options(
             if name not in by_name:
                 raise InputError(f"{path}: unknown option {key!r}; known options: {', '.join(by_name)}")
             resolved[name] = _coerce(by_name[name], value, str(path))
+            chosen.add(name)
         resolved["config"] = str(path)
     else:
         resolved["config"] = None
     for name, value in given.items():
         if value is not None and name in by_name:
             resolved[name] = value
+            chosen.add(name)
     check_options(resolved)
+    if resolved.get("effective_batch_size") is not None:
+        if world_size is None:
+            world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        resolved["grad_accum"] = accumulation_for(
+            resolved["effective_batch_size"], resolved["batch_size"], world_size,
+            resolved["grad_accum"] if "grad_accum" in chosen else None)
     return resolved
+
+
+def accumulation_for(effective_batch_size: int, batch_size: int, world_size: int,
+                     grad_accum: int | None = None) -> int:
+    """The forward passes per process per optimizer step that make `effective_batch_size` rows with
+    `batch_size` rows per pass on `world_size` processes; `grad_accum`, when the run also sets it,
+    must be that number."""
+    per_pass = batch_size * world_size
+    processes = f"{world_size} process{'es' if world_size > 1 else ''}"
+    if effective_batch_size % per_pass:
+        raise InputError(
+            f"--effective-batch-size {effective_batch_size} is not a multiple of --batch-size {batch_size} x "
+            f"{processes} = {per_pass}: change --batch-size, the number of processes or --effective-batch-size")
+    accumulation = effective_batch_size // per_pass
+    if grad_accum is not None and grad_accum != accumulation:
+        raise InputError(
+            f"--grad-accum {grad_accum} and --effective-batch-size {effective_batch_size} disagree: --batch-size "
+            f"{batch_size} x {processes} x --grad-accum {grad_accum} = {per_pass * grad_accum} rows per step; "
+            "give one of them")
+    return accumulation
 
 
 def check_options(options: Mapping[str, Any]) -> None:
@@ -187,6 +227,17 @@ def check_options(options: Mapping[str, Any]) -> None:
     for name in _POSITIVE:
         if name in options and (options[name] is None or options[name] < 1):
             raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {options[name]}")
+    if options.get("effective_batch_size") is not None and options["effective_batch_size"] < 1:
+        raise InputError(f"--effective-batch-size must be >= 1, got {options['effective_batch_size']}")
+    if options.get("init_positions") is not None:
+        from longdoc.convert.lift import POSITION_CHOICES
+
+        if options["init_positions"] not in POSITION_CHOICES:
+            raise InputError(f"--init-positions must be one of {', '.join(POSITION_CHOICES)}, "
+                             f"got {options['init_positions']!r}")
+        if options.get("init") is not None:
+            raise InputError(f"--init-positions chooses the lift of the packaged MiniLM; it does not apply with "
+                             f"--init {options['init']}")
     if options.get("max_steps") is not None and options["max_steps"] < 1:
         raise InputError(f"--max-steps must be >= 1, got {options['max_steps']}")
     if options.get("epochs") is not None and options["epochs"] <= 0:

@@ -101,15 +101,11 @@ def build_pretraining_job(options):
     masking ones (`longdoc.commands.pretrain.PRETRAINING_OPTIONS`)."""
     from longdoc.io import atomic_write_json
     from longdoc.convert.checkpoint import read_tokenizer
+    from longdoc.convert.pretrained import initial_weights
     from longdoc.train.engine import TrainingJob
     from longdoc.train.options import ENCODER_SWITCHES
 
-    if options.get("init") is not None:
-        init_dir = Path(options["init"])
-    else:
-        from longdoc.convert.pretrained import default_model_path
-
-        init_dir = default_model_path()
+    init_dir = initial_weights(options)
     tokenizer = read_tokenizer(init_dir)
     encoder_config = {name: options[name] for name in ENCODER_SWITCHES if options.get(name) is not None}
     encoder_config.setdefault("residual_attention", True)

@@ -1,5 +1,7 @@
 """The shipped MiniLM, lifted once into the cache and reused, with no network access."""
 
+from pathlib import Path
+
 import pytest
 
 from longdoc import GlobalLocalModel
@@ -16,12 +18,13 @@ def cache(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow  # lifts the real MiniLM into a fresh cache
-def test_default_model_is_minilm_lifted_once_with_etc_base_options(cache, monkeypatch):
+def test_default_model_is_minilm_lifted_once_with_tiled_absolute_positions(cache, monkeypatch):
     path = pretrained.default_model_path()
     assert path.parent == cache / "lifted"
     config = GlobalLocalModel.from_pretrained(path).config
-    assert (config.hidden_size, config.num_hidden_layers, config.position_embedding_type) == (384, 6, "relative")
+    assert (config.hidden_size, config.num_hidden_layers, config.position_embedding_type) == (384, 6, "absolute")
     assert (config.local_radius, config.long_max_len, config.global_max_len) == (84, 4096, 256)
+    assert config.max_position_embeddings == 4096 and config.residual_attention
     assert (path / "README.md").is_file() and (path / "tokenizer.json").is_file()
 
     # Afterwards the cached copy is used: lifting again would fail this test.
@@ -29,8 +32,26 @@ def test_default_model_is_minilm_lifted_once_with_etc_base_options(cache, monkey
         raise AssertionError("lifted twice")
 
     monkeypatch.setattr(lift_module, "lift", no_second_lift)
-    assert pretrained.lifted_minilm(**vars(LiftOptions())) == path
+    assert pretrained.lifted_minilm(positions="absolute") == path
     assert pretrained.default_model_path() == path
+    assert pretrained.initial_weights({"init": None}) == path
+
+
+def test_default_lift_is_etc_base_with_absolute_positions_in_its_own_folder(cache):
+    default = pretrained.lifted_minilm_folder(LiftOptions(positions=pretrained.DEFAULT_POSITIONS))
+    assert pretrained.DEFAULT_POSITIONS == "absolute"
+    assert default.name.startswith("all-minilm-l6-v2-absolute-")
+    relative = pretrained.lifted_minilm_folder(LiftOptions(positions="relative"))
+    assert relative.name.startswith("all-minilm-l6-v2-relative-") and relative != default
+
+
+def test_init_positions_picks_the_lift_and_init_wins(cache, monkeypatch):
+    lifted = []
+    monkeypatch.setattr(pretrained, "lifted_minilm", lambda **options: lifted.append(options) or cache / "x")
+    pretrained.initial_weights({"init": None, "init_positions": "relative"})
+    pretrained.initial_weights({})
+    assert lifted == [{"positions": "relative"}, {"positions": "absolute"}]
+    assert pretrained.initial_weights({"init": "my/encoder"}) == Path("my/encoder") and len(lifted) == 2
 
 
 def test_every_option_and_the_lift_format_get_their_own_cache_folder(cache, monkeypatch):

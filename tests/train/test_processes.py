@@ -113,3 +113,17 @@ def test_torchrun_two_processes_follow_one_process(data, single, tmp_path, shard
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(tensor, single_weights[name], rtol=1e-4, atol=1e-5)
     assert (out / "metrics.json").is_file()
+
+
+def test_torchrun_two_processes_derive_accumulation_from_the_effective_batch(data, single, tmp_path):
+    """The effective batch of `single` (2 rows x 2 passes) given as --effective-batch-size with 1 row
+    per pass: each of 2 processes accumulates 2 passes, and the run follows the one-process run."""
+    out = tmp_path / "torchrun"
+    argv = toy_train_argv(command(data, out, **SETTINGS, **{"batch-size": 1, "effective-batch-size": 4}))
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "-m", "tests.train.toy_train", *argv],
+                         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    resolved = json.loads((out / "train_options.json").read_text())
+    assert (resolved["effective_batch_size"], resolved["grad_accum"]) == (4, 2)
+    assert losses(out) == pytest.approx(losses(single), rel=1e-5)
