@@ -68,6 +68,6 @@ def run(args: argparse.Namespace) -> int:
         heads = " and pretraining heads" if summary["pretraining_heads"] else ""
         print(f"converted {args.family} {summary['checkpoint']} ({summary['variables_read']} variables, "
               f"{summary['bytes_read'] / 1e6:.1f} MB) -> {summary['out']}: encoder{heads}, tokenizer, "
-              f"model card ({len(summary['tied'])} tied, {len(summary['dropped'])} dropped variables: see README.md) "
+              f"model card ({len(summary['dropped'])} dropped variables: see README.md) "
               f"in {summary['seconds']} s")
     return 0

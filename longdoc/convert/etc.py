@@ -7,15 +7,13 @@ the vocabulary. `convert_etc` writes a longdoc folder: `model.safetensors` + `co
 
 Every field of etc_config.json is mapped to a GlobalLocalConfig field or refused with its value
 (`etc_config_to_longdoc`); a field the file leaves out takes EtcConfig's default, not longdoc's.
-Every checkpoint variable is read by a rule, tied to another, or dropped for a stated reason
+Every checkpoint variable is read by a rule or dropped for a stated reason
 (longdoc.convert.tf_conversion); the optimizer's slots and the step counter are the only drops.
 
-Where etcmodel has two variables that longdoc's encoder holds as one parameter, the conversion
-goes through only if they are equal (a `Tie`), else it stops naming them:
-- without `share_qkv_projections`, etcmodel projects keys and values separately per attention
-  piece (l2l, l2g, g2g, g2l; with `share_kv_projections` by the query's stream), while longdoc
-  projects each token by its own stream's projection: l2g must equal g2g and g2l must equal l2l
-  (with share_kv: l2l must equal g2g).
+Without `share_qkv_projections`, etcmodel projects keys and values per attention piece (l2l, l2g,
+g2g, g2l); the converted model has `cross_kv_projections`, whose l2g and g2l projections hold them.
+With `share_kv_projections` etcmodel's l2g keys are made by the l2l projection and its g2l keys by
+the g2g one: those variables fill both of longdoc's parameters.
 """
 
 import json
@@ -27,7 +25,7 @@ import numpy as np
 from longdoc.convert.tf_checkpoint import TFCheckpoint, find_checkpoint
 from longdoc.convert.model_folder import refuse_existing
 from longdoc.convert.tf_conversion import (
-    ACTIVATIONS, OPTIMIZER_STATE, Conversion, Rule, Tie, conversion_summary, copy, dense_weight, fill, fused_bias,
+    ACTIVATIONS, OPTIMIZER_STATE, Conversion, Rule, conversion_summary, copy, dense_weight, fill, fused_bias,
     fused_weight, model_card,
 )
 from longdoc.errors import InputError
@@ -138,11 +136,12 @@ def etc_config_to_longdoc(source: dict, path: Path, lengths: LengthOptions) -> G
             pre_layer_norm=False,
             separate_global_embedding_norm=True,
             share_qkv=_field(source, "share_qkv_projections"),
+            cross_kv_projections=not _field(source, "share_qkv_projections"),
             share_attention_output=_field(source, "share_att_output_projection"),
             share_feed_forward=_field(source, "share_feed_forward_params"),
             **ETC_INPUT_CONVENTIONS,
-            # share_kv_projections has no field of its own here: it decides which keys must be tied
-            # (etc_rules); grad_checkpointing_period only trades memory for time in training.
+            # share_kv_projections has no field of its own here: it decides which variables fill the
+            # cross projections (etc_rules); grad_checkpointing_period only trades memory for time in training.
         )
     except ValueError as error:
         raise InputError(f"{path}: {error}") from None
@@ -157,8 +156,9 @@ def _dense(target: str, source: str) -> list[Rule]:
             Rule(f"{target}.bias", (f"{source}/bias",), copy)]
 
 
-def _fused_qkv(target: str, attention: str, query: str, key: str, value: str) -> list[Rule]:
-    projections = [f"{attention}/{name}/linear" for name in (query, key, value)]
+def _fused(target: str, attention: str, *pieces: str) -> list[Rule]:
+    """One longdoc projection from etcmodel's `pieces` (query, key, value or key, value), in order."""
+    projections = [f"{attention}/{name}_projection/linear" for name in pieces]
     return [Rule(f"{target}.weight", tuple(f"{p}/kernel" for p in projections), fused_weight),
             Rule(f"{target}.bias", tuple(f"{p}/bias" for p in projections), fused_bias)]
 
@@ -184,14 +184,9 @@ def _relative_rows(layout: RelativeIdLayout):
     return combine
 
 
-def _tie_projection(kept: str, dropped: str, attention: str, reason: str) -> list[Tie]:
-    return [Tie(f"{attention}/{kept}/linear/{part}", f"{attention}/{dropped}/linear/{part}", reason)
-            for part in ("kernel", "bias")]
-
-
-def etc_rules(config: GlobalLocalConfig, share_kv_projections: bool) -> tuple[list[Rule], list[Tie]]:
+def etc_rules(config: GlobalLocalConfig, share_kv_projections: bool) -> list[Rule]:
     """Rules from etcmodel's variable names (EtcModel, GlobalLocalTransformerLayers,
-    FusedGlobalLocalAttention) to GlobalLocalModel's parameters, and the ties longdoc needs."""
+    FusedGlobalLocalAttention) to GlobalLocalModel's parameters."""
     scope, layers = ETC_SCOPE, f"{ETC_SCOPE}global_local_transformer_layers"
     rules = [
         Rule("embeddings.word_embeddings.weight", (f"{scope}token_emb_lookup/embedding_table",), copy),
@@ -199,26 +194,20 @@ def etc_rules(config: GlobalLocalConfig, share_kv_projections: bool) -> tuple[li
         *_norm("embeddings.layer_norm", f"{scope}long_emb_layer_norm"),
         *_norm("embeddings.global_layer_norm", f"{scope}global_emb_layer_norm"),
     ]
-    ties = []
+    # The pieces whose key and value projections long queries read global tokens with (l2g) and
+    # global queries long tokens with (g2l): under share_kv_projections, the query's stream's own.
+    long_to_global, global_to_long = ("l2l", "g2g") if share_kv_projections else ("l2g", "g2l")
     for i in range(config.num_hidden_layers):
         block = f"{layers}/fused_att_layer_{i}"
         attention = f"{block}/fused_global_local_att"
         target = f"encoder.layers.{i}"
-        rules += _fused_qkv(f"{target}.attention.long_qkv", attention,
-                            "long_query_projection", "l2l_key_projection", "l2l_value_projection")
+        rules += _fused(f"{target}.attention.long_qkv", attention, "long_query", "l2l_key", "l2l_value")
         if not config.share_qkv:
-            rules += _fused_qkv(f"{target}.attention.global_qkv", attention,
-                                "global_query_projection", "g2g_key_projection", "g2g_value_projection")
-            for kind in ("key", "value"):
-                if share_kv_projections:
-                    # etcmodel: l2l's projection also makes the l2g keys (of global tokens), g2g's the g2l ones.
-                    ties += _tie_projection(f"l2l_{kind}_projection", f"g2g_{kind}_projection", attention,
-                                            "longdoc projects each token by its own stream's projection")
-                else:
-                    ties += _tie_projection(f"g2g_{kind}_projection", f"l2g_{kind}_projection", attention,
-                                            "longdoc projects global tokens with one projection for both softmaxes")
-                    ties += _tie_projection(f"l2l_{kind}_projection", f"g2l_{kind}_projection", attention,
-                                            "longdoc projects long tokens with one projection for both softmaxes")
+            rules += _fused(f"{target}.attention.global_qkv", attention, "global_query", "g2g_key", "g2g_value")
+            rules += _fused(f"{target}.attention.long_queries_global_kv", attention,
+                            f"{long_to_global}_key", f"{long_to_global}_value")
+            rules += _fused(f"{target}.attention.global_queries_long_kv", attention,
+                            f"{global_to_long}_key", f"{global_to_long}_value")
         relative_rows = _relative_rows(RelativeIdLayout(config.max_relative_distance))
         for stream, table in (("long", "long_qkv_attention/qkv_relative_attention"), ("global", "global_qkv_attention")):
             rules += [Rule(f"{target}.attention.{stream}_softmax.relative_key", (f"{attention}/{table}/relative_emb_table",), relative_rows),
@@ -239,7 +228,7 @@ def etc_rules(config: GlobalLocalConfig, share_kv_projections: bool) -> tuple[li
                 source = f"{layers}/{stream}_feed_forward_layer_{i}"
                 rules += _feed_forward(f"{target}.{stream}_feed_forward", source)
                 rules += _norm(f"{target}.{stream}_output_norm", f"{source}/layer_norm")
-    return rules, ties
+    return rules
 
 
 def checkpoint_family(folder: Path, checkpoint: TFCheckpoint) -> str:
@@ -295,22 +284,22 @@ def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progr
     """Read and convert the ETC checkpoint in `folder` (no files written)."""
     checkpoint, config_path, source_config = open_checkpoint(folder, "etc")
     config = etc_config_to_longdoc(source_config, config_path, lengths)
-    rules, ties = etc_rules(config, _field(source_config, "share_kv_projections"))
+    rules = etc_rules(config, _field(source_config, "share_kv_projections"))
     model = GlobalLocalModel(config)
     shapes = {name: value.shape for name, value in model.state_dict().items()}
-    conversion = fill(checkpoint, rules, ties, OPTIMIZER_STATE, shapes, "ETC", progress=progress)
+    conversion = fill(checkpoint, rules, OPTIMIZER_STATE, shapes, "ETC", progress=progress)
     model.load_state_dict(conversion.state, strict=True)
     return ConvertedEtc(model, conversion, checkpoint, source_config)
 
 
-ETC_NOTES = """The encoder computes what etcmodel's `EtcModel` computes for rows that hold one example each, with
+ETC_NOTES = """The encoder computes what etcmodel's `EtcModel` computes, with
 etcmodel's relative ids (`input_utils`: longdoc's linked/unlinked long-global ids are etcmodel's
 swapped, and so are the two rows of each relative table here) and `hard_g2l` as the checkpoint was
 trained. Its config carries etcmodel's input conventions, which longdoc's feature builders follow:
 token type 1 for every long token and 0 for every global one, and etcmodel's global token ids
-(sentence 1, CPC-masked sentence 2, question 3, candidate 4, paragraph 5; DOM node 6). Several
-examples packed in one row (etcmodel's example ids) have no counterpart in longdoc's encoder. Residual attention and talking heads are off:
-ETC has neither."""
+(sentence 1, CPC-masked sentence 2, question 3, candidate 4, paragraph 5; DOM node 6). Rows that
+pack several examples take etcmodel's example ids as `long_example_ids` / `global_example_ids`.
+Residual attention and talking heads are off: ETC has neither."""
 
 
 def convert_etc(folder: str | Path, out: str | Path, lengths: LengthOptions = LengthOptions(),

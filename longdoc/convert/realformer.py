@@ -155,7 +155,7 @@ def convert_realformer(folder: str | Path, out: str | Path, vocab: str | Path | 
         # A pretraining checkpoint: its MLM head too (all of it, or check_coverage names what is missing).
         rules += [Rule(target, (source,), combine) for target, (source, combine) in MLM_SOURCES.items()]
         expected.update(mlm_head_shapes(config))
-    conversion = fill(checkpoint, rules, [], [*BERT_HEADS, *OPTIMIZER_STATE], expected, "RealFormer", progress=progress)
+    conversion = fill(checkpoint, rules, [*BERT_HEADS, *OPTIMIZER_STATE], expected, "RealFormer", progress=progress)
     heads = {name: conversion.state.pop(name) for name in MLM_SOURCES if name in conversion.state}
     model.load_state_dict(conversion.state, strict=True)
     if heads:

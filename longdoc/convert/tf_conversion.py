@@ -3,16 +3,12 @@
 A converter (longdoc.convert.etc, longdoc.convert.realformer) states, for its checkpoint family:
 - `Rule`s: each longdoc parameter and the TF variables it is made from (a dense kernel transposed,
   three projections concatenated into one fused Q/K/V, a table copied);
-- `Tie`s: two TF variables that longdoc holds as one parameter (one embedding LayerNorm for both
-  streams, say). A tie converts only if the two are equal; otherwise the conversion stops, naming
-  both and what longdoc's encoder lacks;
 - `Dropped` variables: read by nothing on purpose (optimizer slots, the step counter, a head
   longdoc does not have), each with the reason, which the model card lists.
 
-`check_coverage` refuses a checkpoint with a variable no rule, tie or drop names (a converter
-that forgets a tensor must not pass) and one that lacks a variable a rule needs. `fill` checks the
-ties, then reads the variables rule by rule, checks shapes against the model, and returns the
-state dict. `save_converted` writes the model, the WordPiece tokenizer (`read_vocabulary`), the
+`check_coverage` refuses a checkpoint with a variable no rule or drop names (a converter that
+forgets a tensor must not pass) and one that lacks a variable a rule needs. `fill` reads the
+variables rule by rule, checks shapes against the model, and returns the state dict. `save_converted` writes the model, the WordPiece tokenizer (`read_vocabulary`), the
 pretraining heads and the model card (`model_card`, from `conversion_summary`) into a folder built
 beside --out and renamed into place (`write_model_folder`), so nothing half-written is left there.
 """
@@ -44,15 +40,6 @@ class Rule:
     target: str
     sources: tuple[str, ...]
     combine: Callable[[list[np.ndarray]], np.ndarray]
-
-
-@dataclass(frozen=True)
-class Tie:
-    """`dropped` must equal `kept`, which a Rule reads: longdoc has one parameter for both."""
-
-    kept: str
-    dropped: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -94,20 +81,19 @@ def fused_bias(values: list[np.ndarray]) -> np.ndarray:
 
 @dataclass
 class Conversion:
-    """What was done: the filled state, the variables read, tied and dropped (for the model card
-    and the --json summary)."""
+    """What was done: the filled state, the variables read and dropped (for the model card and the
+    --json summary)."""
 
     state: dict[str, torch.Tensor] = field(default_factory=dict)
     read: list[str] = field(default_factory=list)
-    tied: list[Tie] = field(default_factory=list)
     dropped: dict[str, str] = field(default_factory=dict)  # variable -> reason
 
 
-def check_coverage(checkpoint: TFCheckpoint, rules: Iterable[Rule], ties: Iterable[Tie],
-                   dropped: Iterable[Dropped], what: str) -> dict[str, str]:
+def check_coverage(checkpoint: TFCheckpoint, rules: Iterable[Rule], dropped: Iterable[Dropped],
+                   what: str) -> dict[str, str]:
     """Refuse a checkpoint that lacks a variable the rules need, or has one nothing accounts for.
     Returns the dropped variables with their reasons."""
-    needed = {source for rule in rules for source in rule.sources} | {tie.dropped for tie in ties}
+    needed = {source for rule in rules for source in rule.sources}
     missing = sorted(needed - set(checkpoint.entries))
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
@@ -127,22 +113,15 @@ def check_coverage(checkpoint: TFCheckpoint, rules: Iterable[Rule], ties: Iterab
     return drops
 
 
-def fill(checkpoint: TFCheckpoint, rules: list[Rule], ties: list[Tie], dropped: list[Dropped],
-         expected: dict[str, torch.Size], what: str, progress: bool = False) -> Conversion:
+def fill(checkpoint: TFCheckpoint, rules: list[Rule], dropped: list[Dropped], expected: dict[str, torch.Size],
+         what: str, progress: bool = False) -> Conversion:
     """The state dict for parameters `expected` (name -> shape) from `checkpoint` by `rules`."""
-    conversion = Conversion(dropped=check_coverage(checkpoint, rules, ties, dropped, what))
+    conversion = Conversion(dropped=check_coverage(checkpoint, rules, dropped, what))
     targets = {rule.target for rule in rules}
     if targets != set(expected):
         # A converter bug, not bad input: its rules and the model it builds disagree.
         raise RuntimeError(f"{what} rules and the model disagree: no rule for {sorted(set(expected) - targets)}, "
                            f"rules for unknown parameters {sorted(targets - set(expected))}")
-    # Ties first: a checkpoint that cannot be converted exactly is refused before the long read.
-    for tie in ties:
-        kept, other = checkpoint.read(tie.kept), checkpoint.read(tie.dropped)
-        if kept.shape != other.shape or not np.array_equal(kept, other):
-            raise InputError(f"{checkpoint.index_path}: {tie.dropped} differs from {tie.kept}, and {tie.reason}; "
-                             "this checkpoint cannot be converted exactly")
-        conversion.tied.append(tie)
     total = sum(checkpoint.entries[source].size for rule in rules for source in rule.sources)
     with tqdm(total=total, unit="B", unit_scale=True, desc=f"reading {checkpoint.index_path.parent.name}",
               disable=not progress) as bar:
@@ -222,14 +201,12 @@ def conversion_summary(family: str, source: Path, out: Path, checkpoint: TFCheck
         "bytes_read": sum(checkpoint.entries[name].size for name in conversion.read),
         "parameters": len(conversion.state),
         "pretraining_heads": heads,
-        "tied": [{"kept": tie.kept, "dropped": tie.dropped, "because": tie.reason} for tie in conversion.tied],
         "dropped": conversion.dropped,
     }
 
 
 def model_card(title: str, summary: dict, source_config: dict, config_file: str, notes: str) -> str:
     config_rows = "\n".join(f"| `{key}` | `{json.dumps(value)}` |" for key, value in sorted(source_config.items()))
-    tied = "\n".join(f"- `{tie['dropped']}` = `{tie['kept']}` ({tie['because']})" for tie in summary["tied"]) or "- none"
     reasons: dict[str, int] = {}
     for reason in summary["dropped"].values():
         reasons[reason] = reasons.get(reason, 0) + 1
@@ -248,9 +225,6 @@ A longdoc global-local encoder converted by `longdoc convert {summary['family']}
 | field | value |
 | --- | --- |
 {config_rows}
-
-## Variables held as one parameter (checked equal)
-{tied}
 
 ## Variables not converted
 {dropped}

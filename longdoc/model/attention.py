@@ -163,10 +163,9 @@ class _KernelAttention:
     records_graph: bool = True
 
 
-def _head_views(qkv: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor]:
-    """[B, N, 3H] -> views q, k, v [B, h, N, d] (rows strided by 3H)."""
-    batch, length, width = qkv.shape
-    return qkv.view(batch, length, 3, heads, width // (3 * heads)).permute(2, 0, 3, 1, 4).unbind(0)
+def _head_views(projected: Tensor, heads: int, parts: int = 3) -> tuple[Tensor, ...]:
+    """[B, N, parts * H] -> `parts` views [B, h, N, d]: q, k, v (3) or k, v (2), rows at the input's stride."""
+    return projected.unflatten(-1, (parts, heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
 
 
 def _query_rows(tensor: Tensor | None, batch: int, num_queries: int) -> Tensor | None:
@@ -174,12 +173,12 @@ def _query_rows(tensor: Tensor | None, batch: int, num_queries: int) -> Tensor |
     return None if tensor is None else tensor.view(batch, -1, num_queries, tensor.shape[-1])
 
 
-def _kernel_keys(own_qkv: Tensor, other_qkv: Tensor, attention: _KernelAttention) -> dict:
+def _kernel_keys(own_qkv: Tensor, other_kv: Tensor, attention: _KernelAttention) -> dict:
     """The queries and keys of one softmax, as every kernel takes them (views [B, h, N, d]): the
     queries of `own_qkv`, its keys and values first (with `window_block` b: the window of 3b keys
-    around each block of b queries), then all of `other_qkv`'s."""
+    around each block of b queries), then all of `other_kv`'s."""
     query, first_keys, first_values = _head_views(own_qkv, attention.num_heads)
-    _, second_keys, second_values = _head_views(other_qkv, attention.num_heads)
+    second_keys, second_values = _head_views(other_kv, attention.num_heads, parts=2)
     return dict(query=query, query_scale=1.0 / math.sqrt(query.shape[-1]), first_keys=first_keys,
                 first_values=first_values, window_block=attention.block_size, second_keys=second_keys,
                 second_values=second_values)
@@ -188,7 +187,7 @@ def _kernel_keys(own_qkv: Tensor, other_qkv: Tensor, attention: _KernelAttention
 class CompiledSoftmax(torch.autograd.Function):
     """One softmax from projections to context in the compiled kernels (CPU float32; see
     longdoc.model.kernels): the queries of `own_qkv` [B, Nq, 3H] over the first keys (its own) and
-    the second keys (all of `other_qkv`'s); `relative` [B, h, ..., Nq, R] and `carried` scores as in
+    the second keys (all of `other_kv` [B, N2, 2H]); `relative` [B, h, ..., Nq, R] and `carried` scores as in
     `_attend`, the talking-heads mixes `pre`, `post` [h, h] (any may be None). Returns (context
     [B, Nq, H], summed scores or None).
 
@@ -200,7 +199,7 @@ class CompiledSoftmax(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, own_qkv: Tensor, other_qkv: Tensor, relative: Tensor | None, carried: Tensor | None,
+    def forward(ctx, own_qkv: Tensor, other_kv: Tensor, relative: Tensor | None, carried: Tensor | None,
                 pre: Tensor | None, post: Tensor | None, attention: _KernelAttention):
         batch, num_queries, width = own_qkv.shape
         heads, talking = attention.num_heads, pre is not None
@@ -221,7 +220,7 @@ class CompiledSoftmax(torch.autograd.Function):
         rows = functools.partial(_query_rows, batch=batch, num_queries=num_queries)
         shared = lambda tensor: None if tensor is None else tensor.view(batch, num_queries, -1)
         arguments = dict(
-            _kernel_keys(own_qkv, other_qkv, attention), relative=rows(relative), ids=shared(attention.relative_ids),
+            _kernel_keys(own_qkv, other_kv, attention), relative=rows(relative), ids=shared(attention.relative_ids),
             carried=rows(carried), mask_bias=shared(attention.mask_bias), scale=attention.scale, keep=rows(keep),
             keep_scale=keep_scale, summed_out=rows(summed), probs_out=rows(probs), context_out=context.transpose(1, 2),
             key_ranges=attention.key_ranges,
@@ -231,23 +230,23 @@ class CompiledSoftmax(torch.autograd.Function):
         else:
             kernels.compiled().attention_forward(**arguments)
         if for_backward:
-            ctx.save_for_backward(own_qkv, other_qkv, probs, keep, summed if talking else None, pre, post)
+            ctx.save_for_backward(own_qkv, other_kv, probs, keep, summed if talking else None, pre, post)
             ctx.attention, ctx.keep_scale = attention, keep_scale
             ctx.relative_shape = None if relative is None else relative.shape
         return context.view(batch, num_queries, -1), summed if attention.keep_summed else None
 
     @staticmethod
     def backward(ctx, grad_context: Tensor, grad_summed: Tensor | None):
-        own_qkv, other_qkv, probs, keep, summed, pre, post = ctx.saved_tensors
+        own_qkv, other_kv, probs, keep, summed, pre, post = ctx.saved_tensors
         attention, heads = ctx.attention, ctx.attention.num_heads
         batch, num_queries, _ = own_qkv.shape
-        grad_own, grad_other = torch.zeros_like(own_qkv), torch.zeros_like(other_qkv)
+        grad_own, grad_other = torch.zeros_like(own_qkv), torch.zeros_like(other_kv)
         grad_query, grad_first_keys, grad_first_values = _head_views(grad_own, heads)
-        _, grad_second_keys, grad_second_values = _head_views(grad_other, heads)
+        grad_second_keys, grad_second_values = _head_views(grad_other, heads, parts=2)
         grad_scores = torch.empty_like(probs)
         rows = functools.partial(_query_rows, batch=batch, num_queries=num_queries)
         arguments = dict(
-            _kernel_keys(own_qkv, other_qkv, attention), probs=rows(probs), keep=rows(keep),
+            _kernel_keys(own_qkv, other_kv, attention), probs=rows(probs), keep=rows(keep),
             keep_scale=ctx.keep_scale,
             grad_context=grad_context.contiguous().view(batch, num_queries, heads, -1).transpose(1, 2),
             grad_summed=rows(None if grad_summed is None else grad_summed.contiguous()), scale=attention.scale,
@@ -370,6 +369,12 @@ class GlobalLocalAttention(nn.Module):
         # Q, K and V in one matmul per stream; the global stream may share the long one's weights.
         self.long_qkv = Linear(hidden, 3 * hidden)
         self.global_qkv = None if config.share_qkv else Linear(hidden, 3 * hidden)
+        # Each token's keys and values come from its own stream's projection, for both softmaxes;
+        # with cross_kv_projections (ETC's per-piece projections, l2g and g2l) the keys and values
+        # a stream's queries read from the other stream have projections of their own.
+        cross = config.cross_kv_projections
+        self.long_queries_global_kv = Linear(hidden, 2 * hidden) if cross else None
+        self.global_queries_long_kv = Linear(hidden, 2 * hidden) if cross else None
         self.long_output = Linear(hidden, hidden)
         self.global_output = None if config.share_attention_output else Linear(hidden, hidden)
         # One set of relative tables and head mixes per softmax (ETC).
@@ -398,15 +403,22 @@ class GlobalLocalAttention(nn.Module):
 
         long_qkv = self.long_qkv(long_hidden)
         global_qkv = (self.global_qkv or self.long_qkv)(global_hidden)
+        cross = None
+        if self.long_queries_global_kv is not None:  # [B, G, 2H], [B, Lp, 2H]
+            cross = self.long_queries_global_kv(global_hidden), self.global_queries_long_kv(long_hidden)
         if kernels.available_for(long_qkv):
-            return self._forward_compiled(long_qkv, global_qkv, side, carry, layer_number)
+            return self._forward_compiled(long_qkv, global_qkv, cross, side, carry, layer_number)
         long_q, long_k, long_v = self._split_heads(long_qkv)  # [B, h, Lp, d] each
         global_q, global_k, global_v = self._split_heads(global_qkv)
+        # The other stream's keys and values, as each stream's queries read them.
+        global_k_of_long, global_v_of_long, long_k_of_global, long_v_of_global = (
+            (global_k, global_v, long_k, long_v) if cross is None
+            else (*self._split_heads(cross[0], parts=2), *self._split_heads(cross[1], parts=2)))
 
         long_ids, global_ids = side.int64_relative_ids
         # Long queries, in blocks, over [previous | own | next block | all globals].
-        window_k = self._window_keys(long_k, global_k, b, nb, workspace, ("long", "keys"))  # [B, h, nb, W + G, d]
-        window_v = self._window_keys(long_v, global_v, b, nb, workspace, ("long", "values"))
+        window_k = self._window_keys(long_k, global_k_of_long, b, nb, workspace, ("long", "keys"))  # [B, h, nb, W + G, d]
+        window_v = self._window_keys(long_v, global_v_of_long, b, nb, workspace, ("long", "values"))
         long_context, long_scores = self._attend(
             long_q.reshape(batch, self.num_heads, nb, b, self.head_size), window_k, window_v, self.long_softmax,
             side.long_mask_bias, long_ids, side, b, carry.long_scores, layer_number, workspace,
@@ -419,8 +431,8 @@ class GlobalLocalAttention(nn.Module):
         # Global queries over [all globals | all long tokens].
         if global_hidden.shape[1] == 0:
             return long_out, global_hidden, AttentionCarry(long_scores, None)
-        all_k = self._concat(global_k, long_k, workspace, ("global", "keys"))  # [B, h, G + Lp, d]
-        all_v = self._concat(global_v, long_v, workspace, ("global", "values"))
+        all_k = self._concat(global_k, long_k_of_global, workspace, ("global", "keys"))  # [B, h, G + Lp, d]
+        all_v = self._concat(global_v, long_v_of_global, workspace, ("global", "values"))
         global_context, global_scores = self._attend(
             global_q, all_k, all_v, self.global_softmax,
             side.global_mask_bias, global_ids, side, None, carry.global_scores, layer_number, workspace,
@@ -431,12 +443,16 @@ class GlobalLocalAttention(nn.Module):
         return long_out, global_out, AttentionCarry(long_scores, global_scores)
 
     def _forward_compiled(
-        self, long_qkv: Tensor, global_qkv: Tensor, side: SideInputs, carry: AttentionCarry, layer_number: int
+        self, long_qkv: Tensor, global_qkv: Tensor, cross: tuple[Tensor, Tensor] | None, side: SideInputs,
+        carry: AttentionCarry, layer_number: int,
     ) -> tuple[Tensor, Tensor, AttentionCarry]:
         """`forward` on CPU in float32: each softmax whole, talking heads included, in one compiled
-        kernel (`CompiledSoftmax`)."""
+        kernel (`CompiledSoftmax`). `cross`: the cross projections' keys and values, as in `forward`."""
+        hidden = long_qkv.shape[-1] // 3
+        # The kernels read keys and values where the projections wrote them: no copies.
+        global_kv_of_long, long_kv_of_global = cross or (global_qkv[..., hidden:], long_qkv[..., hidden:])
         long_context, long_scores = self._attend_compiled(
-            long_qkv, global_qkv, side.block_size, self.long_softmax, side.long_mask_bias,
+            long_qkv, global_kv_of_long, side.block_size, self.long_softmax, side.long_mask_bias,
             side.long_relative_ids, side, carry.long_scores, layer_number, key_ranges=None,
         )
         long_out = self.long_output(long_context)
@@ -444,7 +460,7 @@ class GlobalLocalAttention(nn.Module):
             no_globals = global_qkv.new_zeros(*global_qkv.shape[:2], long_out.shape[-1])
             return long_out, no_globals, AttentionCarry(long_scores)
         global_context, global_scores = self._attend_compiled(
-            global_qkv, long_qkv, 0, self.global_softmax, side.global_mask_bias,
+            global_qkv, long_kv_of_global, 0, self.global_softmax, side.global_mask_bias,
             side.global_relative_ids, side, carry.global_scores, layer_number,
             key_ranges=side.global_key_ranges,
         )
@@ -454,7 +470,7 @@ class GlobalLocalAttention(nn.Module):
     def _attend_compiled(
         self,
         own_qkv: Tensor,
-        other_qkv: Tensor,
+        other_kv: Tensor,
         block_size: int,
         softmax: SoftmaxParameters,
         mask_bias: Tensor,
@@ -466,7 +482,7 @@ class GlobalLocalAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """One softmax in the compiled kernel: the queries of `own_qkv` [B, Nq, 3H] over [its keys
         (with `block_size` b: the window of 3b around each block of b queries) | the keys of
-        `other_qkv` (with `key_ranges`: those each query may see, the rest skipped)] -> (context
+        `other_kv` [B, N2, 2H] (with `key_ranges`: those each query may see, the rest skipped)] -> (context
         [B, Nq, H], the summed scores to carry or None)."""
         relative = None
         if relative_ids is not None:
@@ -481,7 +497,7 @@ class GlobalLocalAttention(nn.Module):
             key_ranges=key_ranges,
             records_graph=torch.is_grad_enabled(),
         )
-        return CompiledSoftmax.apply(own_qkv, other_qkv, relative, carried, softmax.talking_heads_pre,
+        return CompiledSoftmax.apply(own_qkv, other_kv, relative, carried, softmax.talking_heads_pre,
                                      softmax.talking_heads_post, attention)
 
     def _attend(
@@ -529,10 +545,14 @@ class GlobalLocalAttention(nn.Module):
         workspace.give((softmax.name, "scores"), probs)
         return context, scores if self.residual_attention else None
 
-    def _split_heads(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """[B, N, 3H] -> three contiguous [B, h, N, d]; the query is pre-scaled by 1/sqrt(d)."""
+    def _split_heads(self, projected: Tensor, parts: int = 3) -> tuple[Tensor, ...]:
+        """[B, N, 3H] -> three contiguous [B, h, N, d], the query pre-scaled by 1/sqrt(d); [B, N, 2H]
+        (`parts` = 2) -> key and value."""
         # One copy into head-major layout, so that every later reshape of q, k, v is a view.
-        query, key, value = torch.stack(_head_views(qkv, self.num_heads)).unbind(0)
+        pieces = torch.stack(_head_views(projected, self.num_heads, parts)).unbind(0)
+        if parts == 2:
+            return pieces
+        query, key, value = pieces
         return query * (1.0 / math.sqrt(self.head_size)), key, value
 
     def _merge_heads(self, context: Tensor) -> Tensor:

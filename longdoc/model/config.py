@@ -38,6 +38,10 @@ class GlobalLocalConfig(PretrainedConfig):
     `talking_heads`: learned head mixing before and after the softmax, identity at initialisation.
     `pre_layer_norm`: pre-LN layers (post-LN, RealFormer's choice, is the default).
     `share_qkv`, `share_attention_output`, `share_feed_forward`: one set of weights for both streams.
+    `cross_kv_projections`: the keys and values long queries read from global tokens, and global
+    queries from long tokens, get projections of their own (ETC's l2g and g2l projections, set for
+    converted ETC checkpoints without `share_qkv_projections`); off, every token's keys and values
+    come from its own stream's projection, for both softmaxes.
     `global_feature_size`: size of a per-global-token feature vector (OpenKP's visual features)
     projected into the global embedding; 0 for none.
     `separate_global_embedding_norm`: the global embeddings get a LayerNorm of their own (ETC's
@@ -90,6 +94,7 @@ class GlobalLocalConfig(PretrainedConfig):
         share_qkv: bool = False,
         share_attention_output: bool = False,
         share_feed_forward: bool = False,
+        cross_kv_projections: bool = False,
         global_feature_size: int = 0,
         separate_global_embedding_norm: bool = False,
         # --- input conventions (see the class docstring) ---
@@ -129,6 +134,7 @@ class GlobalLocalConfig(PretrainedConfig):
         self.share_qkv = share_qkv
         self.share_attention_output = share_attention_output
         self.share_feed_forward = share_feed_forward
+        self.cross_kv_projections = cross_kv_projections
         self.global_feature_size = global_feature_size
         self.separate_global_embedding_norm = separate_global_embedding_norm
         # --- input conventions ---
@@ -202,6 +208,10 @@ class GlobalLocalConfig(PretrainedConfig):
                 f"relative_vocab_size ({self.relative_vocab_size}) must be at least 2 * max_relative_distance + 4 "
                 f"= {2 * self.max_relative_distance + 4}",
             )
+        require(
+            not (self.cross_kv_projections and self.share_qkv),
+            "cross_kv_projections=True needs share_qkv=False (shared projections have no per-stream keys to separate)",
+        )
         require(
             not self.residual_attention_mean or self.residual_attention,
             "residual_attention_mean=True needs residual_attention=True",

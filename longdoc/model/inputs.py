@@ -92,8 +92,12 @@ ENCODER_INPUTS = (
     InputSpec("global_paragraph_ids", _GLOBAL, torch.long, pad=-1),
     InputSpec("global_sees_all", _GLOBAL, torch.bool, pad=False),
     InputSpec("global_features", ("batch", "global", "feature"), torch.float32, pad=0.0),
+    InputSpec("long_example_ids", _LONG, torch.long, pad=-1),
+    InputSpec("global_example_ids", _GLOBAL, torch.long, pad=-1),
 )
 MODEL_INPUT_NAMES = tuple(spec.name for spec in ENCODER_INPUTS)
+# Given only for rows that pack several examples (ETC's pretraining); longdoc's features hold one.
+PACKED_ROW_INPUTS = ("long_example_ids", "global_example_ids")
 
 
 def encoder_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
@@ -179,6 +183,11 @@ def check_and_collect(config: GlobalLocalConfig, inputs: Mapping[str, Tensor | N
     _require_range("mention_ids", mention_ids, -1, num_globals, links)
     if mention_ids is not None and sentence_ids is None:
         raise ValueError("mention_ids was given without sentence_ids")
+    long_example_ids, global_example_ids = given.get("long_example_ids"), given.get("global_example_ids")
+    if (long_example_ids is None) != (global_example_ids is None) and num_globals > 0:
+        given_name = "long_example_ids" if global_example_ids is None else "global_example_ids"
+        raise ValueError(f"{given_name} was given alone; rows packed with several examples need both "
+                         "long_example_ids and global_example_ids")
 
     device = long_input_ids.device
     long_mask = (long_attention_mask != 0) if long_attention_mask is not None else torch.ones(
@@ -206,4 +215,6 @@ def check_and_collect(config: GlobalLocalConfig, inputs: Mapping[str, Tensor | N
         long_paragraph_ids=given.get("long_paragraph_ids"),
         global_paragraph_ids=given.get("global_paragraph_ids"),
         global_sees_all=None if global_sees_all is None else global_sees_all.bool(),
+        long_example_ids=long_example_ids,
+        global_example_ids=global_example_ids,
     )

@@ -219,6 +219,8 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
         global_paragraph_ids: Tensor | None = None,
         global_sees_all: Tensor | None = None,
         global_features: Tensor | None = None,
+        long_example_ids: Tensor | None = None,
+        global_example_ids: Tensor | None = None,
     ) -> GlobalLocalModelOutput:
         """
         long_input_ids [B, L]; global_input_ids [B, G] or None (no global tokens);
@@ -229,7 +231,10 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
         long_paragraph_ids [B, L], global_paragraph_ids [B, G]: paragraph of each token;
         global_sees_all [B, G] bool: global tokens exempt from hard g2l (CLS, question, candidates);
         global_features [B, G, F] float, F = config.global_feature_size: per-global-token features added
-        to the embedding. (The schema, with dtypes and padding values: longdoc.model.inputs.ENCODER_INPUTS.)
+        to the embedding;
+        long_example_ids [B, L], global_example_ids [B, G]: the example each token belongs to, in rows
+        that pack several (no attention across examples; ETC's pretraining packs documents).
+        (The schema, with dtypes and padding values: longdoc.model.inputs.ENCODER_INPUTS.)
         """
         config = self.config
         structure = check_and_collect(config, dict(
@@ -238,6 +243,7 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
             long_token_type_ids=long_token_type_ids, global_token_type_ids=global_token_type_ids,
             sentence_ids=sentence_ids, mention_ids=mention_ids, long_paragraph_ids=long_paragraph_ids,
             global_paragraph_ids=global_paragraph_ids, global_sees_all=global_sees_all, global_features=global_features,
+            long_example_ids=long_example_ids, global_example_ids=global_example_ids,
         ))
         batch, length = long_input_ids.shape
         long_hidden = self.embeddings(long_input_ids, long_token_type_ids)

@@ -86,6 +86,8 @@ class StructureIds:
     mention_ids [B, L] int64 or None: a second linked global token (a candidate mention), -1 for none.
     long_paragraph_ids [B, L], global_paragraph_ids [B, G] int64 or None: paragraph of each token.
     global_sees_all [B, G] bool: global tokens exempt from hard g2l (CLS, question, candidates).
+    long_example_ids [B, L], global_example_ids [B, G] int64 or None: the example each token belongs
+    to, for rows that pack several (ETC's pretraining packs documents): no attention across examples.
     """
 
     long_mask: Tensor
@@ -95,6 +97,8 @@ class StructureIds:
     long_paragraph_ids: Tensor | None
     global_paragraph_ids: Tensor | None
     global_sees_all: Tensor | None
+    long_example_ids: Tensor | None = None
+    global_example_ids: Tensor | None = None
 
 
 @dataclass
@@ -208,11 +212,20 @@ def build_side_inputs(
         query_paragraph = _pad_to(structure.long_paragraph_ids, padded_length, -1).view(batch, num_blocks, block_size, 1)
         key_paragraph = _windows(structure.long_paragraph_ids, block_size, num_blocks, -2).unsqueeze(2)
         local_allowed &= query_paragraph == key_paragraph
+    long_examples, global_examples = structure.long_example_ids, structure.global_example_ids
+    if long_examples is not None:
+        query_example = _pad_to(long_examples, padded_length, -1).view(batch, num_blocks, block_size, 1)
+        local_allowed &= query_example == _windows(long_examples, block_size, num_blocks, -2).unsqueeze(2)
+    # [B, Lp, G]: the long-global pairs of one example (None: one example per row)
+    same_example = None if long_examples is None or global_examples is None else (
+        _pad_to(long_examples, padded_length, -1).unsqueeze(-1) == global_examples.unsqueeze(1))
 
     linked = _linked(structure, num_globals) if has_links else None  # [B, L, G]
     long_to_global_allowed = global_mask.unsqueeze(1).expand(batch, padded_length, num_globals)
     if hard_l2g and has_links:
         long_to_global_allowed = long_to_global_allowed & _pad_to(linked, padded_length, False)
+    if same_example is not None:
+        long_to_global_allowed = long_to_global_allowed & same_example
     long_allowed = torch.cat(
         [local_allowed, long_to_global_allowed.reshape(batch, num_blocks, block_size, num_globals)], dim=-1
     )
@@ -247,9 +260,12 @@ def build_side_inputs(
             if sees_all is not None:
                 own_tokens = own_tokens | sees_all.unsqueeze(-1)
             global_to_long_allowed = global_to_long_allowed & own_tokens
-        global_allowed = torch.cat(
-            [global_mask.unsqueeze(1).expand(batch, num_globals, num_globals), global_to_long_allowed], dim=-1
-        )
+        global_to_global_allowed = global_mask.unsqueeze(1).expand(batch, num_globals, num_globals)
+        if same_example is not None:
+            global_to_long_allowed = global_to_long_allowed & same_example.transpose(1, 2)
+            global_to_global_allowed = global_to_global_allowed & (
+                global_examples.unsqueeze(-1) == global_examples.unsqueeze(1))
+        global_allowed = torch.cat([global_to_global_allowed, global_to_long_allowed], dim=-1)
         global_mask_bias = _mask_bias(global_allowed, dtype)
         if layout is not None:
             global_relative_ids = torch.empty(batch, num_globals, num_globals + padded_length, dtype=torch.int32,

@@ -11,7 +11,7 @@ from longdoc.data.features import FeatureSettings, GlobalKind, GlobalMarkers, bu
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.data.spans import SOURCE_NONE, SOURCE_QUESTION
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.inputs import MODEL_INPUT_NAMES
+from longdoc.model.inputs import MODEL_INPUT_NAMES, PACKED_ROW_INPUTS
 from tests.data.token_text import check_offsets, small_bpe_tokenizer
 
 TOKENIZER = default_tokenizer()
@@ -120,7 +120,7 @@ def test_collate_pads_model_inputs_only():
     short = StructuredExample("s", "a", [Document("b")])
     rows += [f.to_dict() for f in build_features(short, TOKENIZER, FeatureSettings(64, 32, max_question_len=8))]
     batch = collate_features(rows, TOKENIZER.pad_token_id)
-    assert set(batch) == set(MODEL_INPUT_NAMES) - {"global_features"}
+    assert set(batch) == set(MODEL_INPUT_NAMES) - {"global_features", *PACKED_ROW_INPUTS}
     assert batch["long_input_ids"].shape == (2, 18) and batch["global_input_ids"].shape == (2, 11)
     # short example: [CLS] a [SEP] b [SEP] = 5 long tokens, CLS + 1 question + paragraph + sentence = 4 globals
     assert batch["long_attention_mask"][1].tolist() == [1] * 5 + [0] * 13
@@ -132,7 +132,8 @@ def test_collate_pads_model_inputs_only():
 def test_model_inputs_are_the_schema_fields_present():
     (f,) = build_features(two_paragraph_example(), TOKENIZER, FeatureSettings(64, 32, max_question_len=8))
     inputs = f.model_inputs()
-    assert list(inputs) == [name for name in MODEL_INPUT_NAMES if name != "global_features"]  # no DOM features
+    # no DOM features, one example per row
+    assert list(inputs) == [name for name in MODEL_INPUT_NAMES if name not in ("global_features", *PACKED_ROW_INPUTS)]
     assert inputs["sentence_ids"] == f.sentence_ids and "long_offsets" not in inputs
 
 

@@ -21,7 +21,10 @@ def tiny_config(**overrides) -> GlobalLocalConfig:
     return GlobalLocalConfig(**settings)
 
 
-def make_inputs(batch: int, length: int, num_globals: int, padding: bool, structure: bool, seed: int = 1) -> dict:
+def make_inputs(batch: int, length: int, num_globals: int, padding: bool, structure: bool, seed: int = 1,
+                packed: bool = False) -> dict:
+    """Random inputs; `packed`: each row holds two examples (the first half of its long and of its
+    global tokens, then the second), with example ids."""
     generator = torch.Generator().manual_seed(seed)
     inputs = {"long_input_ids": torch.randint(1, VOCAB, (batch, length), generator=generator)}
     long_mask = torch.ones(batch, length, dtype=torch.long)
@@ -48,4 +51,7 @@ def make_inputs(batch: int, length: int, num_globals: int, padding: bool, struct
             inputs["global_paragraph_ids"] = torch.randint(0, 2, (batch, num_globals), generator=generator)
     if structure:
         inputs["long_paragraph_ids"] = (torch.arange(length) * 3 // max(length, 1)).expand(batch, length).clone()
+    if packed:
+        inputs["long_example_ids"] = (1 + (torch.arange(length) >= length // 2)).expand(batch, length).clone()
+        inputs["global_example_ids"] = (1 + (torch.arange(num_globals) >= num_globals // 2)).expand(batch, num_globals).clone()
     return inputs

@@ -26,6 +26,10 @@ def dense_masks_and_ids(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, 
     long_mask = inputs.get("long_attention_mask", torch.ones(batch, length)).bool()
     global_mask = inputs.get("global_attention_mask", torch.ones(batch, num_globals)).bool()
     sentence_ids, mention_ids = inputs.get("sentence_ids"), inputs.get("mention_ids")
+    # The example of every token of [long | global] (one per row when not given).
+    examples = None
+    if inputs.get("long_example_ids") is not None:
+        examples = torch.cat([inputs["long_example_ids"], inputs["global_example_ids"]], dim=1)
     layout = RelativeIdLayout(config.max_relative_distance)  # the id numbering only; the rules are below
     k = layout.max_distance
 
@@ -67,6 +71,8 @@ def dense_masks_and_ids(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, 
                         if config.hard_g2l and sentence_ids is not None:
                             ok = ok and (linked or exempt)
                     relative = "linked" if linked else "unlinked"
+                if examples is not None:  # packed rows: no attention across examples
+                    ok = ok and bool(examples[example, query] == examples[example, key])
                 allowed[example, query, key] = ok
                 if relative == "linked":
                     ids[example, query, key] = layout.linked
@@ -97,7 +103,8 @@ def dense_forward(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, Tensor
     embeddings = model.embeddings
     long_hidden = embeddings(long_ids, inputs.get("long_token_type_ids"))
     if num_globals:
-        global_hidden = embeddings(global_ids, inputs.get("global_token_type_ids"), inputs.get("global_features"))
+        global_hidden = embeddings(global_ids, inputs.get("global_token_type_ids"), inputs.get("global_features"),
+                                   is_global=True)
     else:
         global_hidden = long_hidden.new_zeros(batch, 0, config.hidden_size)
 
@@ -110,6 +117,19 @@ def dense_forward(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, Tensor
         qkv = torch.cat([attention.long_qkv(long_in), (attention.global_qkv or attention.long_qkv)(global_in)], dim=1)
         q, key, value = qkv.view(batch, -1, 3, heads, size).permute(2, 0, 3, 1, 4)  # [B, h, N, d]
         scores = q @ key.transpose(-1, -2)  # [B, h, N, N]
+        values_of_long_queries = values_of_global_queries = value
+        if config.cross_kv_projections:
+            # Long queries read global tokens' keys and values through long_queries_global_kv,
+            # global queries long tokens' through global_queries_long_kv: pair by pair.
+            def key_values(projection, hidden):
+                return projection(hidden).view(batch, -1, 2, heads, size).permute(2, 0, 3, 1, 4)
+
+            global_key, global_value = key_values(attention.long_queries_global_kv, global_in)
+            long_key, long_value = key_values(attention.global_queries_long_kv, long_in)
+            scores[:, :, :length, length:] = q[:, :, :length] @ global_key.transpose(-1, -2)
+            scores[:, :, length:, :length] = q[:, :, length:] @ long_key.transpose(-1, -2)
+            values_of_long_queries = torch.cat([value[:, :, :length], global_value], dim=2)
+            values_of_global_queries = torch.cat([long_value, value[:, :, length:]], dim=2)
         if config.uses_relative_positions:
             for softmax, rows in ((attention.long_softmax, is_long_query), (attention.global_softmax, ~is_long_query)):
                 # q . E[id] + b[id], pair by pair (E [R, h, d], b [R, h])
@@ -133,7 +153,9 @@ def dense_forward(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, Tensor
             for softmax, rows in ((attention.long_softmax, is_long_query), (attention.global_softmax, ~is_long_query)):
                 mixed[:, :, rows] = torch.einsum("gh,bhqk->bgqk", softmax.talking_heads_post, probs[:, :, rows])
             probs = mixed
-        context = (probs @ value).transpose(1, 2).reshape(batch, -1, config.hidden_size)
+        context = torch.cat([probs[:, :, :length] @ values_of_long_queries,
+                             probs[:, :, length:] @ values_of_global_queries], dim=2)
+        context = context.transpose(1, 2).reshape(batch, -1, config.hidden_size)
         long_attended = attention.long_output(context[:, :length])
         global_attended = (attention.global_output or attention.long_output)(context[:, length:])
 

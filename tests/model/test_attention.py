@@ -67,6 +67,8 @@ def test_blocked_equals_dense_over_masks(hard_g2l, hard_l2g, within_paragraph):
         dict(pre_layer_norm=True),
         dict(residual_attention_mean=True),
         dict(share_qkv=True, share_attention_output=True, share_feed_forward=True),
+        dict(cross_kv_projections=True),
+        dict(separate_global_embedding_norm=True),
         dict(local_radius=0),
         dict(local_radius=40),  # radius above the length: full attention
         dict(global_feature_size=3),
@@ -79,6 +81,33 @@ def test_blocked_equals_dense_over_options(overrides):
     if overrides.get("global_feature_size"):
         inputs["global_features"] = torch.randn(2, 4, 3, dtype=torch.float64)
     assert_real_positions_close(model, inputs, atol=1e-10)
+
+
+@pytest.mark.parametrize("hard_g2l,hard_l2g", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("structure", [False, True], ids=["no-structure", "structure"])
+def test_blocked_equals_dense_for_packed_examples(hard_g2l, hard_l2g, structure):
+    config = tiny_config(hard_g2l=hard_g2l, hard_l2g=hard_l2g)
+    inputs = make_inputs(2, 17, 6, padding=True, structure=structure, packed=True)
+    assert_real_positions_close(make_model(config), inputs, atol=1e-10)
+
+
+def test_packed_examples_do_not_see_each_other():
+    model = make_model(tiny_config(local_radius=40))  # a window over the whole row: only the example ids separate
+    inputs = make_inputs(1, 12, 4, padding=False, structure=False, packed=True)
+    changed = {name: value.clone() for name, value in inputs.items()}
+    changed["long_input_ids"][0, 8] = (changed["long_input_ids"][0, 8] + 1) % VOCAB  # in the second example
+    changed["global_input_ids"][0, 3] = (changed["global_input_ids"][0, 3] + 1) % VOCAB
+    before, after = model(**inputs), model(**changed)
+    torch.testing.assert_close(after.long_hidden_state[0, :6], before.long_hidden_state[0, :6], atol=0, rtol=0)
+    torch.testing.assert_close(after.global_hidden_state[0, :2], before.global_hidden_state[0, :2], atol=0, rtol=0)
+    assert not torch.allclose(after.long_hidden_state[0, 6:], before.long_hidden_state[0, 6:])
+
+
+def test_example_ids_come_in_pairs():
+    inputs = make_inputs(1, 8, 2, padding=False, structure=False, packed=True)
+    del inputs["global_example_ids"]
+    with pytest.raises(ValueError, match="long_example_ids was given alone"):
+        make_model(tiny_config())(**inputs)
 
 
 def test_no_structure_means_no_hard_masks():
@@ -106,8 +135,9 @@ def test_float32_close_to_float64_reference():
         # suffix sums in PickRelative's backward start before and end after the window
         (13, dict(local_radius=1, max_relative_distance=5, relative_vocab_size=14)),
         (3, dict(local_radius=40)),  # one block of the input's own length
+        (13, dict(cross_kv_projections=True)),
     ],
-    ids=["residual", "residual,talking", "talking", "k>window", "one-short-block"],
+    ids=["residual", "residual,talking", "talking", "k>window", "one-short-block", "cross-kv"],
 )
 def test_gradients_equal_dense_gradients(length, overrides):
     model = make_model(tiny_config(**overrides))

@@ -38,6 +38,7 @@ CONFIGS = {
     # and gathers them beyond.
     "ids-beyond-32": dict(local_radius=17, max_relative_distance=16, relative_vocab_size=40),
     "vocabulary-beyond-64": dict(relative_vocab_size=70),
+    "cross-kv": dict(cross_kv_projections=True),
 }
 
 
@@ -60,7 +61,19 @@ def test_kernel_outputs_equal_dense_reference(kernel, overrides, length, num_glo
                                        global_reference[global_mask], atol=2e-5, rtol=0)
 
 
-GRADIENT_CONFIGS = ("residual", "plain", "k>window", "talking-heads")
+@pytest.mark.parametrize("hard_g2l", [False, True], ids=["no-hard-g2l", "hard-g2l"])
+def test_kernel_outputs_equal_dense_reference_for_packed_examples(kernel, hard_g2l):
+    # Packed rows narrow the long keys each global query sees (global_key_ranges) with hard g2l or without.
+    inputs = make_inputs(2, 30, 7, padding=True, structure=True, packed=True)
+    long_reference, global_reference = dense_forward(make_model(tiny_config(hard_g2l=hard_g2l)), inputs)
+    output = make_model(tiny_config(hard_g2l=hard_g2l)).float()(**inputs)
+    long_mask, global_mask = inputs["long_attention_mask"].bool(), inputs["global_attention_mask"].bool()
+    torch.testing.assert_close(output.long_hidden_state[long_mask].double(), long_reference[long_mask], atol=2e-5, rtol=0)
+    torch.testing.assert_close(output.global_hidden_state[global_mask].double(), global_reference[global_mask],
+                               atol=2e-5, rtol=0)
+
+
+GRADIENT_CONFIGS = ("residual", "plain", "k>window", "talking-heads", "cross-kv")
 
 
 @pytest.mark.parametrize("overrides", [CONFIGS[name] for name in GRADIENT_CONFIGS], ids=GRADIENT_CONFIGS)
