@@ -15,7 +15,11 @@ Each case directory holds what a converter and a test need, and nothing pickled:
   model.ckpt-STEP.index, model.ckpt-STEP.data-00000-of-00001  TF1 checkpoint, variable names exactly
       as etcmodel's EtcModel (realformer's BertModel) creates them, plus `global_step`; every
       weight random and away from its initial value (norms, biases and relative tables included);
+      A pretraining run's leftovers come along, as in a released checkpoint: the optimizer's slots
+      of one variable (LAMB's for ETC, Adam's for RealFormer) and, for RealFormer, BERT's
+      pretraining heads (cls/predictions, cls/seq_relationship);
   etc_config.json (bert_config.json)  the model's config, in the released checkpoints' format;
+  vocab.txt        a WordPiece vocabulary of the config's size (BERT's special tokens and words);
   structure.json   the raw structure the inputs were built from (token ids per sentence, per
       packed example, per row) and the case's description;
   inputs.npz       the inputs etcmodel received: ids, token types, example ids, sentence ids, and
@@ -171,6 +175,36 @@ def pack_etc_rows(rows, long_length, global_length):
     return arrays
 
 
+def write_vocabulary(directory, size):
+    """BERT's layout at a small size: [PAD], the [unusedN] rows global tokens use, [UNK], [CLS],
+    [SEP], [MASK], then words."""
+    special = ["[PAD]", *(f"[unused{i}]" for i in range(5)), "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens = special + [f"w{i}" for i in range(size - len(special))]
+    (directory / "vocab.txt").write_text("\n".join(tokens) + "\n")
+
+
+def add_optimizer_slots(tf, variable_name, optimizer):
+    """The two moment slots `optimizer` ("lamb" or "adam") keeps for one variable, named as its
+    checkpoints name them (VAR/lamb_m, VAR/lamb_v): a converter must drop them."""
+    variable = next(v for v in tf.compat.v1.global_variables() if v.op.name == variable_name)
+    for moment in ("m", "v"):
+        tf.compat.v1.get_variable(f"{variable_name}/{optimizer}_{moment}", variable.shape, trainable=False)
+
+
+def add_bert_pretraining_heads(tf, realformer, sequence_output, config):
+    """BERT's pretraining heads under run_pretraining.py's names: the MLM transform, its LayerNorm
+    and output bias, and next-sentence prediction's output layer."""
+    hidden = config["hidden_size"]
+    with tf.compat.v1.variable_scope("cls/predictions"):
+        with tf.compat.v1.variable_scope("transform"):
+            transformed = tf.compat.v1.layers.dense(sequence_output, hidden, name="dense")
+            realformer.layer_norm(transformed)
+        tf.compat.v1.get_variable("output_bias", [config["vocab_size"]])
+    with tf.compat.v1.variable_scope("cls/seq_relationship"):
+        tf.compat.v1.get_variable("output_weights", [2, hidden])
+        tf.compat.v1.get_variable("output_bias", [2])
+
+
 def random_weights(name, shape, rng):
     """Values for one variable, away from its initial value: layer norm scales around 1 and every
     bias, offset and relative table random, so that a converter that drops or swaps any of them fails."""
@@ -232,6 +266,7 @@ def run_etc_case(tf, modeling, input_utils, directory, config_dict, rows, long_l
         model = modeling.EtcModel(config, is_training=False)
         # Unknown long length: etcmodel's blocked ("sparse") attention, the one it runs on long inputs.
         side, long_output, global_output = call_etc(model, input_utils, config, feeds)
+        add_optimizer_slots(tf, "etc_document_bert/token_emb_lookup/embedding_table", "lamb")
         # Up to 1024 long tokens, the same inputs with static shapes take its full-attention path:
         # both must agree.
         full_path = long_length <= 1024
@@ -258,6 +293,7 @@ def run_etc_case(tf, modeling, input_utils, directory, config_dict, rows, long_l
     gap = max(np.abs(full_long_value - long_value)[long_valid].max(),
               np.abs(full_global_value - global_value)[global_valid].max()) if full_path else None
     write_json(directory / "etc_config.json", config_dict)
+    write_vocabulary(directory, config_dict["vocab_size"])
     write_json(directory / "structure.json", dict(
         description=description, long_length=long_length, global_length=global_length,
         rows=[dict(examples=examples) for examples in rows],
@@ -298,11 +334,14 @@ def run_realformer_case(tf, realformer, directory, config_dict, lengths, seq_len
         types = tf.compat.v1.placeholder(tf.int32, [batch, seq_length])
         model = realformer.BertModel(config=config, is_training=False, input_ids=ids, input_mask=mask,
                                      token_type_ids=types)
+        add_bert_pretraining_heads(tf, realformer, model.get_sequence_output(), config_dict)
+        add_optimizer_slots(tf, "bert/embeddings/word_embeddings", "adam")
         shapes = randomize_and_save(tf, session, directory, rng)
         sequence_output, pooled_output = session.run(
             [model.get_sequence_output(), model.get_pooled_output()],
             {ids: input_ids, mask: input_mask, types: token_type_ids})
     write_json(directory / "bert_config.json", config_dict)
+    write_vocabulary(directory, config_dict["vocab_size"])
     write_json(directory / "structure.json", dict(
         description=description, seq_length=seq_length, rows=raw_rows,
         layout="per row, segments in order (token type = segment index), then padding (id 0, mask 0, type 0)"))

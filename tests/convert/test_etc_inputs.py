@@ -190,7 +190,7 @@ def test_converted_folder_config_carries_etcs_conventions(tmp_path):
     from longdoc.model.config import GlobalLocalConfig
 
     out = tmp_path / "etc"
-    convert_etc(Path(__file__).parents[1] / "fixtures" / "tf_checkpoint" / "etc_shared", out, LengthOptions(64, 8))
+    convert_etc(Path(__file__).parents[1] / "fixtures" / "etc" / "padding", out, LengthOptions(64, 8))
     config = GlobalLocalConfig.from_pretrained(out)
     assert (config.long_question_token_type_id, config.long_document_token_type_id) == (1, 1)
     assert (config.global_question_token_type_id, config.global_structure_token_type_id) == (0, 0)

@@ -1,0 +1,60 @@
+"""Compare a converted ETC model with etcmodel's own outputs on a reference case.
+
+  python scripts/compare_etc_reference.py CASE_DIR MODEL_DIR
+
+CASE_DIR is a case written by scripts/make_etc_reference.py (inputs.npz, outputs.npz: the inputs
+etcmodel received and its long and global outputs), MODEL_DIR what `longdoc convert etc --from
+CASE_DIR --out MODEL_DIR` wrote. Prints the largest difference at real tokens on both attention
+paths (compiled kernel and eager) and the time of each forward pass.
+"""
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from longdoc.model.modeling import GlobalLocalModel
+
+
+def etc_inputs(case: Path) -> dict[str, torch.Tensor]:
+    """GlobalLocalModel's arguments for the inputs etcmodel received."""
+    inputs, outputs = np.load(case / "inputs.npz"), np.load(case / "outputs.npz")
+    tensor = lambda array: torch.tensor(array, dtype=torch.long)  # noqa: E731
+    long_valid = tensor(outputs["long_valid"])
+    return dict(
+        long_input_ids=tensor(inputs["token_ids"]), global_input_ids=tensor(inputs["global_token_ids"]),
+        long_attention_mask=long_valid, global_attention_mask=tensor(outputs["global_valid"]),
+        long_token_type_ids=tensor(inputs["segment_ids"]), global_token_type_ids=tensor(inputs["global_segment_ids"]),
+        # etcmodel gives padding sentence id 0; longdoc's "no link" is -1
+        sentence_ids=torch.where(long_valid.bool(), tensor(inputs["sentence_ids"]), -1),
+        long_example_ids=tensor(inputs["long_example_ids"]), global_example_ids=tensor(inputs["global_example_ids"]),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case", type=Path, help="a reference case folder (inputs.npz, outputs.npz)")
+    parser.add_argument("model", type=Path, help="the folder `longdoc convert etc` wrote from it")
+    args = parser.parse_args()
+    reference = np.load(args.case / "outputs.npz")
+    long_valid, global_valid = reference["long_valid"].astype(bool), reference["global_valid"].astype(bool)
+    model = GlobalLocalModel.from_pretrained(args.model).eval()
+    inputs = etc_inputs(args.case)
+    print(f"{args.case}: {int(long_valid.sum())} long and {int(global_valid.sum())} global tokens")
+    for path, kernels in (("compiled", "1"), ("eager", "0")):
+        os.environ["LONGDOC_KERNELS"] = kernels
+        started = time.perf_counter()
+        with torch.no_grad():
+            output = model(**inputs)
+        seconds = time.perf_counter() - started
+        long_gap = np.abs(output.long_hidden_state.numpy() - reference["long_output"])[long_valid].max()
+        global_gap = np.abs(output.global_hidden_state.numpy() - reference["global_output"])[global_valid].max()
+        print(f"{path:>8}: max |longdoc - etcmodel| long {long_gap:.1e}, global {global_gap:.1e} "
+              f"(forward {seconds:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
