@@ -367,3 +367,15 @@ def test_the_kernel_takes_its_arguments_by_name_and_says_which_is_wrong(kernel):
     with pytest.raises(RuntimeError, match="ids must be Int, not Long"):
         kernel.attention_forward(**one_softmax(relative=torch.zeros(1, 2, 5, 3),
                                                ids=torch.zeros(1, 5, 7, dtype=torch.long)))
+
+
+def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_fresh_one_kept(tmp_path):
+    lock = tmp_path / "lock"
+    lock.touch()
+    assert not kernels.clear_stale_lock(tmp_path) and lock.exists()  # a build may still be running
+    old = lock.stat().st_mtime - kernels.STALE_LOCK_SECONDS - 60
+    os.utime(lock, (old, old))
+    with pytest.warns(UserWarning, match=rf"removing {lock}, left 16 minutes ago by a kernel build that did not finish"):
+        assert kernels.clear_stale_lock(tmp_path)
+    assert not lock.exists()
+    assert not kernels.clear_stale_lock(tmp_path)  # nothing to remove

@@ -22,6 +22,7 @@ import functools
 import hashlib
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -35,6 +36,10 @@ FOLDER = Path(__file__).parent
 SOURCES = tuple(FOLDER / name for name in ("forward.cpp", "backward.cpp", "products.cpp", "binding.cpp"))
 HEADERS = tuple(FOLDER / name for name in ("attention.h", "products.h"))
 _FAILURE_MARKS = ("error:", "not found", "No such file", "Permission denied")
+# torch's build lock (a file in the build folder) is removed by the process that made it; one that
+# was killed while building leaves it behind, and every later process would wait on it forever. A
+# build takes minutes at most, so a lock this old has no builder left.
+STALE_LOCK_SECONDS = 15 * 60
 
 
 def enabled() -> bool:
@@ -49,6 +54,22 @@ def _compile_flags() -> list[str]:
     elif capability == "AVX2":
         flags += ["-mavx2", "-mfma"]
     return flags
+
+
+def clear_stale_lock(build_directory: Path) -> bool:
+    """Remove the build lock in `build_directory` if no build can still hold it (older than
+    STALE_LOCK_SECONDS), saying so; True if one was removed."""
+    lock = build_directory / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if age < STALE_LOCK_SECONDS:
+        return False  # a build in progress: cpp_extension waits for it
+    warnings.warn(f"longdoc: removing {lock}, left {age / 60:.0f} minutes ago by a kernel build that did not "
+                  "finish (a killed process)", stacklevel=3)
+    lock.unlink(missing_ok=True)
+    return True
 
 
 def available_for(tensor: torch.Tensor) -> bool:
@@ -73,6 +94,7 @@ def compiled():
         from torch.utils import cpp_extension
 
         build_directory.mkdir(parents=True, exist_ok=True)
+        clear_stale_lock(build_directory)
         module = cpp_extension.load(name=name, sources=[str(path) for path in SOURCES], extra_cflags=flags,
                                     extra_ldflags=["-fopenmp"], build_directory=str(build_directory))
     except Exception as error:  # a missing compiler or ninja, a failed build: the eager path serves
