@@ -173,12 +173,18 @@ def _query_rows(tensor: Tensor | None, batch: int, num_queries: int) -> Tensor |
     return None if tensor is None else tensor.view(batch, -1, num_queries, tensor.shape[-1])
 
 
-def _kernel_keys(own_qkv: Tensor, other_kv: Tensor, attention: _KernelAttention) -> dict:
+def _key_value_views(projected: Tensor, own_qkv: Tensor, heads: int) -> tuple[Tensor, Tensor]:
+    """Keys and values [B, h, N, d] of `projected`: a stream's fused projection [B, N, 3H] (its
+    queries unused) or a cross projection [B, N, 2H]; `own_qkv` [B, Nq, 3H] gives H."""
+    return _head_views(projected, heads, parts=3 * projected.shape[-1] // own_qkv.shape[-1])[-2:]
+
+
+def _kernel_keys(own_qkv: Tensor, other: Tensor, attention: _KernelAttention) -> dict:
     """The queries and keys of one softmax, as every kernel takes them (views [B, h, N, d]): the
     queries of `own_qkv`, its keys and values first (with `window_block` b: the window of 3b keys
-    around each block of b queries), then all of `other_kv`'s."""
+    around each block of b queries), then all of `other`'s keys and values."""
     query, first_keys, first_values = _head_views(own_qkv, attention.num_heads)
-    second_keys, second_values = _head_views(other_kv, attention.num_heads, parts=2)
+    second_keys, second_values = _key_value_views(other, own_qkv, attention.num_heads)
     return dict(query=query, query_scale=1.0 / math.sqrt(query.shape[-1]), first_keys=first_keys,
                 first_values=first_values, window_block=attention.block_size, second_keys=second_keys,
                 second_values=second_values)
@@ -187,7 +193,8 @@ def _kernel_keys(own_qkv: Tensor, other_kv: Tensor, attention: _KernelAttention)
 class CompiledSoftmax(torch.autograd.Function):
     """One softmax from projections to context in the compiled kernels (CPU float32; see
     longdoc.model.kernels): the queries of `own_qkv` [B, Nq, 3H] over the first keys (its own) and
-    the second keys (all of `other_kv` [B, N2, 2H]); `relative` [B, h, ..., Nq, R] and `carried` scores as in
+    the second keys (all of `other`'s: [B, N2, 3H], the other stream's fused projection, or [B, N2,
+    2H], a cross projection); `relative` [B, h, ..., Nq, R] and `carried` scores as in
     `_attend`, the talking-heads mixes `pre`, `post` [h, h] (any may be None). Returns (context
     [B, Nq, H], summed scores or None).
 
@@ -199,7 +206,7 @@ class CompiledSoftmax(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, own_qkv: Tensor, other_kv: Tensor, relative: Tensor | None, carried: Tensor | None,
+    def forward(ctx, own_qkv: Tensor, other: Tensor, relative: Tensor | None, carried: Tensor | None,
                 pre: Tensor | None, post: Tensor | None, attention: _KernelAttention):
         batch, num_queries, width = own_qkv.shape
         heads, talking = attention.num_heads, pre is not None
@@ -220,7 +227,7 @@ class CompiledSoftmax(torch.autograd.Function):
         rows = functools.partial(_query_rows, batch=batch, num_queries=num_queries)
         shared = lambda tensor: None if tensor is None else tensor.view(batch, num_queries, -1)
         arguments = dict(
-            _kernel_keys(own_qkv, other_kv, attention), relative=rows(relative), ids=shared(attention.relative_ids),
+            _kernel_keys(own_qkv, other, attention), relative=rows(relative), ids=shared(attention.relative_ids),
             carried=rows(carried), mask_bias=shared(attention.mask_bias), scale=attention.scale, keep=rows(keep),
             keep_scale=keep_scale, summed_out=rows(summed), probs_out=rows(probs), context_out=context.transpose(1, 2),
             key_ranges=attention.key_ranges,
@@ -230,23 +237,23 @@ class CompiledSoftmax(torch.autograd.Function):
         else:
             kernels.compiled().attention_forward(**arguments)
         if for_backward:
-            ctx.save_for_backward(own_qkv, other_kv, probs, keep, summed if talking else None, pre, post)
+            ctx.save_for_backward(own_qkv, other, probs, keep, summed if talking else None, pre, post)
             ctx.attention, ctx.keep_scale = attention, keep_scale
             ctx.relative_shape = None if relative is None else relative.shape
         return context.view(batch, num_queries, -1), summed if attention.keep_summed else None
 
     @staticmethod
     def backward(ctx, grad_context: Tensor, grad_summed: Tensor | None):
-        own_qkv, other_kv, probs, keep, summed, pre, post = ctx.saved_tensors
+        own_qkv, other, probs, keep, summed, pre, post = ctx.saved_tensors
         attention, heads = ctx.attention, ctx.attention.num_heads
         batch, num_queries, _ = own_qkv.shape
-        grad_own, grad_other = torch.zeros_like(own_qkv), torch.zeros_like(other_kv)
+        grad_own, grad_other = torch.zeros_like(own_qkv), torch.zeros_like(other)
         grad_query, grad_first_keys, grad_first_values = _head_views(grad_own, heads)
-        grad_second_keys, grad_second_values = _head_views(grad_other, heads, parts=2)
+        grad_second_keys, grad_second_values = _key_value_views(grad_other, own_qkv, heads)
         grad_scores = torch.empty_like(probs)
         rows = functools.partial(_query_rows, batch=batch, num_queries=num_queries)
         arguments = dict(
-            _kernel_keys(own_qkv, other_kv, attention), probs=rows(probs), keep=rows(keep),
+            _kernel_keys(own_qkv, other, attention), probs=rows(probs), keep=rows(keep),
             keep_scale=ctx.keep_scale,
             grad_context=grad_context.contiguous().view(batch, num_queries, heads, -1).transpose(1, 2),
             grad_summed=rows(None if grad_summed is None else grad_summed.contiguous()), scale=attention.scale,
@@ -448,11 +455,10 @@ class GlobalLocalAttention(nn.Module):
     ) -> tuple[Tensor, Tensor, AttentionCarry]:
         """`forward` on CPU in float32: each softmax whole, talking heads included, in one compiled
         kernel (`CompiledSoftmax`). `cross`: the cross projections' keys and values, as in `forward`."""
-        hidden = long_qkv.shape[-1] // 3
         # The kernels read keys and values where the projections wrote them: no copies.
-        global_kv_of_long, long_kv_of_global = cross or (global_qkv[..., hidden:], long_qkv[..., hidden:])
+        global_keys_of_long, long_keys_of_global = cross or (global_qkv, long_qkv)
         long_context, long_scores = self._attend_compiled(
-            long_qkv, global_kv_of_long, side.block_size, self.long_softmax, side.long_mask_bias,
+            long_qkv, global_keys_of_long, side.block_size, self.long_softmax, side.long_mask_bias,
             side.long_relative_ids, side, carry.long_scores, layer_number, key_ranges=None,
         )
         long_out = self.long_output(long_context)
@@ -460,7 +466,7 @@ class GlobalLocalAttention(nn.Module):
             no_globals = global_qkv.new_zeros(*global_qkv.shape[:2], long_out.shape[-1])
             return long_out, no_globals, AttentionCarry(long_scores)
         global_context, global_scores = self._attend_compiled(
-            global_qkv, long_kv_of_global, 0, self.global_softmax, side.global_mask_bias,
+            global_qkv, long_keys_of_global, 0, self.global_softmax, side.global_mask_bias,
             side.global_relative_ids, side, carry.global_scores, layer_number,
             key_ranges=side.global_key_ranges,
         )
@@ -470,7 +476,7 @@ class GlobalLocalAttention(nn.Module):
     def _attend_compiled(
         self,
         own_qkv: Tensor,
-        other_kv: Tensor,
+        other: Tensor,
         block_size: int,
         softmax: SoftmaxParameters,
         mask_bias: Tensor,
@@ -482,7 +488,7 @@ class GlobalLocalAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """One softmax in the compiled kernel: the queries of `own_qkv` [B, Nq, 3H] over [its keys
         (with `block_size` b: the window of 3b around each block of b queries) | the keys of
-        `other_kv` [B, N2, 2H] (with `key_ranges`: those each query may see, the rest skipped)] -> (context
+        `other` [B, N2, 3H or 2H] (with `key_ranges`: those each query may see, the rest skipped)] -> (context
         [B, Nq, H], the summed scores to carry or None)."""
         relative = None
         if relative_ids is not None:
@@ -497,7 +503,7 @@ class GlobalLocalAttention(nn.Module):
             key_ranges=key_ranges,
             records_graph=torch.is_grad_enabled(),
         )
-        return CompiledSoftmax.apply(own_qkv, other_kv, relative, carried, softmax.talking_heads_pre,
+        return CompiledSoftmax.apply(own_qkv, other, relative, carried, softmax.talking_heads_pre,
                                      softmax.talking_heads_post, attention)
 
     def _attend(
