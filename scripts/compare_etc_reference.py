@@ -39,6 +39,9 @@ def main() -> None:
     parser.add_argument("case", type=Path, help="a reference case folder (inputs.npz, outputs.npz)")
     parser.add_argument("model", type=Path, help="the folder `longdoc convert etc` wrote from it")
     args = parser.parse_args()
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # the loading bar of 294 tensors says nothing here
     reference = np.load(args.case / "outputs.npz")
     long_valid, global_valid = reference["long_valid"].astype(bool), reference["global_valid"].astype(bool)
     model = GlobalLocalModel.from_pretrained(args.model).eval()
