@@ -22,7 +22,6 @@ sooner to read a "based in" city).
 """
 
 import argparse
-import json
 import sys
 from pathlib import Path
 

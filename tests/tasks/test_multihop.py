@@ -16,7 +16,7 @@ from longdoc.data.spans import char_span_to_token_span
 from longdoc.errors import InputError
 from longdoc.tasks import get_task
 from longdoc.tasks.hotpotqa.reader import read_examples
-from longdoc.tasks.multihop.generator import (BASED_IN, WORKS_FOR, guessing_f1, make_examples, shortest_length,
+from longdoc.tasks.multihop.generator import (BASED_IN, guessing_f1, make_examples, shortest_length,
                                            wordpiece_counter)
 
 LENGTH, MIN_DISTANCE = 512, 300

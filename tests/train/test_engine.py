@@ -4,7 +4,6 @@ past a corrupt checkpoint), a full disk while saving, and refusals of another ta
 import errno
 import json
 import shutil
-import signal
 
 import pytest
 import torch
@@ -92,16 +91,8 @@ def test_resume_from_a_checkpoint_is_exact(reference, data, tmp_path):
 
 
 def test_ctrl_c_stops_with_a_checkpoint_then_resumes_exactly(reference, data, tmp_path, monkeypatch, capsys):
-    calls = []
-
-    def collate_then_interrupt(rows, pad_token_id):
-        calls.append(1)
-        if len(calls) == 3:  # during step 3: the step finishes, then the run stops
-            signal.raise_signal(signal.SIGINT)
-        return toy_task.collate_features(rows, pad_token_id, extra=(toy_task.LABEL,))
-
     out = tmp_path / "out"
-    monkeypatch.setattr(toy_task, "collate", collate_then_interrupt)
+    monkeypatch.setattr(toy_task, "collate", toy_task.collate_interrupting_at(3))  # during step 3
     assert main(command(data, out)) == 130
     assert "stopped at step 3 of 6" in capsys.readouterr().err
     assert [path.name for path in checkpoints.list_checkpoints(out)] == ["step-000000002", "step-000000003"]

@@ -222,7 +222,7 @@ def test_collator_masks_whole_words_and_cpc_sentences(tmp_path, tokenizer):
 
 
 def test_model_losses_tied_decoder_and_saved_encoder(tmp_path, tokenizer):
-    corpus = write_people(tmp_path / "corpus", count=6)
+    write_people(tmp_path / "corpus", count=6)
     settings = PretrainingSettings(long_length=64, global_max_len=16, cpc_sentence_rate=0.3)
     inputs, _, _ = prepared(tmp_path, tokenizer, settings)
     torch.manual_seed(0)

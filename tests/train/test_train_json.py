@@ -1,7 +1,6 @@
 """`longdoc train --json`: one JSON object on stdout that says how the run ended and what it wrote."""
 
 import json
-import signal
 
 import pytest
 import torch
@@ -40,15 +39,7 @@ def test_finished_run_summary_matches_the_files_written(data, tmp_path, capsys):
 
 
 def test_interrupted_run_summary_names_the_checkpoint(data, tmp_path, monkeypatch, capsys):
-    calls = []
-
-    def collate_then_interrupt(rows, pad_token_id):
-        calls.append(1)
-        if len(calls) == 3:  # during step 3: the step finishes, then the run stops
-            signal.raise_signal(signal.SIGINT)
-        return toy_task.collate_features(rows, pad_token_id, extra=(toy_task.LABEL,))
-
-    monkeypatch.setattr(toy_task, "collate", collate_then_interrupt)
+    monkeypatch.setattr(toy_task, "collate", toy_task.collate_interrupting_at(3))  # during step 3
     out = tmp_path / "out"
     assert main([*command(data, out), "--json"]) == 130
     summary = json.loads(capsys.readouterr().out)

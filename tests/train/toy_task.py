@@ -14,6 +14,7 @@ tests/train/conftest.py does so for one test, and takes them out after it.
 
 import json
 import random
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +96,20 @@ def training_features(path, tokenizer, config, options):
 
 def collate(rows, pad_token_id):
     return collate_features(rows, pad_token_id, extra=(LABEL,))
+
+
+def collate_interrupting_at(call: int):
+    """`collate` that sends this process SIGINT (Ctrl-C) during its `call`-th batch: that step
+    finishes, then the run stops."""
+    calls = []
+
+    def collate_then_interrupt(rows, pad_token_id):
+        calls.append(1)
+        if len(calls) == call:
+            signal.raise_signal(signal.SIGINT)
+        return collate_features(rows, pad_token_id, extra=(LABEL,))  # (`collate` is what this replaces)
+
+    return collate_then_interrupt
 
 
 # model
