@@ -280,3 +280,19 @@ def test_config_that_disagrees_with_the_weights_is_named(tmp_path):
                                          r"encoder.layers.0.long_feed_forward.intermediate.weight the shape \(64, 32\), "
                                          r"but the config asks for \(48, 32\)"):
         read_etc(folder, SMALL)
+
+
+def test_a_converted_etc_folder_starts_task_and_pretraining_models(tmp_path):
+    from longdoc.model.pretraining import GlobalLocalForPretraining
+    from longdoc.tasks import get_task
+
+    out = tmp_path / "etc"
+    assert main(["convert", "etc", "--from", str(FIXTURES / "etc" / "separate_qkv"), "--out", str(out)]) == 0
+    encoder = GlobalLocalModel.from_pretrained(out).state_dict()
+    assert any("long_queries_global_kv" in name for name in encoder)
+    for model in (get_task("hotpotqa").load("model").from_encoder(out), GlobalLocalForPretraining.from_encoder(out)):
+        started = model.encoder.state_dict()
+        assert started.keys() == encoder.keys()
+        for name, value in encoder.items():
+            torch.testing.assert_close(started[name], value, atol=0, rtol=0, msg=name)
+        assert model.encoder.config.cross_kv_projections and model.encoder.config.separate_global_embedding_norm
