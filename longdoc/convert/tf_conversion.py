@@ -201,7 +201,8 @@ def read_wordpiece(vocab: Path, lower_case: bool, max_length: int):
 # sentencepiece_model.proto's ModelProto.SentencePiece.Type (the two a text can produce) and
 # TrainerSpec.ModelType values.
 NORMAL, USER_DEFINED = 1, 4
-SENTENCEPIECE_MODEL_TYPES = {1: "unigram", 2: "BPE", 3: "word", 4: "char"}
+UNIGRAM, BPE = 1, 2
+SENTENCEPIECE_MODEL_TYPES = {UNIGRAM: "unigram", BPE: "BPE", 3: "word", 4: "char"}
 
 
 def read_sentencepiece(path: Path, max_length: int, special_tokens: dict[str, str]):
@@ -209,16 +210,19 @@ def read_sentencepiece(path: Path, max_length: int, special_tokens: dict[str, st
     gives: `SentencePieceProcessor.EncodeAsPieces` then `PieceToId` per piece, i.e. the model's
     own ids (`EncodeAsIds`).
 
-    Built from the model's pieces with tokenizers' Unigram and the model's normalizer spec, in
-    SentencePiece's order: the precompiled character map (nmt_nfkc etc.), extra spaces removed,
-    spaces escaped as "▁", the dummy "▁" prefix, user-defined pieces always whole. SentencePiece
-    never produces control, unknown, unused or byte pieces from text; tokenizers' Unigram would
-    match them by their surface ("</s>" in a text), so their scores are put below any path of
-    ordinary pieces over the same characters (where the model lacks one of those characters, the
-    surface still gets the piece: a difference from SentencePiece). Refused: models whose ids
-    tokenizers cannot reproduce here (not unigram, byte fallback, whitespace as suffix) and pieces
-    ending in a digit and a comma, which FullTokenizer re-encodes apart (ALBERT's rule in
-    `encode_pieces`)."""
+    Built from the model's pieces with tokenizers' Unigram or BPE model and the model's normalizer
+    spec, in SentencePiece's order: the precompiled character map (nmt_nfkc etc.), extra spaces
+    removed, spaces escaped as "▁", the dummy "▁" prefix, user-defined pieces always whole.
+    Unigram: SentencePiece never produces control, unknown, unused or byte pieces from text;
+    tokenizers' Unigram would match them by their surface ("</s>" in a text), so their scores are
+    put below any path of ordinary pieces over the same characters (where the model lacks one of
+    those characters, the surface still gets the piece: a difference from SentencePiece). BPE:
+    SentencePiece merges the adjacent pair whose joined piece scores highest, leftmost first: the
+    merges are every split of a piece into two pieces, ranked by the joined piece's score; a
+    stretch of unknown characters is one unknown piece, and a user-defined piece, isolated before,
+    is taken whole. Refused: models whose ids tokenizers cannot reproduce here (word or char
+    models, byte fallback, whitespace as suffix) and pieces ending in a digit and a comma, which
+    FullTokenizer re-encodes apart (ALBERT's rule in `encode_pieces`)."""
     import sentencepiece
     from google.protobuf.message import DecodeError
     from sentencepiece import sentencepiece_model_pb2
@@ -235,9 +239,9 @@ def read_sentencepiece(path: Path, max_length: int, special_tokens: dict[str, st
         reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
         raise InputError(f"{path}: not a SentencePiece model ({reason})") from None
     trainer, normalizer = proto.trainer_spec, proto.normalizer_spec
-    if trainer.model_type != 1:
+    if trainer.model_type not in (UNIGRAM, BPE):
         kind = SENTENCEPIECE_MODEL_TYPES.get(trainer.model_type, str(trainer.model_type))
-        raise InputError(f"{path}: a SentencePiece {kind} model; expected a unigram model")
+        raise InputError(f"{path}: a SentencePiece {kind} model; expected a unigram or BPE model")
     if trainer.byte_fallback or trainer.treat_whitespace_as_suffix:
         setting = "byte_fallback" if trainer.byte_fallback else "treat_whitespace_as_suffix"
         raise InputError(f"{path}: trainer_spec.{setting} is on; expected it off (its ids are not reproduced here)")
@@ -253,14 +257,22 @@ def read_sentencepiece(path: Path, max_length: int, special_tokens: dict[str, st
         if name not in names:
             raise InputError(f"{path}: no piece {name!r} (expected it as the {role})")
 
-    matched = [piece.type in (NORMAL, USER_DEFINED) for piece in pieces]
-    lowest = min((piece.score for piece in pieces if piece.type == NORMAL), default=0.0)
-    longest = max((len(piece.piece) for piece, match in zip(pieces, matched) if not match), default=0)
-    # Below `longest` ordinary pieces of the lowest score: never the best path over characters the
-    # model knows.
-    never = (longest + 1) * min(lowest, -1.0) - 1.0
-    vocab = [(piece.piece, piece.score if match else never) for piece, match in zip(pieces, matched)]
-    tokenizer = Tokenizer(models.Unigram(vocab, unk_id=trainer.unk_id, byte_fallback=False))
+    if trainer.model_type == UNIGRAM:
+        matched = [piece.type in (NORMAL, USER_DEFINED) for piece in pieces]
+        lowest = min((piece.score for piece in pieces if piece.type == NORMAL), default=0.0)
+        longest = max((len(piece.piece) for piece, match in zip(pieces, matched) if not match), default=0)
+        # Below `longest` ordinary pieces of the lowest score: never the best path over characters the
+        # model knows.
+        never = (longest + 1) * min(lowest, -1.0) - 1.0
+        vocab = [(piece.piece, piece.score if match else never) for piece, match in zip(pieces, matched)]
+        tokenizer = Tokenizer(models.Unigram(vocab, unk_id=trainer.unk_id, byte_fallback=False))
+    else:
+        ranks = {piece.piece: (-piece.score, index) for index, piece in enumerate(pieces) if piece.type == NORMAL}
+        merges = sorted((rank, joined[:split], joined[split:]) for joined, rank in ranks.items()
+                        for split in range(1, len(joined)) if joined[:split] in ranks and joined[split:] in ranks)
+        tokenizer = Tokenizer(models.BPE({piece.piece: index for index, piece in enumerate(pieces)},
+                                         [(left, right) for _, left, right in merges],
+                                         unk_token=pieces[trainer.unk_id].piece, fuse_unk=True, ignore_merges=True))
 
     steps = []
     if normalizer.precompiled_charsmap:

@@ -72,9 +72,11 @@ def only_the_convert_command(monkeypatch):
     monkeypatch.setattr(cli, "COMMANDS", {"convert": "longdoc.commands.convert"})
 
 
-# SentencePiece's default normalizer (nmt_nfkc, extra spaces removed), and none with every space kept.
-@pytest.fixture(scope="module", params=[{}, dict(normalization_rule_name="identity", remove_extra_whitespaces=False)],
-                ids=["nmt_nfkc", "identity"])
+# Unigram (etcmodel's model type is not known) with SentencePiece's default normalizer (nmt_nfkc, extra
+# spaces removed) and with none, every space kept; BPE (split_digits: else "2," becomes a piece here).
+@pytest.fixture(scope="module", ids=["unigram", "unigram_identity", "bpe"], params=[
+    {}, dict(normalization_rule_name="identity", remove_extra_whitespaces=False),
+    dict(model_type="bpe", split_digits=True)])
 def rich_model(tmp_path_factory, request) -> Path:
     return train(tmp_path_factory.mktemp("spm") / "vocab.model", 240, CORPUS, **request.param)
 
@@ -88,12 +90,11 @@ def test_token_ids_are_the_sentencepiece_models(rich_model, tmp_path):
     from transformers import AutoTokenizer
 
     for loaded in (tokenizer, AutoTokenizer.from_pretrained(tmp_path, local_files_only=True), read_tokenizer(tmp_path)):
-        for text in SENTENCES:
+        for text in SENTENCES + CORPUS:
             assert loaded(text, add_special_tokens=False)["input_ids"] == full_tokenizer_ids(processor, text), text
-    # The same ids as SentencePiece's own EncodeAsIds, and tokens that are its pieces.
-    text = SENTENCES[2]
-    assert tokenizer(text, add_special_tokens=False)["input_ids"] == processor.EncodeAsIds(text)
-    assert tokenizer.tokenize(text) == processor.EncodeAsPieces(text)
+    # The same ids as SentencePiece's own EncodeAsIds, and, where every character is known, its pieces.
+    assert tokenizer(SENTENCES[2], add_special_tokens=False)["input_ids"] == processor.EncodeAsIds(SENTENCES[2])
+    assert tokenizer.tokenize(SENTENCES[0]) == processor.EncodeAsPieces(SENTENCES[0])
     assert tokenizer.convert_ids_to_tokens(list(range(processor.GetPieceSize()))) == [
         processor.IdToPiece(i) for i in range(processor.GetPieceSize())]
 
@@ -170,7 +171,7 @@ def test_corrupt_model_exits_2(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(model_type="bpe"), "a SentencePiece BPE model; expected a unigram model"),
+    (dict(model_type="char"), "a SentencePiece char model; expected a unigram or BPE model"),
     (dict(user_defined_symbols=UNUSED[::-1]), "id 40 is '<unused_7>'; expected '<unused_39>'"),
 ])
 def test_models_whose_ids_are_not_etcmodels_are_refused(tmp_path, capsys, options, message):
