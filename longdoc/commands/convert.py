@@ -29,9 +29,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
                              "or the checkpoint's prefix DIR/model.ckpt-N")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder to create (must not exist, or be empty)")
     parser.add_argument("--vocab", metavar="FILE",
-                        help="the WordPiece vocabulary (default: the folder's vocab.txt or its only *vocab*.txt)")
+                        help="the vocabulary, a WordPiece vocab.txt or a SentencePiece *.model (default: the folder's "
+                             "vocab.txt, its only *vocab*.txt or its only *.model)")
     parser.add_argument("--lower-case", action=argparse.BooleanOptionalAction, default=True,
-                        help="lower-case text before WordPiece, as BERT uncased (default: on)")
+                        help="lower-case text before WordPiece, as BERT uncased (default: on); a SentencePiece "
+                             "model normalizes text by its own rules, as etcmodel's tokenizer does")
     parser.add_argument("--json", action="store_true", help="print the conversion summary as one JSON object")
 
 

@@ -52,16 +52,38 @@ ETC_DEFAULTS = dict(
 # converted config.json so that longdoc's feature builders follow them (GlobalLocalConfig's input
 # conventions). Token types: EtcModel.call's defaults, 1 for long and 0 for global tokens, which
 # the released fine-tuning code keeps "for transfer learning" (hotpotqa/generate_tf_examples_lib.py:
-# GLOBAL_TOKEN_TYPE_ID = 0, SENTENCE_TOKEN_TYPE_ID = 1). Global token ids (the same file's
-# WORDPIECE_DEFAULT_GLOBAL_TOKEN_IDS, BERT's WordPiece vocabulary): sentence [unused0] = 1 and the
-# CPC-masked sentence [unused1] = 2 ("used in pretraining"), question [unused2] = 3 (one global
-# per question wordpiece, as in etcmodel's HotpotQA and WikiHop inputs), candidate [unused3] = 4,
-# paragraph [unused4] = 5; etcmodel names no DOM-node id, longdoc's takes the next, [unused5] = 6.
+# GLOBAL_TOKEN_TYPE_ID = 0, SENTENCE_TOKEN_TYPE_ID = 1). Global token ids, by vocabulary (the same
+# file's WORDPIECE_DEFAULT_GLOBAL_TOKEN_IDS and SENTENCEPIECE_DEFAULT_GLOBAL_TOKEN_IDS):
+# - BERT's WordPiece (the base checkpoints): sentence [unused0] = 1 and the CPC-masked sentence
+#   [unused1] = 2 ("used in pretraining"), question [unused2] = 3 (one global per question
+#   wordpiece, as in etcmodel's HotpotQA and WikiHop inputs), candidate [unused3] = 4, paragraph
+#   [unused4] = 5; etcmodel names no DOM-node id, longdoc's takes the next, [unused5] = 6.
+# - the large checkpoints' SentencePiece model: sentence "</s>" = 1, CPC-masked sentence "<s>" = 2,
+#   question "<unused_40>" = 41, candidate "<unused_41>" = 42, paragraph "<unused_42>" = 43; DOM
+#   node the next, "<unused_43>" = 44.
+ETC_TOKEN_TYPES = dict(long_question_token_type_id=1, long_document_token_type_id=1,
+                       global_question_token_type_id=0, global_structure_token_type_id=0)
 ETC_INPUT_CONVENTIONS = dict(
-    long_question_token_type_id=1, long_document_token_type_id=1,
-    global_question_token_type_id=0, global_structure_token_type_id=0,
-    global_token_ids=dict(sentence=1, cpc_mask=2, question=3, candidate=4, paragraph=5, dom_node=6),
+    **ETC_TOKEN_TYPES, global_token_ids=dict(sentence=1, cpc_mask=2, question=3, candidate=4, paragraph=5, dom_node=6),
 )
+ETC_SENTENCEPIECE_INPUT_CONVENTIONS = dict(
+    **ETC_TOKEN_TYPES,
+    global_token_ids=dict(sentence=1, cpc_mask=2, question=41, candidate=42, paragraph=43, dom_node=44),
+)
+# The SentencePiece tokenizer's special tokens. CLS (the first long and global token): "<unused_39>"
+# = 40, SENTENCEPIECE_DEFAULT_GLOBAL_TOKEN_IDS's CLS_TOKEN_ID; longdoc's feature builders take the
+# tokenizer's cls id. SEP and padding: etcmodel's NQ input code for SentencePiece vocabularies
+# (nq/preproc_nq_lib.py, tokenizer_type "ALBERT": sep "<unused_2>", pad "<pad>"); its HotpotQA and
+# WikiHop inputs have no SEP.
+ETC_SENTENCEPIECE_TOKENS = dict(cls_token="<unused_39>", sep_token="<unused_2>", pad_token="<pad>")
+# The ids etcmodel's code names with their pieces' names (SENTENCEPIECE_DEFAULT_GLOBAL_TOKEN_IDS):
+# a SentencePiece model without them is not the one the checkpoint was trained with.
+ETC_SENTENCEPIECE_IDS = {1: "</s>", 2: "<s>", 40: "<unused_39>", 41: "<unused_40>", 42: "<unused_41>",
+                         43: "<unused_42>"}
+
+
+def input_conventions(sentencepiece: bool) -> dict:
+    return ETC_SENTENCEPIECE_INPUT_CONVENTIONS if sentencepiece else ETC_INPUT_CONVENTIONS
 
 
 @dataclass(frozen=True)
@@ -81,8 +103,10 @@ def _refuse(path: Path, name: str, value, expected: str) -> InputError:
     return InputError(f"{path}: {name} = {json.dumps(value)} cannot be converted: {expected}")
 
 
-def etc_config_to_longdoc(source: dict, path: Path, lengths: LengthOptions) -> GlobalLocalConfig:
-    """A GlobalLocalConfig computing what etcmodel computes with `source` (an etc_config.json)."""
+def etc_config_to_longdoc(source: dict, path: Path, lengths: LengthOptions,
+                          conventions: dict = ETC_INPUT_CONVENTIONS) -> GlobalLocalConfig:
+    """A GlobalLocalConfig computing what etcmodel computes with `source` (an etc_config.json), with
+    etcmodel's input `conventions` for the checkpoint's vocabulary (`input_conventions`)."""
     unknown = sorted(set(source) - set(ETC_DEFAULTS) - {"vocab_size"})
     if unknown:
         raise InputError(f"{path}: unknown field(s) {', '.join(unknown)} (expected only etcmodel EtcConfig's fields)")
@@ -139,7 +163,7 @@ def etc_config_to_longdoc(source: dict, path: Path, lengths: LengthOptions) -> G
             cross_kv_projections=not _field(source, "share_qkv_projections"),
             share_attention_output=_field(source, "share_att_output_projection"),
             share_feed_forward=_field(source, "share_feed_forward_params"),
-            **ETC_INPUT_CONVENTIONS,
+            **conventions,
             # share_kv_projections has no field of its own here: it decides which variables fill the
             # cross projections (etc_rules); grad_checkpointing_period only trades memory for time in training.
         )
@@ -280,10 +304,11 @@ class ConvertedEtc:
     source_config: dict
 
 
-def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progress: bool = False) -> ConvertedEtc:
+def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progress: bool = False,
+             conventions: dict = ETC_INPUT_CONVENTIONS) -> ConvertedEtc:
     """Read and convert the ETC checkpoint in `folder` (no files written)."""
     checkpoint, config_path, source_config = open_checkpoint(folder, "etc")
-    config = etc_config_to_longdoc(source_config, config_path, lengths)
+    config = etc_config_to_longdoc(source_config, config_path, lengths, conventions)
     rules = etc_rules(config, _field(source_config, "share_kv_projections"))
     model = GlobalLocalModel(config)
     shapes = {name: value.shape for name, value in model.state_dict().items()}
@@ -292,30 +317,44 @@ def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progr
     return ConvertedEtc(model, conversion, checkpoint, source_config)
 
 
-ETC_NOTES = """The encoder computes what etcmodel's `EtcModel` computes, with
+def etc_notes(config: GlobalLocalConfig, tokenizer) -> str:
+    ids = config.global_token_ids
+    return f"""The encoder computes what etcmodel's `EtcModel` computes, with
 etcmodel's relative ids (`input_utils`: longdoc's linked/unlinked long-global ids are etcmodel's
 swapped, and so are the two rows of each relative table here) and `hard_g2l` as the checkpoint was
 trained. Its config carries etcmodel's input conventions, which longdoc's feature builders follow:
 token type 1 for every long token and 0 for every global one, and etcmodel's global token ids
-(sentence 1, CPC-masked sentence 2, question 3, candidate 4, paragraph 5; DOM node 6). Rows that
-pack several examples take etcmodel's example ids as `long_example_ids` / `global_example_ids`.
-Residual attention and talking heads are off: ETC has neither."""
+(sentence {ids['sentence']}, CPC-masked sentence {ids['cpc_mask']}, question {ids['question']}, \
+candidate {ids['candidate']}, paragraph {ids['paragraph']}; DOM node {ids['dom_node']}); CLS is the \
+tokenizer's `{tokenizer.cls_token}` ({tokenizer.cls_token_id}). Rows that pack several examples take \
+etcmodel's example ids as `long_example_ids` / `global_example_ids`. Residual attention and talking
+heads are off: ETC has neither."""
 
 
 def convert_etc(folder: str | Path, out: str | Path, lengths: LengthOptions = LengthOptions(),
                 vocab: str | Path | None = None, lower_case: bool = True, progress: bool = False) -> dict:
     """Convert the ETC checkpoint folder `folder` into the longdoc model folder `out` (written
-    atomically); returns the conversion summary."""
-    from longdoc.convert.tf_conversion import read_vocabulary, save_converted
+    atomically); returns the conversion summary. The vocabulary's kind (BERT's WordPiece for the
+    base checkpoints, SentencePiece for the large ones) decides the input conventions."""
+    from longdoc.convert.tf_conversion import find_vocabulary, is_sentencepiece, read_vocabulary, save_converted
     from longdoc.model.pretraining import HEADS_FILE
 
     out = Path(out)
     refuse_existing(out)
-    converted = read_etc(folder, lengths, progress=progress)
-    folder = converted.checkpoint.prefix.parent
-    tokenizer, vocabulary = read_vocabulary(folder, None if vocab is None else Path(vocab), lower_case,
-                                            lengths.long_max_len, converted.model.config.vocab_size)
+    prefix = find_checkpoint(folder)
+    folder = prefix.parent
+    vocabulary = find_vocabulary(folder, None if vocab is None else Path(vocab))
+    sentencepiece = is_sentencepiece(vocabulary)
+    converted = read_etc(prefix, lengths, progress=progress, conventions=input_conventions(sentencepiece))
+    tokenizer, vocabulary = read_vocabulary(folder, vocabulary, lower_case, lengths.long_max_len,
+                                            converted.model.config.vocab_size, ETC_SENTENCEPIECE_TOKENS)
+    if sentencepiece:
+        for token_id, piece in ETC_SENTENCEPIECE_IDS.items():
+            if tokenizer.convert_ids_to_tokens(token_id) != piece:
+                raise InputError(f"{vocabulary}: id {token_id} is {tokenizer.convert_ids_to_tokens(token_id)!r}; "
+                                 f"expected {piece!r} (etcmodel's SentencePiece vocabulary)")
     summary = conversion_summary("etc", folder, out, converted.checkpoint, converted.conversion, vocabulary, [])
-    card = model_card(out.name, summary, converted.source_config, ETC_CONFIG_FILE, ETC_NOTES)
+    card = model_card(out.name, summary, converted.source_config, ETC_CONFIG_FILE,
+                      etc_notes(converted.model.config, tokenizer))
     save_converted(out, converted.model, tokenizer, card, None, HEADS_FILE)
     return summary
