@@ -336,7 +336,8 @@ def convert_etc(folder: str | Path, out: str | Path, lengths: LengthOptions = Le
     """Convert the ETC checkpoint folder `folder` into the longdoc model folder `out` (written
     atomically); returns the conversion summary. The vocabulary's kind (BERT's WordPiece for the
     base checkpoints, SentencePiece for the large ones) decides the input conventions."""
-    from longdoc.convert.tf_conversion import find_vocabulary, is_sentencepiece, read_vocabulary, save_converted
+    from longdoc.convert.tf_conversion import save_converted
+    from longdoc.convert.vocabulary import find_vocabulary, is_sentencepiece, read_vocabulary
     from longdoc.model.pretraining import HEADS_FILE
 
     out = Path(out)

@@ -139,7 +139,8 @@ def convert_realformer(folder: str | Path, out: str | Path, vocab: str | Path | 
                        lower_case: bool = True, progress: bool = False) -> dict:
     """Convert the RealFormer checkpoint folder `folder` into the longdoc model folder `out`
     (written atomically); returns the conversion summary."""
-    from longdoc.convert.tf_conversion import read_vocabulary, save_converted
+    from longdoc.convert.tf_conversion import save_converted
+    from longdoc.convert.vocabulary import read_vocabulary
     from longdoc.model.pretraining import HEADS_FILE
 
     out = Path(out)

@@ -20,7 +20,7 @@ import sentencepiece
 from longdoc import cli
 from longdoc.cli import main
 from longdoc.convert.checkpoint import read_tokenizer
-from longdoc.convert.tf_conversion import read_vocabulary
+from longdoc.convert.vocabulary import read_vocabulary
 from longdoc.errors import InputError
 
 PADDING = Path(__file__).resolve().parents[1] / "fixtures" / "etc" / "padding"  # embeddings of 64 rows
