@@ -62,7 +62,8 @@ def test_cuda_7_on_a_one_gpu_machine_names_the_device_it_has(trained, tmp_path, 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert _predict(trained, tmp_path / "pred.json", "--device", "cuda:7") == 2
-    assert capsys.readouterr().err == "longdoc predict: error: --device cuda:7: this machine has 1 CUDA device (cuda:0)\n"
+    assert capsys.readouterr().err == ("longdoc predict: error: --device cuda:7: this machine has 1 CUDA device "
+                                       "(cuda:0)\n")
 
 
 def test_a_model_whose_weights_are_on_meta_is_refused(trained, tmp_path, capsys, monkeypatch):
