@@ -133,6 +133,16 @@ def test_quiet_hides_the_training_bar(shared_data, tmp_path, capsys):
     assert "train wikihop" not in hidden and TQDM_BAR not in hidden
 
 
+def test_quiet_hides_the_bar_of_make_data(tmp_path, capsys):
+    argv = ["make-data", "multihop", "--n", "2", "--length", "256", "--seed", "0"]
+    assert main([*argv, "--out", str(tmp_path / "shown.json")]) == 0
+    shown = capsys.readouterr().err
+    assert main(["--quiet", *argv, "--out", str(tmp_path / "hidden.json")]) == 0
+    hidden = capsys.readouterr().err
+    assert "multihop examples:" in shown and TQDM_BAR in shown
+    assert hidden == f"wrote 2 multihop examples to {tmp_path / 'hidden.json'}\n"
+
+
 def test_quiet_hides_the_indexing_bar_of_ask(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))  # nothing indexed yet, in either run
     document = tmp_path / "notes.txt"
