@@ -51,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"longdoc {version('longdoc')}")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--quiet", action="store_true",
-                        help="also hide longdoc's warnings (by default transformers' log messages and "
-                             "weight-loading progress bars are hidden, longdoc's own messages shown)")
+                        help="also hide longdoc's warnings and progress bars (by default transformers' log "
+                             "messages and weight-loading progress bars are hidden, longdoc's own shown)")
     output.add_argument("--verbose", action="store_true",
                         help="also show transformers' log messages and weight-loading progress bars")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -71,7 +71,9 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def _configure_output(args) -> None:
-    """What this process prints besides results: set here, by the program, never by a library import."""
+    """What this process prints besides results: set here, by the program, never by a library import.
+    `args.progress` is what commands pass on as the `progress=` of longdoc's own progress bars."""
+    args.progress = not args.quiet
     warnings.formatwarning = _format_warning
     if args.quiet:
         warnings.simplefilter("ignore")

@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from longdoc import inference
 from longdoc.errors import InputError
 
 SUPPORT_SHOWN = 3  # supporting sentences printed per answer (--json has all)
@@ -50,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="retrieve with the question only (no second hop from the first passages)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object per question (answers, support, passages, with offsets)")
+    inference.add_arguments(parser)  # the reader's; the MiniLM retriever runs on the CPU
 
 
 def _line_column(text: str, offset: int) -> tuple[int, int]:
@@ -119,12 +121,14 @@ def run(args: argparse.Namespace) -> int:
                              "lifted with `longdoc lift --from QA_CHECKPOINT --out DIR`, or a model trained with "
                              "`longdoc train hotpotqa`; without --model, answers are the sentences nearest the question")
         describe_checkpoint(args.model)
+    placement = inference.resolve_placement(args.device, args.dtype)
     sources, errors = load_sources(args.paths)
     for error in errors:
         print(f"longdoc ask: error: {error}", file=sys.stderr)
     if not sources:
         return 2
-    session = AskSession(sources, args.model, passages=args.passages, second_hop=args.second_hop)
+    session = AskSession(sources, args.model, passages=args.passages, second_hop=args.second_hop,
+                         progress=args.progress, placement=placement)
     if session.mode == "sentence":
         print(f"longdoc ask: {SENTENCE_MODE_NOTE}", file=sys.stderr)
     questions = [args.question] if args.question is not None else _questions(sys.stdin.isatty())

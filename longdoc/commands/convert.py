@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    progress = sys.stderr.isatty() and not args.json
+    progress = args.progress and sys.stderr.isatty() and not args.json
     if args.family == "etc":
         from longdoc.convert.etc import LengthOptions, convert_etc
 

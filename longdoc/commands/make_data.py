@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     generator = importlib.import_module(get_task(args.task).extras["generator"])
     path = generator.write_examples(args.out, args.n, seed=args.seed, length=args.length,
                                     min_distance=args.min_distance, comparison_fraction=args.comparison_fraction,
-                                    relation_share=args.relation_share, chain_order=args.chain_order)
+                                    relation_share=args.relation_share, chain_order=args.chain_order,
+                                    progress=args.progress)
     if args.json:
         summary = {"task": args.task, "path": str(path), "examples": args.n, "bytes": path.stat().st_size,
                    "length": args.length, "seed": args.seed,

@@ -1,9 +1,12 @@
-"""`longdoc predict TASK --model DIR --data FILE --out FILE [--batch-size N]`: a trained model's
-official prediction file for a dataset file."""
+"""`longdoc predict TASK --model DIR --data FILE --out FILE [--batch-size N] [--device DEV] [--dtype T] [--json]`:
+a trained model's official prediction file for a dataset file."""
 
+import json
 import sys
+import time
 from pathlib import Path
 
+from longdoc import inference
 from longdoc.errors import InputError
 from longdoc.tasks import get_task, task_names
 
@@ -18,6 +21,27 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data", required=True, type=Path, metavar="FILE", help="the dataset file, official format")
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="where to write the prediction file")
     parser.add_argument("--batch-size", type=int, default=8, metavar="N", help="windows per forward pass (default 8)")
+    inference.add_arguments(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object on stdout at the end: the prediction file, task, examples and "
+                             "windows predicted, seconds, examples per second, device and dtype")
+
+
+class _WindowCounter:
+    """Counts the windows (batch rows) the model runs, from a forward hook, while in a `with` block."""
+
+    def __init__(self, model):
+        self.model, self.windows = model, 0
+
+    def _count(self, module, args, kwargs, output) -> None:
+        self.windows += len(kwargs["long_input_ids"])
+
+    def __enter__(self) -> "_WindowCounter":
+        self.hook = self.model.register_forward_hook(self._count, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.hook.remove()
 
 
 def run(args) -> int:
@@ -30,9 +54,21 @@ def run(args) -> int:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
     if not args.data.is_file():
         raise InputError(f"{args.data}: no such file (--data takes a {args.task} file in its official format)")
-    model = task.load("model").from_pretrained(args.model)
+    device, dtype = inference.resolve_placement(args.device, args.dtype)
+    model = inference.place_model(task.load("model").from_pretrained(args.model), device, dtype, args.model)
     tokenizer = read_tokenizer(args.model)
-    path = task.load("decode").predict(model, args.data, args.out, tokenizer=tokenizer, options=None,
-                                       batch_size=args.batch_size)
-    print(f"wrote {path}", file=sys.stderr)
+    started = time.perf_counter()
+    with _WindowCounter(model) as counter:
+        path = task.load("decode").predict(model, args.data, args.out, tokenizer=tokenizer, options=None,
+                                           batch_size=args.batch_size, progress=args.progress)
+    seconds = time.perf_counter() - started
+    # The decoders return only the file; its examples are counted by reading the data again.
+    examples = sum(1 for _ in task.load("reader").read_examples(args.data))
+    summary = {"predictions": str(path), "task": args.task, "examples": examples, "windows": counter.windows,
+               "seconds": round(seconds, 3), "examples_per_second": round(examples / seconds, 3),
+               "device": str(device), "dtype": str(dtype).removeprefix("torch.")}
+    print(f"wrote {path}: {examples} examples ({counter.windows} windows) in {seconds:.1f} s, "
+          f"{summary['examples_per_second']} examples/s on {summary['device']} in {summary['dtype']}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(summary))
     return 0

@@ -64,7 +64,8 @@ def run(args) -> int:
     def summary(result) -> dict[str, Any]:
         return run_summary(args.task, options, result)
 
-    return run_and_report("train", lambda: train_task(task, options), done, summary if args.json else None)
+    return run_and_report("train", lambda: train_task(task, options, progress=args.progress), done,
+                          summary if args.json else None)
 
 
 def run_summary(task_name: str, options: dict[str, Any], result) -> dict[str, Any]:

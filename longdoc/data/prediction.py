@@ -32,10 +32,10 @@ def score_examples(
 
     The windows are `build_features(example, tokenizer, settings)`; `inputs(example, features)` is
     one window's model-input row and `collate` batches rows (both the task's features module's);
-    `model.forward_rows` runs them `batch_size` at a time. Floating outputs come as float32 on the
-    CPU: decoders add and compare logits, which a lower precision would round. Examples are run
-    `chunk_size` at a time (None: all at once), so that the windows of a large file need not all be
-    held at once; the progress bar then counts examples, else windows.
+    `model.forward_rows` runs them `batch_size` at a time (floating outputs come back as float32 on
+    the CPU, whatever the model's device and dtype). Examples are run `chunk_size` at a time (None:
+    all at once), so that the windows of a large file need not all be held at once; the progress bar
+    then counts examples, else windows.
     """
     markers = GlobalMarkers.from_tokenizer(tokenizer)
     examples = iter(examples)
@@ -47,7 +47,6 @@ def score_examples(
                                          progress=progress and chunk_size is None, desc=desc)
             per_example: list[list[WindowScores]] = [[] for _ in chunk]
             for (e, features), output in zip(windows, outputs):
-                floats = {name: value.float() if value.is_floating_point() else value for name, value in output.items()}
-                per_example[e].append(WindowScores(features, floats))
+                per_example[e].append(WindowScores(features, output))
             yield from zip(chunk, per_example)
             bar.update(len(chunk))

@@ -55,6 +55,10 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
 
 
+def _to_cpu(output: Tensor) -> Tensor:
+    return output.to("cpu", torch.float32) if output.is_floating_point() else output.cpu()
+
+
 class TaskModel(EncoderWithHeads):
     """An encoder (`self.encoder`, a GlobalLocalModel) plus the heads a subclass adds."""
 
@@ -99,7 +103,9 @@ class TaskModel(EncoderWithHeads):
         Rows are batched by length (`length_batches`, longest first), padded by `collate(rows,
         pad_token_id)` and moved to the model's device; each result holds every batched tensor output
         at that row's index, on the CPU (results of a whole file add up: they stay out of GPU memory),
-        still padded to its batch's length (positions past the row's own length are padding).
+        floating ones as float32 whatever the model's dtype (decoders add and compare logits, which a
+        lower precision would round), still padded to its batch's length (positions past the row's
+        own length are padding).
         """
         self.eval()
         results: list[dict[str, Tensor] | None] = [None] * len(rows)
@@ -108,7 +114,7 @@ class TaskModel(EncoderWithHeads):
             for indices in batches:
                 batch = collate([rows[i] for i in indices], self.config.pad_token_id)
                 output = self(**{name: value.to(self.device) for name, value in batch.items()})
-                tensors = {name: value.cpu() for name, value in output.items()
+                tensors = {name: _to_cpu(value) for name, value in output.items()
                            if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == len(indices)}
                 for position, index in enumerate(indices):
                     results[index] = {name: value[position] for name, value in tensors.items()}

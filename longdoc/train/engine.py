@@ -32,6 +32,7 @@ and `longdoc.train.pretraining.build_pretraining_job` for continued pretraining)
         logged_outputs, optional names of 0-dim fields of the model's output (e.g. the parts of a
                      loss and their accuracies), each logged beside the loss every `log_steps`: its
                      mean over the window's micro-batches, of all processes, where it is not None
+        progress,    whether the main process shows the training progress bar (default True)
     )
     run_training(job) -> TrainingResult(step, total_steps, metrics, interrupted, checkpoint)
 
@@ -94,6 +95,7 @@ class TrainingJob:
     save_model: Callable[[nn.Module, Path, dict], None] | None = None
     identity: dict[str, Any] | None = None
     logged_outputs: Sequence[str] = ()
+    progress: bool = True
 
 
 @dataclass
@@ -452,7 +454,7 @@ def _run(job: TrainingJob, info: ProcessInfo) -> TrainingResult:
     metrics, checkpoint, interrupted = {}, None, False
     window = _LogWindow(job.logged_outputs)
     bar = tqdm(total=run.total_steps, initial=run.start_step, desc=f"train {job.name}", unit="step",
-               disable=not info.is_main, dynamic_ncols=True)
+               disable=not (info.is_main and job.progress), dynamic_ncols=True)
     run.model.train()
     with _StopRequest() as stop:
         while run.step < run.total_steps:

@@ -28,16 +28,18 @@ def _check_files(options: Mapping[str, Any]) -> None:
 
 
 def predict_and_score(task: Task, model, dev: Path, predictions_path: Path, tokenizer,
-                      options: Mapping[str, Any] | None = None, batch_size: int = 8) -> dict[str, float]:
+                      options: Mapping[str, Any] | None = None, batch_size: int = 8,
+                      progress: bool = True) -> dict[str, float]:
     """`model`'s official prediction file for the `dev` file (`decode.predict`, written to
     `predictions_path`), scored by the task's official metric at its default options."""
     predictions = task.load("decode").predict(model, dev, predictions_path, tokenizer=tokenizer, options=options,
-                                              batch_size=batch_size)
+                                              batch_size=batch_size, progress=progress)
     return task.load("metric").evaluate_files(dev, predictions, **task.metric_defaults())
 
 
-def build_task_job(task: Task, options: Mapping[str, Any]):
-    """The TrainingJob of `longdoc train TASK` with resolved `options`."""
+def build_task_job(task: Task, options: Mapping[str, Any], progress: bool = True):
+    """The TrainingJob of `longdoc train TASK` with resolved `options`; `progress`: show the training
+    and dev prediction progress bars."""
     import torch
 
     from longdoc.convert.checkpoint import read_tokenizer
@@ -65,23 +67,24 @@ def build_task_job(task: Task, options: Mapping[str, Any]):
 
         def evaluate(trained, folder: Path) -> dict[str, float]:
             return predict_and_score(task, trained, options["dev"], folder / DEV_PREDICTIONS_FILE, tokenizer,
-                                     options, batch_size=options.get("eval_batch_size") or options["batch_size"])
+                                     options, batch_size=options.get("eval_batch_size") or options["batch_size"],
+                                     progress=progress)
 
     def save_model(trained, folder: Path, state_dict: dict) -> None:
         trained.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
         tokenizer.save_pretrained(folder)
 
     return TrainingJob(name=task.name, model=model, rows=rows, collate=collate, out_dir=Path(options["out"]),
-                       options=options, evaluate=evaluate, save_model=save_model)
+                       options=options, evaluate=evaluate, save_model=save_model, progress=progress)
 
 
-def train_task(task: Task, options: Mapping[str, Any]):
+def train_task(task: Task, options: Mapping[str, Any], progress: bool = True):
     """Train `task` with resolved `options` (longdoc.train.options); returns the engine's TrainingResult.
     Rank 0 writes metrics.json at the end (when --dev is given)."""
     from longdoc.train.engine import run_training
 
     out = Path(options["out"])
-    job = build_task_job(task, options)
+    job = build_task_job(task, options, progress)
     result = run_training(job)
     if result.is_main and not result.interrupted and result.metrics:
         from longdoc.evaluate.leaderboard import write_metrics_json

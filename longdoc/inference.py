@@ -1,0 +1,100 @@
+"""Where and in what precision a trained model predicts: `--device` and `--dtype` of `longdoc
+predict` and `longdoc ask`.
+
+`resolve_placement(device, dtype)` turns the two option strings into a torch device and dtype, or
+an InputError naming the option and what this machine offers; `place_model` moves a loaded model
+there, refusing one whose weights were never loaded (parameters on the "meta" device). Inputs follow
+the model: `TaskModel.forward_rows` moves each batch to the model's device and brings floating
+outputs back to the CPU as float32, so the decoders' arithmetic is the same in every precision.
+
+The default device is the fastest one torch finds: CUDA, else Apple's MPS, else the CPU; the
+default dtype float32. On the CPU the compiled attention kernels serve float32 only; bfloat16 and
+float16 run the attention's eager path (longdoc.model.attention).
+
+torch is imported inside the functions: `add_arguments` runs for `longdoc --help`.
+"""
+
+import re
+
+from longdoc.errors import InputError
+
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+DEVICE_FORMS = "cpu, cuda, cuda:N, mps"
+_DEVICE_PATTERN = re.compile(r"(cpu|cuda|mps)(?::(\d+))?")
+
+
+def add_arguments(parser) -> None:
+    """--device, --dtype and --bf16 (the same as --dtype bfloat16) on a command that predicts."""
+    parser.add_argument("--device", metavar="DEV",
+                        help=f"where the model runs: {DEVICE_FORMS} (default: cuda when torch finds a CUDA "
+                             "device, else mps when it finds one, else cpu)")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--dtype", choices=DTYPE_NAMES, help="the model's precision (default float32)")
+    precision.add_argument("--bf16", dest="dtype", action="store_const", const="bfloat16",
+                           help="the same as --dtype bfloat16")
+
+
+def default_device() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def _cuda_devices(count: int) -> str:
+    named = ", ".join(f"cuda:{index}" for index in range(count))
+    return f"{count} CUDA device{'s' if count != 1 else ''} ({named})"
+
+
+def resolve_device(name: str | None):
+    """The torch.device `--device name` names (None: `default_device()`); InputError when the name is
+    not one of DEVICE_FORMS or this machine lacks the device."""
+    import torch
+
+    name = default_device() if name is None else name
+    match = _DEVICE_PATTERN.fullmatch(name)
+    if match is None:
+        raise InputError(f"--device {name}: not a device name; use one of {DEVICE_FORMS}")
+    kind, index = match.group(1), match.group(2)
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            reason = "torch was built without CUDA" if torch.version.cuda is None else "torch finds no CUDA device"
+            raise InputError(f"--device {name}: this machine has no CUDA device ({reason}); use --device cpu")
+        count = torch.cuda.device_count()
+        if index is not None and int(index) >= count:
+            raise InputError(f"--device {name}: this machine has {_cuda_devices(count)}")
+        return torch.device("cuda", int(index or 0))
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"--device {name}: this machine has no MPS device (Apple silicon GPU); use --device cpu")
+    if index is not None and int(index) != 0:
+        raise InputError(f"--device {name}: there is one {kind} device, {kind} ({kind}:0)")
+    return torch.device(kind)
+
+
+def resolve_placement(device: str | None, dtype: str | None):
+    """(torch.device, torch.dtype) of `--device` and `--dtype` (None: their defaults); InputError
+    when the device is absent or cannot run the dtype."""
+    import torch
+
+    where = resolve_device(device)
+    dtype = dtype or "float32"
+    if dtype not in DTYPE_NAMES:
+        raise InputError(f"--dtype {dtype}: use one of {', '.join(DTYPE_NAMES)}")
+    if dtype == "bfloat16" and where.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise InputError(f"--dtype bfloat16: {where} ({torch.cuda.get_device_name(where)}) cannot run bfloat16; "
+                         "use --dtype float16 or float32")
+    return where, getattr(torch, dtype)
+
+
+def place_model(model, device, dtype, source) -> object:
+    """`model` moved to `device` in `dtype` (floating parameters and buffers), in eval mode. A model
+    with parameters on the "meta" device (no weights: a loader that skipped them) is refused,
+    naming `source` (its folder), before anything runs on it."""
+    on_meta = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
+    if on_meta:
+        raise InputError(f"{source}: the model's weights were not loaded ({len(on_meta)} tensors on the meta "
+                         f"device, e.g. {on_meta[0]}); cannot predict with it")
+    return model.to(device, dtype).eval()

@@ -1,0 +1,187 @@
+"""`longdoc predict` and `longdoc ask` with --device/--dtype, --json and --quiet, through
+`longdoc.cli.main`, with a tiny WikiHop model trained here: a device this machine lacks is one line
+and exit 2; bfloat16 and float16 predict the answers float32 predicts; --json is one object on
+stdout; --quiet hides longdoc's progress bars."""
+
+import json
+import warnings
+
+import pytest
+import torch
+
+from longdoc.cli import main
+from longdoc.convert.pretrained import default_tokenizer
+from tests.tasks.conftest import write_encoder
+
+TRAIN = "wikihop/wikihop_train.first22.json"
+DEV = "wikihop/wikihop_dev.first28.json"
+ENCODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, local_radius=16,
+               global_max_len=128, long_max_len=256)
+DEV_EXAMPLES = 16  # of the 28: bfloat16 runs the eager attention, many times slower than float32 on an AVX2 CPU
+SUMMARY_KEYS = {"predictions", "task", "examples", "windows", "seconds", "examples_per_second", "device", "dtype"}
+TQDM_BAR = "100%|"  # a finished tqdm bar
+
+
+@pytest.fixture(scope="module")
+def trained(shared_data, tmp_path_factory):
+    """(model folder, dev file of DEV_EXAMPLES examples): WikiHop trained 40 steps on the train sample."""
+    root = tmp_path_factory.mktemp("wikihop")
+    encoder = write_encoder(root / "encoder", default_tokenizer(), **ENCODER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # supports cut at 256 wordpieces (tests/tasks/test_wikihop_pipeline.py)
+        assert main(["--quiet", "train", "wikihop", "--config", "cpu", "--train", str(shared_data / TRAIN),
+                     "--out", str(root / "run"), "--init", str(encoder), "--long-max-len", "256",
+                     "--global-max-len", "128", "--max-steps", "40", "--batch-size", "4", "--lr", "1e-3",
+                     "--seed", "0"]) == 0
+    dev = root / "dev.json"
+    dev.write_text(json.dumps(json.loads((shared_data / DEV).read_text())[:DEV_EXAMPLES]))
+    return root / "run", dev
+
+
+def _predict(trained, out, *options):
+    model, dev = trained
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return main(["--quiet", "predict", "wikihop", "--model", str(model), "--data", str(dev), "--out", str(out),
+                     *options])
+
+
+@pytest.mark.parametrize("device, message", [
+    ("cuda:7", "longdoc predict: error: --device cuda:7: this machine has no CUDA device"),
+    ("gpu0", "longdoc predict: error: --device gpu0: not a device name; use one of cpu, cuda, cuda:N, mps"),
+])
+def test_a_device_this_machine_lacks_exits_2_with_one_line(trained, tmp_path, capsys, device, message):
+    assert _predict(trained, tmp_path / "pred.json", "--device", device) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "pred.json").exists()
+
+
+def test_cuda_7_on_a_one_gpu_machine_names_the_device_it_has(trained, tmp_path, capsys, monkeypatch):
+    # The check comes before anything runs on the device, so a pretended GPU is never touched.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert _predict(trained, tmp_path / "pred.json", "--device", "cuda:7") == 2
+    assert capsys.readouterr().err == ("longdoc predict: error: --device cuda:7: this machine has 1 CUDA device "
+                                       "(cuda:0)\n")
+
+
+def test_a_model_whose_weights_are_on_meta_is_refused(trained, tmp_path, capsys, monkeypatch):
+    from longdoc.tasks.wikihop.model import WikiHopModel
+
+    def load_nothing(cls, directory, *args, **kwargs):  # a loader that skipped the weights
+        with torch.device("meta"):
+            return cls(WikiHopModel.config_class.from_pretrained(directory))
+
+    monkeypatch.setattr(WikiHopModel, "from_pretrained", classmethod(load_nothing))
+    assert _predict(trained, tmp_path / "pred.json") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"longdoc predict: error: {trained[0]}: the model's weights were not loaded (")
+    assert not (tmp_path / "pred.json").exists()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_lower_precisions_predict_the_answers_of_float32(trained, tmp_path, capsys, dtype):
+    assert _predict(trained, tmp_path / "float32.json", "--device", "cpu") == 0
+    assert _predict(trained, tmp_path / "lower.json", "--device", "cpu", "--dtype", dtype, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["dtype"] == dtype
+    full = json.loads((tmp_path / "float32.json").read_text())
+    lower = json.loads((tmp_path / "lower.json").read_text())
+    assert set(lower) == set(full) and len(full) == DEV_EXAMPLES
+    agree = sum(lower[key] == full[key] for key in full)
+    # Measured: 16 of 16 in both precisions; a candidate whose logit is within rounding of the best may flip.
+    assert agree >= DEV_EXAMPLES - 1, f"{dtype}: {agree} of {DEV_EXAMPLES} answers agree with float32"
+
+
+def test_json_is_one_object_on_stdout_and_the_human_line_on_stderr(trained, tmp_path, capsys):
+    assert _predict(trained, tmp_path / "pred.json", "--json", "--bf16", "--batch-size", "4") == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert set(summary) == SUMMARY_KEYS and captured.out.count("\n") == 1
+    assert summary["predictions"] == str(tmp_path / "pred.json") and summary["task"] == "wikihop"
+    assert summary["examples"] == DEV_EXAMPLES and summary["windows"] == DEV_EXAMPLES  # one window per WikiHop example
+    assert summary["device"] == "cpu" and summary["dtype"] == "bfloat16"
+    assert summary["seconds"] > 0 and summary["examples_per_second"] == pytest.approx(
+        DEV_EXAMPLES / summary["seconds"], rel=1e-2)
+    assert captured.err.startswith(f"wrote {tmp_path / 'pred.json'}: {DEV_EXAMPLES} examples ({DEV_EXAMPLES} windows)")
+
+
+def test_quiet_hides_the_prediction_bar_that_is_shown_without_it(trained, tmp_path, capsys):
+    model, dev = trained
+    argv = ["predict", "wikihop", "--model", str(model), "--data", str(dev), "--out", str(tmp_path / "pred.json")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(argv) == 0
+        shown = capsys.readouterr().err
+        assert main(["--quiet", *argv]) == 0
+        hidden = capsys.readouterr().err
+    assert "wikihop predict:" in shown and TQDM_BAR in shown
+    assert "wikihop predict" not in hidden and TQDM_BAR not in hidden and hidden.startswith("wrote ")
+
+
+def test_quiet_hides_the_training_bar(shared_data, tmp_path, capsys):
+    encoder = write_encoder(tmp_path / "encoder", default_tokenizer(), **ENCODER)
+    argv = ["train", "wikihop", "--config", "cpu", "--train", str(shared_data / TRAIN), "--init", str(encoder),
+            "--long-max-len", "256", "--global-max-len", "128", "--max-steps", "2", "--batch-size", "2"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main([*argv, "--out", str(tmp_path / "shown")]) == 0
+        shown = capsys.readouterr().err
+        assert main(["--quiet", *argv, "--out", str(tmp_path / "hidden")]) == 0
+        hidden = capsys.readouterr().err
+    assert "train wikihop:" in shown and TQDM_BAR in shown
+    assert "train wikihop" not in hidden and TQDM_BAR not in hidden
+
+
+def test_quiet_hides_the_bar_of_make_data(tmp_path, capsys):
+    argv = ["make-data", "multihop", "--n", "2", "--length", "256", "--seed", "0"]
+    assert main([*argv, "--out", str(tmp_path / "shown.json")]) == 0
+    shown = capsys.readouterr().err
+    assert main(["--quiet", *argv, "--out", str(tmp_path / "hidden.json")]) == 0
+    hidden = capsys.readouterr().err
+    assert "multihop examples:" in shown and TQDM_BAR in shown
+    assert hidden == f"wrote 2 multihop examples to {tmp_path / 'hidden.json'}\n"
+
+
+def test_quiet_hides_the_indexing_bar_of_ask(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))  # nothing indexed yet, in either run
+    document = tmp_path / "notes.txt"
+    document.write_text("Ada Quell works for Orbix Group.\n\nOrbix Group is based in Tallinnford.\n")
+    argv = ["ask", "--question", "Where is Orbix Group based?", str(document), "--device", "cpu"]
+    assert main(argv) == 0
+    shown = capsys.readouterr().err
+    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache-2"))
+    assert main(["--quiet", *argv]) == 0
+    hidden = capsys.readouterr().err
+    assert "indexing:" in shown and TQDM_BAR in shown
+    assert "indexing" not in hidden and TQDM_BAR not in hidden
+
+
+def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp_path, capsys, monkeypatch):
+    from longdoc.ask.documents import load_sources
+    from longdoc.ask.session import AskSession
+    from longdoc.inference import resolve_placement
+    from longdoc.tasks.hotpotqa.model import HotpotQAModel
+
+    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    tokenizer = default_tokenizer()
+    write_encoder(tmp_path / "encoder", tokenizer, **ENCODER)
+    torch.manual_seed(0)
+    reader = HotpotQAModel.from_encoder(tmp_path / "encoder", stride=32, max_question_len=32)
+    with torch.no_grad():  # untrained, but told to answer with spans (tests/ask/test_ask_command.py)
+        reader.type_head.projection.bias.copy_(torch.tensor([10.0, 0.0, 0.0]))
+    reader.save_pretrained(tmp_path / "reader")
+    tokenizer.save_pretrained(tmp_path / "reader")
+    document = tmp_path / "notes.txt"
+    document.write_text("Ada Quell works for Orbix Group.\n\nOrbix Group is based in Tallinnford.\n")
+
+    sources, _ = load_sources([str(document)])
+    session = AskSession(sources, tmp_path / "reader", progress=False, placement=resolve_placement("cpu", "bfloat16"))
+    assert {parameter.dtype for parameter in session.model.parameters()} == {torch.bfloat16}
+    assert session.embedder.model.dtype == torch.float32  # the retriever's vectors, as cached
+    answers = session.ask("Where is Orbix Group based?", min_score=0.0, min_evidence=-1)["answers"]
+    assert answers and all(document.read_text()[a["start"]:a["end"]] == a["text"] for a in answers)
+
+    assert main(["ask", "--model", str(tmp_path / "reader"), "--question", "Where?", str(document),
+                 "--device", "cuda:7"]) == 2
+    assert capsys.readouterr().err.startswith("longdoc ask: error: --device cuda:7: this machine has no CUDA device")
