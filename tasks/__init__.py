@@ -14,7 +14,8 @@ Each package's `__init__.py` defines `TASK`, a `Task` record that names the pack
                                              encoder, from_pretrained(dir) restores a trained one,
                                              forward(**batch) -> typed output with .loss (when labels are given)
   decode    logits -> official file        predict(model, data_path, out_path, *, tokenizer, options,
-                                                   batch_size, progress=True) -> Path
+                                                   batch_size, progress=True) -> PredictionFile
+                                             (longdoc.data.prediction: the path and the examples in it)
   configs   shipped hyperparameters        a folder of NAME.json files (published settings, a small CPU one),
                                              each holding training options by their long names
 

@@ -52,18 +52,18 @@ def run(args) -> int:
         raise InputError(f"the {args.task} task cannot predict yet (it has no model/decoder)")
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if not args.data.is_file():
-        raise InputError(f"{args.data}: no such file (--data takes a {args.task} file in its official format)")
+    if not args.data.exists():
+        raise InputError(f"{args.data}: no such file or folder (--data takes a {args.task} file in its official "
+                         "format, or the Hub's datasets export of it)")
     device, dtype = inference.resolve_placement(args.device, args.dtype)
     model = inference.place_model(task.load("model").from_pretrained(args.model), device, dtype, args.model)
     tokenizer = read_tokenizer(args.model)
     started = time.perf_counter()
     with _WindowCounter(model) as counter:
-        path = task.load("decode").predict(model, args.data, args.out, tokenizer=tokenizer, options=None,
-                                           batch_size=args.batch_size, progress=args.progress)
+        predicted = task.load("decode").predict(model, args.data, args.out, tokenizer=tokenizer, options=None,
+                                                batch_size=args.batch_size, progress=args.progress)
     seconds = time.perf_counter() - started
-    # The decoders return only the file; its examples are counted by reading the data again.
-    examples = sum(1 for _ in task.load("reader").read_examples(args.data))
+    path, examples = predicted.path, predicted.examples
     summary = {"predictions": str(path), "task": args.task, "examples": examples, "windows": counter.windows,
                "seconds": round(seconds, 3), "examples_per_second": round(examples / seconds, 3),
                "device": str(device), "dtype": str(dtype).removeprefix("torch.")}

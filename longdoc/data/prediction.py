@@ -3,6 +3,7 @@
 official prediction record)."""
 
 from dataclasses import dataclass
+from pathlib import Path
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator
 
@@ -11,6 +12,15 @@ from tqdm.auto import tqdm
 
 from longdoc.data.examples import StructuredExample
 from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, build_features
+
+
+@dataclass(frozen=True)
+class PredictionFile:
+    """What a task's `predict` wrote: the official prediction file and the number of examples it
+    predicted (so that a caller need not read the data again to count them)."""
+
+    path: Path
+    examples: int
 
 
 @dataclass

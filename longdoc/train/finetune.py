@@ -23,8 +23,8 @@ DEV_PREDICTIONS_FILE = "dev_predictions.json"
 def _check_files(options: Mapping[str, Any]) -> None:
     for name in ("train", "dev"):
         path = options.get(name)
-        if path is not None and not Path(path).is_file():
-            raise InputError(f"--{name} {path}: no such file")
+        if path is not None and not Path(path).exists():  # a file, or a datasets save_to_disk folder
+            raise InputError(f"--{name} {path}: no such file or folder")
 
 
 def predict_and_score(task: Task, model, dev: Path, predictions_path: Path, tokenizer,
@@ -34,7 +34,7 @@ def predict_and_score(task: Task, model, dev: Path, predictions_path: Path, toke
     `predictions_path`), scored by the task's official metric at its default options."""
     predictions = task.load("decode").predict(model, dev, predictions_path, tokenizer=tokenizer, options=options,
                                               batch_size=batch_size, progress=progress)
-    return task.load("metric").evaluate_files(dev, predictions, **task.metric_defaults())
+    return task.load("metric").evaluate_files(dev, predictions.path, **task.metric_defaults())
 
 
 def build_task_job(task: Task, options: Mapping[str, Any], progress: bool = True):

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from longdoc.data.examples import StructuredExample, TextSpan
 from longdoc.data.features import Features, GlobalKind
-from longdoc.data.prediction import WindowScores, score_examples
+from longdoc.data.prediction import PredictionFile, WindowScores, score_examples
 from longdoc.data.spans import TokenSpan, token_span_to_char_span
 from longdoc.io import atomic_write_json
 from longdoc.model.heads import top_spans
@@ -150,9 +150,9 @@ def _sp_threshold(model, options, data_path, examples, answers, probabilities) -
 
 
 def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: int = 8,
-            progress: bool = True) -> Path:
+            progress: bool = True) -> PredictionFile:
     """Predict every example of the HotpotQA file `data_path`; write the official prediction file
-    to `out_path` (atomically) and return its path."""
+    to `out_path` (atomically)."""
     examples = list(read_examples(data_path))
     per_example = [windows for _, windows in score_examples(
         model, examples, tokenizer=tokenizer, settings=feature_settings(model.config),
@@ -165,4 +165,4 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: 
     threshold = _sp_threshold(model, options, data_path, examples, answers, probabilities)
     sp = {example.id: select_facts(p, threshold) for example, p in zip(examples, probabilities)}
     atomic_write_json(out_path, {"answer": answers, "sp": sp})
-    return Path(out_path)
+    return PredictionFile(Path(out_path), len(examples))

@@ -31,7 +31,7 @@ import torch
 
 from longdoc.data.examples import StructuredExample
 from longdoc.data.features import Features, GlobalKind
-from longdoc.data.prediction import WindowScores, score_examples
+from longdoc.data.prediction import PredictionFile, WindowScores, score_examples
 from longdoc.io import atomic_write_json
 from longdoc.model.heads import top_spans
 from longdoc.tasks.nq.features import (
@@ -144,9 +144,9 @@ def decode_example(example: StructuredExample, windows: Sequence[WindowScores], 
 
 
 def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: int = 8,
-            progress: bool = True) -> Path:
+            progress: bool = True) -> PredictionFile:
     """Predict every example of the NQ file `data_path` (either format); write the official
-    prediction file {"predictions": [...]} to `out_path` (atomically) and return its path.
+    prediction file {"predictions": [...]} to `out_path` (atomically).
     Bad lines stop the run unless `options` (a training run's) say `skip_bad_lines`.
     Examples are read and run CHUNK_EXAMPLES at a time, so memory does not grow with the file
     beyond the predictions themselves."""
@@ -158,4 +158,4 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: 
                             batch_size=batch_size, progress=progress, desc="nq predict", chunk_size=CHUNK_EXAMPLES)
     predictions = [decode_example(example, windows, max_length) for example, windows in scored]
     atomic_write_json(out_path, {"predictions": predictions})
-    return Path(out_path)
+    return PredictionFile(Path(out_path), len(predictions))

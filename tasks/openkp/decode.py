@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from longdoc.data.examples import StructuredExample
-from longdoc.data.prediction import WindowScores, score_examples
+from longdoc.data.prediction import PredictionFile, WindowScores, score_examples
 from longdoc.io import atomic_write_text
 from longdoc.tasks.openkp.features import collate, feature_settings, window_inputs, window_words, words_of
 from longdoc.tasks.openkp.reader import read_examples
@@ -62,9 +62,9 @@ def top_phrases(words: Sequence[str], windows: Sequence[WordWindow], k: int = TO
 
 
 def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: int = 8,
-            progress: bool = True) -> Path:
+            progress: bool = True) -> PredictionFile:
     """Predict the keyphrases of every page of the OpenKP file `data_path`; write the official
-    prediction file (JSON lines) to `out_path` (atomically) and return its path."""
+    prediction file (JSON lines) to `out_path` (atomically)."""
     scored = score_examples(model, read_examples(data_path), tokenizer=tokenizer,
                             settings=feature_settings(model.config), inputs=window_inputs, collate=collate,
                             batch_size=batch_size, progress=progress, desc="openkp predict")
@@ -73,4 +73,4 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: 
                         ensure_ascii=False)
              for example, windows in scored]
     atomic_write_text(out_path, "".join(line + "\n" for line in lines))
-    return Path(out_path)
+    return PredictionFile(Path(out_path), len(lines))

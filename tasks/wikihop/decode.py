@@ -12,6 +12,7 @@ import torch
 
 from longdoc.data.examples import StructuredExample
 from longdoc.data.features import Features, GlobalKind, GlobalMarkers
+from longdoc.data.prediction import PredictionFile
 from longdoc.io import atomic_write_json
 from longdoc.tasks.wikihop.features import CutCounter, collate, example_window, feature_settings, window_inputs
 from longdoc.tasks.wikihop.reader import read_examples
@@ -31,9 +32,9 @@ def best_candidate(example: StructuredExample, features: Features, candidate_log
 
 
 def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: int = 8,
-            progress: bool = True) -> Path:
+            progress: bool = True) -> PredictionFile:
     """Predict every example of the WikiHop file `data_path`; write {id: answer} to `out_path`
-    (atomically) and return its path."""
+    (atomically)."""
     examples = list(read_examples(data_path))
     settings = feature_settings(model.config)
     markers = GlobalMarkers.from_tokenizer(tokenizer)
@@ -45,4 +46,4 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: 
     answers = {example.id: best_candidate(example, features, output["candidate_logits"])
                for example, features, output in zip(examples, windows, outputs)}
     atomic_write_json(out_path, answers)
-    return Path(out_path)
+    return PredictionFile(Path(out_path), len(examples))

@@ -6,6 +6,7 @@ stdout; --quiet hides longdoc's progress bars."""
 import json
 import warnings
 
+import datasets
 import pytest
 import torch
 
@@ -185,3 +186,19 @@ def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp
     assert main(["ask", "--model", str(tmp_path / "reader"), "--question", "Where?", str(document),
                  "--device", "cuda:7"]) == 2
     assert capsys.readouterr().err.startswith("longdoc ask: error: --device cuda:7: this machine has no CUDA device")
+
+
+def test_predict_reads_a_datasets_folder_as_the_official_file(trained, tmp_path):
+    from tests.tasks.test_hub_exports import WIKIHOP_FEATURES, _wikihop_rows
+
+    model, dev = trained
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_list(_wikihop_rows(json.loads(dev.read_text())), features=WIKIHOP_FEATURES).save_to_disk(
+        str(folder))
+    assert _predict(trained, tmp_path / "official.json") == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["--quiet", "predict", "wikihop", "--model", str(model), "--data", str(folder),
+                     "--out", str(tmp_path / "export.json")]) == 0
+    official = json.loads((tmp_path / "official.json").read_text())
+    assert len(official) == DEV_EXAMPLES and json.loads((tmp_path / "export.json").read_text()) == official

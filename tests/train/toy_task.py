@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from transformers.utils import ModelOutput
 
 from longdoc.data.batching import collate_features
+from longdoc.data.prediction import PredictionFile
 from longdoc.io import atomic_write_json, iter_jsonl, read_json
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.inputs import InputSpec
@@ -147,7 +148,7 @@ def predict(model, data_path, out_path, *, tokenizer, options, batch_size, progr
                                  batch_size, progress=False)
     atomic_write_json(out_path, {example["id"]: int(output["logits"].argmax()) for example, output
                                  in zip(examples, outputs)})
-    return Path(out_path)
+    return PredictionFile(Path(out_path), len(examples))
 
 
 # metric
