@@ -67,4 +67,4 @@ def run(args) -> int:
         shown = ", ".join(f"{key} {value:.4f}" for key, value in result.metrics.items())
         return f"encoder in {options['out']} after {result.step} steps; held-out: {shown}"
 
-    return run_and_report("pretrain", lambda: pretrain(options), done)
+    return run_and_report("pretrain", lambda: pretrain(options, progress=args.progress), done)

@@ -96,9 +96,9 @@ def _warn_when_cpc_cannot_train(rows, settings: PretrainingSettings, batch_size:
                       "tell it from; raise --batch-size or --cpc-sentence-rate", stacklevel=2)
 
 
-def build_pretraining_job(options):
+def build_pretraining_job(options, progress: bool = True):
     """The TrainingJob of `longdoc pretrain` with resolved options: the engine's and the corpus and
-    masking ones (`longdoc.commands.pretrain.PRETRAINING_OPTIONS`)."""
+    masking ones (`longdoc.commands.pretrain.PRETRAINING_OPTIONS`); `progress`: show the training bar."""
     from longdoc.io import atomic_write_json
     from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.convert.pretrained import initial_weights
@@ -136,12 +136,13 @@ def build_pretraining_job(options):
         trained.write_encoder_folder(folder, state_dict, tokenizer)
 
     return TrainingJob(name=PRETRAINING_NAME, model=model, rows=rows, collate=collate, out_dir=Path(options["out"]),
-                       options=options, evaluate=evaluate, save_model=save_model, logged_outputs=LOGGED_OUTPUTS)
+                       options=options, evaluate=evaluate, save_model=save_model, logged_outputs=LOGGED_OUTPUTS,
+                       progress=progress)
 
 
-def pretrain(options):
+def pretrain(options, progress: bool = True):
     """Continued pretraining with resolved `options` (`longdoc.commands.pretrain.PRETRAINING_OPTIONS`);
     returns the engine's TrainingResult."""
     from longdoc.train.engine import run_training
 
-    return run_training(build_pretraining_job(options))
+    return run_training(build_pretraining_job(options, progress))

@@ -395,3 +395,17 @@ def test_a_batch_too_small_for_cpc_is_said_and_not_logged_as_a_zero_loss(tmp_pat
         assert "cpc_loss" not in line and "cpc_accuracy" not in line
         assert line["loss"] == pytest.approx(line["mlm_loss"], rel=1e-6)
     assert metrics["cpc_candidates"] == 4  # the held-out batches of 4 rows still measure it
+
+
+def test_quiet_hides_the_pretraining_bar(tmp_path, tokenizer, one_thread, capsys):
+    from longdoc.cli import main
+
+    corpus = write_people(tmp_path / "corpus", count=6)
+    init = save_tiny_encoder(tmp_path / "init", tokenizer)
+    short = {"max-steps": 2, "eval-steps": 2, "save-steps": 2, "log-steps": 1, "batch-size": 2, "eval-batch-size": 2}
+    assert main(pretrain_command(corpus, tmp_path / "shown", init, tmp_path / "cache", **short)) == 0
+    shown = capsys.readouterr().err
+    assert main(["--quiet", *pretrain_command(corpus, tmp_path / "hidden", init, tmp_path / "cache", **short)]) == 0
+    hidden = capsys.readouterr().err
+    assert "train pretrain:" in shown and "100%|" in shown
+    assert "train pretrain" not in hidden and "100%|" not in hidden and "after 2 steps" in hidden
