@@ -4,7 +4,8 @@ Each package's `__init__.py` defines `TASK`, a `Task` record that names the pack
 
   reader    official file -> examples      read_examples(path) -> Iterator[StructuredExample]
   metric    the official metric            evaluate_files(gold_path, pred_path, **options) -> dict
-  features  examples -> model inputs       training_features(path, tokenizer, config, options) -> list[dict]
+  features  examples -> model inputs       training_features(path, tokenizer, config, options, progress=True)
+                                             -> list[dict]
                                              one row per training window: model inputs and labels as
                                              Python ints/lists (see longdoc.model.inputs for the names)
                                            collate(rows, pad_token_id) -> dict[str, Tensor]

@@ -59,7 +59,7 @@ def build_task_job(task: Task, options: Mapping[str, Any], progress: bool = True
                      if option.name in model_class.default_task_options}
     torch.manual_seed(options["seed"])  # the fresh heads: the same on every process and every rerun
     model = model_class.from_encoder(init, encoder_config=encoder_config, **model_options)
-    rows = features.training_features(options["train"], tokenizer, model.config, options)
+    rows = features.training_features(options["train"], tokenizer, model.config, options, progress=progress)
     collate = functools.partial(features.collate, pad_token_id=model.config.pad_token_id)
 
     evaluate = None

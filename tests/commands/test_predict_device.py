@@ -132,6 +132,7 @@ def test_quiet_hides_the_training_bar(shared_data, tmp_path, capsys):
         hidden = capsys.readouterr().err
     assert "train wikihop:" in shown and TQDM_BAR in shown
     assert "train wikihop" not in hidden and TQDM_BAR not in hidden
+    assert "wikihop features" in shown and "wikihop features" not in hidden  # reading the training file
 
 
 def test_quiet_hides_the_bar_of_make_data(tmp_path, capsys):

@@ -91,7 +91,7 @@ def _row(example, tokenizer, config) -> dict:
             "global_input_ids": [tokenizer.cls_token_id], "global_attention_mask": [1], "global_sees_all": [True]}
 
 
-def training_features(path, tokenizer, config, options):
+def training_features(path, tokenizer, config, options, progress=True):
     return [{**_row(example, tokenizer, config), "labels": example["label"]} for example in read_examples(path)]
 
 
