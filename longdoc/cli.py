@@ -46,19 +46,27 @@ WITHOUT_TRANSFORMERS = {"evaluate", "leaderboard"}
 BROKEN_PIPE_STATUS = 141
 
 
+def _add_output_options(parser: argparse.ArgumentParser, default) -> None:
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--quiet", action="store_true", default=default,
+                        help="also hide longdoc's warnings and progress bars (by default transformers' log "
+                             "messages and weight-loading progress bars are hidden, longdoc's own shown)")
+    output.add_argument("--verbose", action="store_true", default=default,
+                        help="also show transformers' log messages and weight-loading progress bars")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="longdoc", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"longdoc {version('longdoc')}")
-    output = parser.add_mutually_exclusive_group()
-    output.add_argument("--quiet", action="store_true",
-                        help="also hide longdoc's warnings and progress bars (by default transformers' log "
-                             "messages and weight-loading progress bars are hidden, longdoc's own shown)")
-    output.add_argument("--verbose", action="store_true",
-                        help="also show transformers' log messages and weight-loading progress bars")
+    _add_output_options(parser, default=False)
+    # --quiet / --verbose also after the command (`longdoc ask ... --quiet`), where users put flags;
+    # there they default to nothing, so that one given before the command stands.
+    after_command = argparse.ArgumentParser(add_help=False)
+    _add_output_options(after_command, default=argparse.SUPPRESS)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
-        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
+        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP, parents=[after_command])
         module.add_arguments(sub)
         sub.set_defaults(run=module.run)
     return parser
@@ -98,7 +106,10 @@ def _silence_closed_stdout() -> None:
 
 def main(argv=None) -> int:
     configure_allocator()  # freed memory kept for every command (longdoc/cpu_memory.py)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.quiet and args.verbose:  # one before the command, the other after it
+        parser.error("argument --quiet: not allowed with argument --verbose")
     _configure_output(args)
     try:
         status = args.run(args)

@@ -143,6 +143,17 @@ def test_quiet_hides_the_bar_of_make_data(tmp_path, capsys):
     hidden = capsys.readouterr().err
     assert "multihop examples:" in shown and TQDM_BAR in shown
     assert hidden == f"wrote 2 multihop examples to {tmp_path / 'hidden.json'}\n"
+    # --quiet after the command, where users put flags, does the same
+    assert main([*argv, "--out", str(tmp_path / "after.json"), "--quiet"]) == 0
+    assert capsys.readouterr().err == f"wrote 2 multihop examples to {tmp_path / 'after.json'}\n"
+
+
+def test_quiet_and_verbose_together_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["--quiet", "make-data", "multihop", "--n", "2", "--length", "256", "--seed", "0", "--out",
+              str(tmp_path / "x.json"), "--verbose"])
+    assert stopped.value.code == 2
+    assert "argument --quiet: not allowed with argument --verbose" in capsys.readouterr().err
 
 
 def test_quiet_hides_the_indexing_bar_of_ask(tmp_path, capsys, monkeypatch):
