@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Defaults are LengthOptions' (ETC's pretraining lengths), repeated here as argparse defaults.
     etc.add_argument("--long-max-len", type=_positive, default=4096, help="long input length the model accepts (default: 4096)")
     etc.add_argument("--global-max-len", type=_positive, default=256, help="global input length the model accepts (default: 256)")
+    etc.add_argument("--encoder-only", action="store_true",
+                     help="convert the encoder and drop the variables outside etc_document_bert/ (a pretraining "
+                          "checkpoint's MLM/CPC heads, which etcmodel's released code does not name; listed in the "
+                          "model card); without it they are an error naming them")
     realformer = families.add_parser("realformer", help="a RealFormer checkpoint (BERT with residual attention)",
                                      description="a RealFormer checkpoint (bert_config.json) -> a longdoc model folder")
     _common(realformer)
@@ -57,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         from longdoc.convert.etc import LengthOptions, convert_etc
 
         summary = convert_etc(args.source, args.out, LengthOptions(args.long_max_len, args.global_max_len),
-                              vocab=args.vocab, lower_case=args.lower_case, progress=progress)
+                              vocab=args.vocab, lower_case=args.lower_case, progress=progress,
+                              encoder_only=args.encoder_only)
     else:
         from longdoc.convert.realformer import convert_realformer
 

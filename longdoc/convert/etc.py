@@ -25,7 +25,8 @@ import numpy as np
 from longdoc.convert.tf_checkpoint import TFCheckpoint, find_checkpoint
 from longdoc.convert.model_folder import refuse_existing
 from longdoc.convert.tf_conversion import (
-    ACTIVATIONS, OPTIMIZER_STATE, Conversion, Rule, conversion_summary, copy, dense_weight, fill, fused_bias,
+    ACTIVATIONS, OPTIMIZER_STATE, Conversion, Dropped, Rule, UnreadVariables, conversion_summary, copy, dense_weight,
+    fill, fused_bias,
     fused_weight, model_card,
 )
 from longdoc.errors import InputError
@@ -304,15 +305,30 @@ class ConvertedEtc:
     source_config: dict
 
 
+# etcmodel's released code has no pretraining heads, so their variable names in a pretraining
+# checkpoint are unknown: they are an error (a converter must not forget a tensor silently) unless
+# the user asks for the encoder alone.
+OUTSIDE_THE_ENCODER = Dropped(rf"(?!{ETC_SCOPE}).*", f"outside the encoder ({ETC_SCOPE}): a pretraining head "
+                                                     "etcmodel's released code does not name, dropped by --encoder-only")
+
+
 def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progress: bool = False,
-             conventions: dict = ETC_INPUT_CONVENTIONS) -> ConvertedEtc:
-    """Read and convert the ETC checkpoint in `folder` (no files written)."""
+             conventions: dict = ETC_INPUT_CONVENTIONS, encoder_only: bool = False) -> ConvertedEtc:
+    """Read and convert the ETC checkpoint in `folder` (no files written). `encoder_only`: drop every
+    variable outside etcmodel's encoder scope (its pretraining heads) instead of refusing them."""
     checkpoint, config_path, source_config = open_checkpoint(folder, "etc")
     config = etc_config_to_longdoc(source_config, config_path, lengths, conventions)
     rules = etc_rules(config, _field(source_config, "share_kv_projections"))
     model = GlobalLocalModel(config)
     shapes = {name: value.shape for name, value in model.state_dict().items()}
-    conversion = fill(checkpoint, rules, OPTIMIZER_STATE, shapes, "ETC", progress=progress)
+    dropped = [*OPTIMIZER_STATE, OUTSIDE_THE_ENCODER] if encoder_only else OPTIMIZER_STATE
+    try:
+        conversion = fill(checkpoint, rules, dropped, shapes, "ETC", progress=progress)
+    except UnreadVariables as error:
+        if all(name.startswith(ETC_SCOPE) for name in error.names):
+            raise
+        raise InputError(f"{error}; to convert the encoder alone and drop what lies outside {ETC_SCOPE}, "
+                         "give --encoder-only") from None
     model.load_state_dict(conversion.state, strict=True)
     return ConvertedEtc(model, conversion, checkpoint, source_config)
 
@@ -332,9 +348,10 @@ heads are off: ETC has neither."""
 
 
 def convert_etc(folder: str | Path, out: str | Path, lengths: LengthOptions = LengthOptions(),
-                vocab: str | Path | None = None, lower_case: bool = True, progress: bool = False) -> dict:
+                vocab: str | Path | None = None, lower_case: bool = True, progress: bool = False,
+                encoder_only: bool = False) -> dict:
     """Convert the ETC checkpoint folder `folder` into the longdoc model folder `out` (written
-    atomically); returns the conversion summary. The vocabulary's kind (BERT's WordPiece for the
+    atomically); returns the conversion summary. `encoder_only`: as `read_etc`. The vocabulary's kind (BERT's WordPiece for the
     base checkpoints, SentencePiece for the large ones) decides the input conventions."""
     from longdoc.convert.tf_conversion import save_converted
     from longdoc.convert.vocabulary import find_vocabulary, is_sentencepiece, read_vocabulary
@@ -346,7 +363,8 @@ def convert_etc(folder: str | Path, out: str | Path, lengths: LengthOptions = Le
     folder = prefix.parent
     vocabulary = find_vocabulary(folder, None if vocab is None else Path(vocab))
     sentencepiece = is_sentencepiece(vocabulary)
-    converted = read_etc(prefix, lengths, progress=progress, conventions=input_conventions(sentencepiece))
+    converted = read_etc(prefix, lengths, progress=progress, conventions=input_conventions(sentencepiece),
+                         encoder_only=encoder_only)
     tokenizer, vocabulary = read_vocabulary(folder, vocabulary, lower_case, lengths.long_max_len,
                                             converted.model.config.vocab_size, ETC_SENTENCEPIECE_TOKENS)
     if sentencepiece:

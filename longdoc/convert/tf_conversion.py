@@ -91,6 +91,14 @@ class Conversion:
     dropped: dict[str, str] = field(default_factory=dict)  # variable -> reason
 
 
+class UnreadVariables(InputError):
+    """A checkpoint holds variables no rule reads and no drop names (`names`)."""
+
+    def __init__(self, message: str, names: list[str]):
+        super().__init__(message)
+        self.names = names
+
+
 def check_coverage(checkpoint: TFCheckpoint, rules: Iterable[Rule], dropped: Iterable[Dropped],
                    what: str) -> dict[str, str]:
     """Refuse a checkpoint that lacks a variable the rules need, or has one nothing accounts for.
@@ -110,8 +118,8 @@ def check_coverage(checkpoint: TFCheckpoint, rules: Iterable[Rule], dropped: Ite
             drops[name] = reason
     if unread:
         shown = ", ".join(unread[:5]) + (f" and {len(unread) - 5} more" if len(unread) > 5 else "")
-        raise InputError(f"{checkpoint.index_path}: variables that no rule of the {what} converter reads: {shown} "
-                         "(a checkpoint of another kind, or a head this converter does not know)")
+        raise UnreadVariables(f"{checkpoint.index_path}: variables that no rule of the {what} converter reads: "
+                              f"{shown} (a checkpoint of another kind, or a head this converter does not know)", unread)
     return drops
 
 

@@ -113,6 +113,29 @@ def test_variable_nothing_reads_is_named(monkeypatch):
         read_etc(PADDING, SMALL)
 
 
+def test_heads_outside_the_encoder_are_refused_unless_encoder_only(tmp_path, monkeypatch, capsys):
+    original = TFCheckpoint.__init__
+    heads = ["cls/predictions/output_bias", "cls/predictions/transform/dense/kernel"]
+
+    def with_heads(self, prefix):
+        original(self, prefix)
+        for name in heads:
+            self.entries[name] = self.entries["global_step"]
+
+    monkeypatch.setattr(TFCheckpoint, "__init__", with_heads)
+    out = tmp_path / "out"
+    assert main(["convert", "etc", "--from", str(PADDING), "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert f"variables that no rule of the ETC converter reads: {', '.join(heads)}" in error
+    assert "give --encoder-only" in error and len(error.strip().splitlines()) == 1
+    assert_nothing_written(out)
+    assert main(["convert", "etc", "--from", str(PADDING), "--out", str(out), "--encoder-only", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert set(summary["dropped"]) == ETC_DROPS | set(heads)
+    assert_equals_etcmodel(GlobalLocalModel.from_pretrained(out), PADDING)
+    assert "outside the encoder" in (out / "README.md").read_text()
+
+
 def test_missing_variable_is_named(monkeypatch):
     original = TFCheckpoint.__init__
     missing = "etc_document_bert/global_local_transformer_layers/fused_att_layer_1/layer_norm_1/beta"
