@@ -42,7 +42,7 @@ from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.span_reader import SpanReader
 
 # Bump when the meaning of a lifted checkpoint changes, so caches of lifted models are rebuilt.
-LIFT_FORMAT_VERSION = 1
+LIFT_FORMAT_VERSION = 2  # 2: global tokens take no absolute positions
 
 POSITION_CHOICES = ("relative", "absolute", "both")
 
@@ -127,6 +127,7 @@ def lifted_config(checkpoint: BertCheckpoint, options: LiftOptions) -> GlobalLoc
             global_max_len=options.global_max_len,
             local_radius=options.local_radius,
             position_embedding_type=options.positions,
+            global_absolute_positions=False,  # global tokens are structure, not text at position g
             # The tiled table covers every long and global position (global token g reads row g).
             max_position_embeddings=max(options.long_max_len, options.global_max_len),
             residual_attention=options.residual_attention,

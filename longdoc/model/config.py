@@ -44,6 +44,10 @@ class GlobalLocalConfig(PretrainedConfig):
     come from its own stream's projection, for both softmaxes.
     `global_feature_size`: size of a per-global-token feature vector (OpenKP's visual features)
     projected into the global embedding; 0 for none.
+    `global_absolute_positions`: with absolute positions, global token g also adds the position
+    embedding of index g (as the long token at g does); off, global tokens get none: they are
+    structure, not text at a position. Lifted models set it off; on is what models saved before the
+    field existed computed.
     `separate_global_embedding_norm`: the global embeddings get a LayerNorm of their own (ETC's
     `global_emb_layer_norm`, set for converted ETC checkpoints); off, both streams share one, which
     is what a model lifted from a BERT checkpoint's single embedding norm starts from.
@@ -97,6 +101,7 @@ class GlobalLocalConfig(PretrainedConfig):
         cross_kv_projections: bool = False,
         global_feature_size: int = 0,
         separate_global_embedding_norm: bool = False,
+        global_absolute_positions: bool = True,
         # --- input conventions (see the class docstring) ---
         long_question_token_type_id: int = 0,
         long_document_token_type_id: int | None = None,
@@ -137,6 +142,7 @@ class GlobalLocalConfig(PretrainedConfig):
         self.cross_kv_projections = cross_kv_projections
         self.global_feature_size = global_feature_size
         self.separate_global_embedding_norm = separate_global_embedding_norm
+        self.global_absolute_positions = global_absolute_positions
         # --- input conventions ---
         self.long_question_token_type_id = long_question_token_type_id
         # None: type 1, or 0 where the model has one token type (RoBERTa's family).

@@ -47,6 +47,7 @@ class GlobalLocalEmbeddings(nn.Module):
         self.position_embeddings = (
             nn.Embedding(config.max_position_embeddings, config.hidden_size) if config.uses_absolute_positions else None
         )
+        self.global_absolute_positions = config.global_absolute_positions
         self.global_feature_projection = (
             nn.Linear(config.global_feature_size, config.hidden_size) if config.global_feature_size else None
         )
@@ -62,7 +63,7 @@ class GlobalLocalEmbeddings(nn.Module):
             embeddings = embeddings + self.token_type_embeddings.weight[0]
         else:
             embeddings = embeddings + self.token_type_embeddings(token_type_ids)
-        if self.position_embeddings is not None:
+        if self.position_embeddings is not None and (self.global_absolute_positions or not is_global):
             embeddings = embeddings + self.position_embeddings.weight[: input_ids.shape[1]]
         if features is not None:
             embeddings = embeddings + self.global_feature_projection(features.to(embeddings.dtype))

@@ -107,3 +107,21 @@ def test_bad_inputs_are_refused_before_any_compute(edit, message):
     edit(inputs)
     with pytest.raises(ValueError, match=message):
         model(**inputs)
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_global_tokens_take_absolute_positions_only_when_configured(on):
+    config = tiny_config(position_embedding_type="absolute", global_absolute_positions=on)
+    embeddings = GlobalLocalModel(config).eval().embeddings
+    same_token_twice = torch.tensor([[5, 5]])
+    global_rows = embeddings(same_token_twice, None, is_global=True)[0]
+    long_rows = embeddings(same_token_twice, None)[0]
+    assert not torch.allclose(long_rows[0], long_rows[1])  # long tokens always take their position
+    assert torch.allclose(global_rows[0], global_rows[1]) is not on
+
+
+def test_lifted_models_give_global_tokens_no_absolute_positions():
+    from longdoc.convert.pretrained import default_model_path
+
+    assert GlobalLocalConfig.from_pretrained(default_model_path("absolute")).global_absolute_positions is False
+    assert GlobalLocalConfig().global_absolute_positions  # what configs saved before the field computed
