@@ -16,22 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from longdoc.convert.etc import etcmodel_inputs
 from longdoc.model.modeling import GlobalLocalModel
-
-
-def etc_inputs(case: Path) -> dict[str, torch.Tensor]:
-    """GlobalLocalModel's arguments for the inputs etcmodel received."""
-    inputs, outputs = np.load(case / "inputs.npz"), np.load(case / "outputs.npz")
-    tensor = lambda array: torch.tensor(array, dtype=torch.long)  # noqa: E731
-    long_valid = tensor(outputs["long_valid"])
-    return dict(
-        long_input_ids=tensor(inputs["token_ids"]), global_input_ids=tensor(inputs["global_token_ids"]),
-        long_attention_mask=long_valid, global_attention_mask=tensor(outputs["global_valid"]),
-        long_token_type_ids=tensor(inputs["segment_ids"]), global_token_type_ids=tensor(inputs["global_segment_ids"]),
-        # etcmodel gives padding sentence id 0; longdoc's "no link" is -1
-        sentence_ids=torch.where(long_valid.bool(), tensor(inputs["sentence_ids"]), -1),
-        long_example_ids=tensor(inputs["long_example_ids"]), global_example_ids=tensor(inputs["global_example_ids"]),
-    )
 
 
 def main() -> None:
@@ -45,7 +31,7 @@ def main() -> None:
     reference = np.load(args.case / "outputs.npz")
     long_valid, global_valid = reference["long_valid"].astype(bool), reference["global_valid"].astype(bool)
     model = GlobalLocalModel.from_pretrained(args.model).eval()
-    inputs = etc_inputs(args.case)
+    inputs = etcmodel_inputs(np.load(args.case / "inputs.npz"), long_valid, global_valid)
     print(f"{args.case}: {int(long_valid.sum())} long and {int(global_valid.sum())} global tokens")
     for path, kernels in (("compiled", "1"), ("eager", "0")):
         os.environ["LONGDOC_KERNELS"] = kernels

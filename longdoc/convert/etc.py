@@ -333,6 +333,24 @@ def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progr
     return ConvertedEtc(model, conversion, checkpoint, source_config)
 
 
+def etcmodel_inputs(inputs, long_valid: np.ndarray, global_valid: np.ndarray) -> dict:
+    """GlobalLocalModel.forward's arguments for the arrays etcmodel's EtcModel received (`inputs`:
+    token_ids, global_token_ids, segment_ids, global_segment_ids, sentence_ids, long_example_ids,
+    global_example_ids) and the real tokens (`long_valid`, `global_valid`). etcmodel gives padding
+    sentence id 0; longdoc's "no link" is -1."""
+    import torch
+
+    tensor = lambda array: torch.tensor(np.asarray(array), dtype=torch.long)  # noqa: E731
+    long_mask = tensor(long_valid)
+    return dict(
+        long_input_ids=tensor(inputs["token_ids"]), global_input_ids=tensor(inputs["global_token_ids"]),
+        long_attention_mask=long_mask, global_attention_mask=tensor(global_valid),
+        long_token_type_ids=tensor(inputs["segment_ids"]), global_token_type_ids=tensor(inputs["global_segment_ids"]),
+        sentence_ids=torch.where(long_mask.bool(), tensor(inputs["sentence_ids"]), -1),
+        long_example_ids=tensor(inputs["long_example_ids"]), global_example_ids=tensor(inputs["global_example_ids"]),
+    )
+
+
 def etc_notes(config: GlobalLocalConfig, tokenizer) -> str:
     ids = config.global_token_ids
     return f"""The encoder computes what etcmodel's `EtcModel` computes, with

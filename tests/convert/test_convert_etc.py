@@ -14,7 +14,7 @@ import torch
 
 from longdoc import cli
 from longdoc.cli import main
-from longdoc.convert.etc import LengthOptions, etc_config_to_longdoc, read_etc
+from longdoc.convert.etc import LengthOptions, etc_config_to_longdoc, etcmodel_inputs, read_etc
 from longdoc.convert.realformer import realformer_config_to_longdoc
 from longdoc.convert.tf_checkpoint import TFCheckpoint
 from longdoc.errors import InputError
@@ -53,17 +53,8 @@ def test_every_etc_variable_is_read_or_dropped(name):
 def etc_outputs(model: GlobalLocalModel, case: Path) -> tuple[np.ndarray, np.ndarray]:
     """The model's (long, global) outputs on the inputs etcmodel received in `case`."""
     inputs, outputs = (np.load(case / f"{part}.npz") for part in ("inputs", "outputs"))
-    tensor = lambda array: torch.tensor(array, dtype=torch.long)  # noqa: E731
-    long_valid = tensor(outputs["long_valid"])
     with torch.no_grad():
-        output = model.eval()(
-            long_input_ids=tensor(inputs["token_ids"]), global_input_ids=tensor(inputs["global_token_ids"]),
-            long_attention_mask=long_valid, global_attention_mask=tensor(outputs["global_valid"]),
-            long_token_type_ids=tensor(inputs["segment_ids"]), global_token_type_ids=tensor(inputs["global_segment_ids"]),
-            # etcmodel gives padding sentence id 0; longdoc's "no link" is -1
-            sentence_ids=torch.where(long_valid.bool(), tensor(inputs["sentence_ids"]), -1),
-            long_example_ids=tensor(inputs["long_example_ids"]), global_example_ids=tensor(inputs["global_example_ids"]),
-        )
+        output = model.eval()(**etcmodel_inputs(inputs, outputs["long_valid"], outputs["global_valid"]))
     return output.long_hidden_state.numpy(), output.global_hidden_state.numpy()
 
 
