@@ -22,7 +22,8 @@ from longdoc.bench.models import build_runner
 from longdoc.bench.results import MatmulMeasurement, Measurement
 from longdoc.bench.settings import FORWARD, BenchSettings, Job
 from longdoc.cpu_memory import configure_allocator
-from longdoc.model import kernels, linear
+from longdoc.model import linear
+from longdoc.model.kernels import cpu as kernels
 
 
 def timed(step, device: torch.device) -> float:

@@ -16,7 +16,7 @@ each piece is one batched matmul. Scores carried between layers keep these block
 parameters each softmax has of its own (relative tables, talking-heads mixes) are a submodule per
 softmax: `long_softmax` and `global_softmax` (SoftmaxParameters).
 
-On CPU in float32 each softmax runs whole in compiled kernels (longdoc.model.kernels), forward and
+On CPU in float32 each softmax runs whole in compiled kernels (longdoc.model.kernels.cpu), forward and
 backward, from the projections to the context (`CompiledSoftmax`): no key windows are copied, and
 the scores and weights stay in cache but for what is carried or kept for the backward. The eager
 path below (`_attend`: `PickRelative`, `masked_softmax`, `_window_keys`) is their specification
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model import kernels
+from longdoc.model.kernels import cpu as kernels
 from longdoc.model.dropout import Dropout, keep_mask, kept_scale
 from longdoc.model.linear import Linear
 from longdoc.model.side_inputs import RelativeIdLayout, SideInputs
@@ -192,7 +192,7 @@ def _kernel_keys(own_qkv: Tensor, other: Tensor, attention: _KernelAttention) ->
 
 class CompiledSoftmax(torch.autograd.Function):
     """One softmax from projections to context in the compiled kernels (CPU float32; see
-    longdoc.model.kernels): the queries of `own_qkv` [B, Nq, 3H] over the first keys (its own) and
+    longdoc.model.kernels.cpu): the queries of `own_qkv` [B, Nq, 3H] over the first keys (its own) and
     the second keys (all of `other`'s: [B, N2, 3H], the other stream's fused projection, or [B, N2,
     2H], a cross projection); `relative` [B, h, ..., Nq, R] and `carried` scores as in
     `_attend`, the talking-heads mixes `pre`, `post` [h, h] (any may be None). Returns (context

@@ -13,7 +13,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from longdoc import GlobalLocalConfig, GlobalLocalModel
 from longdoc.bench import BenchSettings, Shape, render_table, run_benchmark, to_json
 from longdoc.bench.checks import FAIL, PASS, SKIP, target_checks
-from longdoc.model import kernels, linear
+from longdoc.model import linear
+from longdoc.model.kernels import cpu as kernels
 from longdoc.bench.flops import encoder_forward_flops
 from longdoc.bench.report import table_rows
 from longdoc.bench.results import BenchResult, MatmulMeasurement, Measurement

@@ -1,4 +1,4 @@
-"""The compiled attention (longdoc.model.kernels) against the float64 dense reference and against
+"""The compiled attention (longdoc.model.kernels.cpu) against the float64 dense reference and against
 the eager path it replaces on CPU float32: outputs with and without autograd, gradients, dropout,
 and the fallback when it cannot be built. (The float64 tests in test_attention.py run the eager path.)"""
 
@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from longdoc.model import kernels
+from longdoc.model.kernels import cpu as kernels
 from tests.model.conftest import make_inputs, tiny_config
 from tests.model.dense_reference import dense_forward
 from tests.model.test_attention import make_model
@@ -139,7 +139,7 @@ def test_a_kernel_that_cannot_be_built_warns_once_and_the_eager_path_serves(monk
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
     monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path))
-    kernels.compiled.cache_clear()
+    kernels._build.cache_clear()
     try:
         model = make_model(tiny_config()).float()
         inputs = make_inputs(2, 13, 4, padding=True, structure=True)
@@ -150,7 +150,7 @@ def test_a_kernel_that_cannot_be_built_warns_once_and_the_eager_path_serves(monk
             again = model(**inputs)
         torch.testing.assert_close(built.long_hidden_state, again.long_hidden_state, atol=0, rtol=0)
     finally:
-        kernels.compiled.cache_clear()
+        kernels._build.cache_clear()
 
 
 @pytest.mark.parametrize("talking_heads", [False, True], ids=["plain", "talking-heads"])
@@ -323,7 +323,7 @@ def test_the_kernel_takes_its_products_from_the_process_gemm_setting(kernel, set
 
     if setting == "onednn" and not linear._onednn_available():
         pytest.skip("this torch build has no oneDNN linear")
-    script = "from longdoc.model import kernels; print(kernels.compiled().uses_own_products())"
+    script = "from longdoc.model.kernels import cpu; print(cpu.compiled().uses_own_products())"
     env = {**os.environ, linear.ENVIRONMENT_VARIABLE: setting}
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
