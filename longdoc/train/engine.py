@@ -66,6 +66,7 @@ from tqdm.auto import tqdm
 
 from longdoc.errors import InputError
 from longdoc.io import atomic_write_json, atomic_write_text
+from longdoc.model.inputs import check_encoder_inputs
 from longdoc.train import checkpoints as ckpt
 from longdoc.train.distributed import ProcessInfo, barrier, gather_objects, start_processes, stop_processes
 from longdoc.train.options import RESOLVED_OPTIONS_FILE, options_json
@@ -588,7 +589,9 @@ def _training_step(run: _Run, window: _LogWindow, stop: _StopRequest) -> bool:
     def micro_batch(micro: int) -> dict[str, Any]:
         indices = _micro_batch_indices(run.step, micro, options["seed"], run.steps_per_epoch, run.effective,
                                        len(run.job.rows), options["batch_size"], info, run.orders)
-        return _to_device(run.job.collate([run.job.rows[i] for i in indices]), info.device)
+        batch = run.job.collate([run.job.rows[i] for i in indices])
+        check_encoder_inputs(batch, run.model.config)  # the values, here on the CPU, not in forward on the device
+        return _to_device(batch, info.device)
 
     def measure(output) -> None:
         for index, name in enumerate(names):

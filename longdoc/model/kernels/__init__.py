@@ -1,2 +1,2 @@
 """The attention's compiled kernels, one folder per device: `cpu` (C++, built on first use with
-torch's C++ extension tools)."""
+torch's C++ extension tools) and `gpu` (Triton). The backends in longdoc.model.backends call them."""

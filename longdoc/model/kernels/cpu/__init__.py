@@ -1,7 +1,7 @@
 """The attention's compiled CPU kernels (C++, float32), built on first use and cached.
 
 They run each softmax of the attention whole, projections to context, forward and backward, for
-`CompiledSoftmax` in longdoc.model.attention. The sources, one file per job:
+the `cpu` attention backend (longdoc.model.backends.cpu). The sources, one file per job:
 - attention.h: what the forward and the backward share (the scheme, the operands records of the
   entry points, their shapes and checks);
 - forward.cpp, backward.cpp: the plain and the talking-heads softmax, each way;
@@ -15,9 +15,10 @@ $LONGDOC_CACHE/kernels (default ~/.cache/longdoc/kernels), one folder per source
 and torch version. A built module is loaded from there as it is, without ninja, so every checkout
 of the same sources (another folder, a reinstall) shares one build.
 
-Turn them off with LONGDOC_KERNELS=0: the attention then runs its eager PyTorch path, which gives the
-same results (tests/model/test_kernels.py holds them together) more slowly on CPU. Where the
-kernels cannot be built, one warning says why (`failure()`) and the eager path is used.
+LONGDOC_KERNELS=0 keeps the `auto` backend from choosing them (and from building them): the attention
+then runs its eager PyTorch path, which gives the same results (tests/model/backends holds them
+together) more slowly on CPU. Where they cannot be built, one warning says why, `auto` runs the
+eager path, and the `cpu` backend, asked for by name, is refused with the reason (`failure()`).
 """
 
 import functools
@@ -47,6 +48,7 @@ STALE_LOCK_SECONDS = 15 * 60
 
 
 def enabled() -> bool:
+    """Whether the `auto` backend may choose the kernels (LONGDOC_KERNELS is not 0)."""
     return os.environ.get(ENVIRONMENT_VARIABLE, "1") != "0"
 
 
@@ -74,12 +76,6 @@ def clear_stale_lock(build_directory: Path) -> bool:
                   "finish (a killed process)", stacklevel=3)
     lock.unlink(missing_ok=True)
     return True
-
-
-def available_for(tensor: torch.Tensor) -> bool:
-    """Whether the compiled kernels serve this tensor's computation: on CPU in float32, unless
-    LONGDOC_KERNELS=0 or they cannot be built."""
-    return tensor.device.type == "cpu" and tensor.dtype == torch.float32 and enabled() and compiled() is not None
 
 
 def compiled():
