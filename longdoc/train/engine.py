@@ -491,14 +491,20 @@ def _start(job: TrainingJob, info: ProcessInfo) -> _Run:
     """The run's plan, the model (resumed from the latest checkpoint in out_dir, if any) wrapped
     for the processes, its optimizer and schedule, the RNG streams and the log."""
     options = job.options
+    use_bf16 = options.get("bf16")
+    if use_bf16 is None:
+        use_bf16 = info.device.type == "cuda" and torch.cuda.is_bf16_supported()
+    if options.get("attention") is not None:  # this run's attention backend (the saved config keeps its own)
+        from longdoc.inference import check_attention
+
+        compute_dtype = torch.bfloat16 if use_bf16 else next(job.model.parameters()).dtype
+        check_attention(options["attention"], info.device, compute_dtype, f"--attention {options['attention']}")
+        job.model.set_attention_backend(options["attention"])
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     identity = job.identity or model_identity(job.name, job.model)
     effective, steps_per_epoch, total_steps = _plan(job, info)
     fsdp = bool(options.get("fsdp")) and info.distributed
-    use_bf16 = options.get("bf16")
-    if use_bf16 is None:
-        use_bf16 = info.device.type == "cuda" and torch.cuda.is_bf16_supported()
     autocast = (lambda: torch.autocast(info.device.type, dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
     _seed(options["seed"] + info.rank)
 

@@ -365,3 +365,11 @@ def test_plain_command_line_options():
     with pytest.raises(InputError, match="--allocator sets the fresh processes"):
         bench_command.settings_from_arguments(parser.parse_args(["--plain", "--allocator", "system"]))
 
+
+def test_bench_refuses_an_attention_backend_that_cannot_run_in_one_line(capsys):
+    from longdoc.cli import main
+
+    assert main(["bench", "--quick", "--no-peers", "--attention", "cpu", "--dtype", "bfloat16"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("longdoc bench: error: --attention cpu: attention backend 'cpu' cannot run on cpu in bfloat16: the "
+                   "C++ kernels run on the CPU in float32 only; there eager, dense can (or auto, which picks one)\n")
