@@ -110,7 +110,6 @@ class AttentionBackend:
     may be written over by the next; `keep_weights`: the layers ask for the weights."""
 
     name: ClassVar[str]
-    summary: ClassVar[str]  # what it is, in a few words (docs, --help)
 
     @classmethod
     def refusal(cls, device: torch.device, dtype: torch.dtype) -> str | None:

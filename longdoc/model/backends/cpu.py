@@ -168,7 +168,6 @@ def global_key_ranges(mask_bias: Tensor, first_keys: int) -> Tensor | None:
 
 class CpuBackend(AttentionBackend):
     name = "cpu"
-    summary = "the compiled C++ kernels (CPU, float32; built on first use)"
 
     @classmethod
     def refusal(cls, device: torch.device, dtype: torch.dtype) -> str | None:

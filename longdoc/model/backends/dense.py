@@ -45,7 +45,6 @@ def _mix_heads(mixing: Tensor, values: Tensor) -> Tensor:
 
 class DenseBackend(AttentionBackend):
     name = "dense"
-    summary = "a float64 reference of each softmax over full rows, un-blocked (slow; any device)"
 
     def attend(self, operands: SoftmaxOperands) -> SoftmaxResult:
         dtype = operands.own.dtype

@@ -106,7 +106,6 @@ class PickRelative(torch.autograd.Function):
 
 class EagerBackend(AttentionBackend):
     name = "eager"
-    summary = "blocked PyTorch ops (the specification; any device and dtype, torch.compile and export)"
 
     def __init__(self, reuse_buffers: bool = False, keep_weights: bool = False):
         super().__init__(reuse_buffers, keep_weights)

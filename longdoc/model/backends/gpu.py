@@ -36,7 +36,6 @@ def kernel_module() -> tuple[ModuleType | None, str | None]:
 
 class GpuBackend(AttentionBackend):
     name = "gpu"
-    summary = "the fused Triton kernel (CUDA)"
 
     @classmethod
     def refusal(cls, device: torch.device, dtype: torch.dtype) -> str | None:
