@@ -10,7 +10,7 @@ setup(
     package_data={
         **{f"longdoc.tasks.{name}": ["configs/*.json", "configs/*.md", "published.json"]
            for name in find_packages("tasks")},
-        # the attention kernels' sources, compiled on first use (longdoc/model/kernels)
-        "longdoc.model.kernels": ["*.cpp", "*.h"],
+        # the attention's C++ kernel sources, compiled on first use (longdoc/model/kernels/cpu)
+        "longdoc.model.kernels.cpu": ["*.cpp", "*.h"],
     },
 )

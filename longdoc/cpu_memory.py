@@ -4,7 +4,7 @@ At 4k tokens every attention layer works on tensors of 40-100 MB. glibc's malloc
 above its mmap threshold (128 KiB, adapting up to 32 MiB) with a fresh mmap and unmaps them when they
 are freed, and trims its heap when the top is free, so every such tensor is faulted in afresh, page
 by page, and an add or a softmax on fresh memory runs several times slower than on reused memory.
-Inference reuses its own buffers (longdoc.model.attention.Workspace), but training cannot (autograd
+Inference reuses its own buffers (longdoc.model.backends.eager.Workspace), but training cannot (autograd
 keeps what it needs), and runs far slower on glibc's defaults than with freed memory kept.
 
 So the entry points call `configure_allocator()` before any model is built: the `longdoc` command

@@ -1,5 +1,5 @@
-"""Where and in what precision a trained model predicts: `--device` and `--dtype` of `longdoc
-predict` and `longdoc ask`.
+"""Where, in what precision and with which attention backend a trained model predicts: `--device`,
+`--dtype` and `--attention` of `longdoc predict` and `longdoc ask`.
 
 `resolve_placement(device, dtype)` turns the two option strings into a torch device and dtype, or
 an InputError naming the option and what this machine offers; `place_model` moves a loaded model
@@ -8,8 +8,10 @@ the model: `TaskModel.forward_rows` moves each batch to the model's device and b
 outputs back to the CPU as float32, so the decoders' arithmetic is the same in every precision.
 
 The default device is the fastest one torch finds: CUDA, else Apple's MPS, else the CPU; the
-default dtype float32. On the CPU the compiled attention kernels serve float32 only; bfloat16 and
-float16 run the attention's eager path (longdoc.model.attention).
+default dtype float32. The attention backend (longdoc.model.backends) is the model's own
+(`attention_backend` in its config, normally auto: on the CPU the compiled kernels serve float32, and
+bfloat16 and float16 run the eager backend) unless `--attention` names one; `check_attention` refuses
+one that cannot run on the device in the dtype, naming what can.
 
 torch is imported inside the functions: `add_arguments` runs for `longdoc --help`.
 """
@@ -17,6 +19,7 @@ torch is imported inside the functions: `add_arguments` runs for `longdoc --help
 import re
 
 from longdoc.errors import InputError
+from longdoc.model.backends import BACKEND_NAMES
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 DEVICE_FORMS = "cpu, cuda, cuda:N, mps"
@@ -32,6 +35,28 @@ def add_arguments(parser) -> None:
     precision.add_argument("--dtype", choices=DTYPE_NAMES, help="the model's precision (default float32)")
     precision.add_argument("--bf16", dest="dtype", action="store_const", const="bfloat16",
                            help="the same as --dtype bfloat16")
+    add_attention_argument(parser)
+
+
+def add_attention_argument(parser) -> None:
+    """--attention: the attention backend (predict, ask, train, bench)."""
+    parser.add_argument("--attention", choices=BACKEND_NAMES,
+                        help="how the attention is computed: auto (the C++ kernels on the CPU in float32, the GPU "
+                             "kernel on CUDA where available, else eager), eager (PyTorch ops), cpu, gpu, dense (a "
+                             "float64 reference, slow); default: the model's own (attention_backend in its config, "
+                             "normally auto)")
+
+
+def check_attention(name: str, device, dtype, source) -> None:
+    """InputError naming `source` (the option or the model folder) when attention backend `name` cannot
+    run on `device` in `dtype`: one line saying which can."""
+    from longdoc.model.backends.resolution import refusal
+
+    if name not in BACKEND_NAMES:
+        raise InputError(f"{source}: {name!r} is not an attention backend; use one of {', '.join(BACKEND_NAMES)}")
+    why = refusal(name, device, dtype)
+    if why is not None:
+        raise InputError(f"{source}: {why}")
 
 
 def default_device() -> str:
@@ -89,12 +114,19 @@ def resolve_placement(device: str | None, dtype: str | None):
     return where, getattr(torch, dtype)
 
 
-def place_model(model, device, dtype, source) -> object:
-    """`model` moved to `device` in `dtype` (floating parameters and buffers), in eval mode. A model
-    with parameters on the "meta" device (no weights: a loader that skipped them) is refused,
-    naming `source` (its folder), before anything runs on it."""
+def place_model(model, device, dtype, source, attention: str | None = None) -> object:
+    """`model` moved to `device` in `dtype` (floating parameters and buffers), in eval mode, its
+    attention computed by backend `attention` (None: the one its config names). A model with
+    parameters on the "meta" device (no weights: a loader that skipped them), or an attention backend
+    that cannot run there, is refused, naming `source` (its folder) or --attention, before anything
+    runs on it."""
     on_meta = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
     if on_meta:
         raise InputError(f"{source}: the model's weights were not loaded ({len(on_meta)} tensors on the meta "
                          f"device, e.g. {on_meta[0]}); cannot predict with it")
+    if attention is None:
+        check_attention(model.config.attention_backend, device, dtype, f"{source} (attention_backend in its config)")
+    else:
+        check_attention(attention, device, dtype, f"--attention {attention}")
+        model.set_attention_backend(attention)
     return model.to(device, dtype).eval()

@@ -1,6 +1,9 @@
-"""Shared fixtures: the real data samples in ../shared/data and the MiniLM checkpoint."""
+"""Shared fixtures: the real data samples in ../shared/data and the MiniLM checkpoint; the attention's
+C++ kernels built once per session, before its tests."""
 
 import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,3 +33,23 @@ def linear_backend(monkeypatch):
 
     yield use
     linear.backend.cache_clear()
+
+
+def pytest_collection_finish(session) -> None:
+    """Build the attention's C++ kernels once, before the first test, when the session's tests use the
+    encoder (their modules imported it) and the kernels are not in the cache yet: built inside the
+    first test that runs the encoder on the CPU, the build (minutes on two cores) was that test's
+    time. Nothing happens with LONGDOC_KERNELS=0, or where they are built already."""
+    if not session.items or "longdoc.model.modeling" not in sys.modules:
+        return
+    from longdoc.model.kernels import cpu
+
+    if not cpu.enabled() or cpu.is_built():
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    say = reporter.write_line if reporter is not None else (lambda line: print(line, file=sys.stderr))
+    say(f"building the attention's C++ kernels once for this session, into {cpu.build_location()[0]} (cached by "
+        "content; LONGDOC_KERNELS=0 skips it)")
+    started = time.perf_counter()
+    failure = cpu.failure()
+    say(f"  {'could not build them: ' + failure if failure else 'built'} ({time.perf_counter() - started:.0f} s)")

@@ -39,7 +39,7 @@ with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):
 """
 # The library as a user's script takes it: the model imported and built.
 IMPORT_AND_BUILD_THE_MODEL = """
-import longdoc.model.attention, longdoc.model.kernels, longdoc.model.linear
+import longdoc.model.attention, longdoc.model.kernels.cpu, longdoc.model.linear
 from longdoc import GlobalLocalConfig, GlobalLocalModel
 GlobalLocalModel(GlobalLocalConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
                                    intermediate_size=32, long_max_len=64, global_max_len=16, max_position_embeddings=64))

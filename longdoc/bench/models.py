@@ -68,6 +68,7 @@ def _ours(job: Job) -> Runner:
         global_max_len=shape.global_tokens,
         residual_attention=job.variant.residual_attention,
         talking_heads=job.variant.talking_heads,
+        attention_backend=job.settings.attention,
     )
     # Each global token stands for a "sentence" of consecutive long tokens, as in ETC's tasks.
     sentence_ids = torch.arange(length).div(shape.tokens_per_global(length), rounding_mode="floor")

@@ -102,6 +102,7 @@ class BenchSettings:
     matmul_size: int = 2048
     matmul_repeats: int = 5
     seed: int = 0
+    attention: str = "auto"  # our encoder's attention backend (longdoc.model.backends)
 
     @classmethod
     def quick(cls, **overrides) -> "BenchSettings":

@@ -22,7 +22,9 @@ from longdoc.bench.models import build_runner
 from longdoc.bench.results import MatmulMeasurement, Measurement
 from longdoc.bench.settings import FORWARD, BenchSettings, Job
 from longdoc.cpu_memory import configure_allocator
-from longdoc.model import kernels, linear
+from longdoc.model import linear
+from longdoc.model.backends.cpu import CpuBackend
+from longdoc.model.backends.resolution import resolve_backend
 
 
 def timed(step, device: torch.device) -> float:
@@ -54,12 +56,12 @@ def step_for(runner, mode: str):
 
 
 def forward_flops(job: Job, runner) -> int | None:
-    """Our encoder's analytic forward FLOPs for the job (None for a peer). Under hard g2l the compiled
-    kernel skips the long keys a global token does not own, and they are not counted."""
+    """Our encoder's analytic forward FLOPs for the job (None for a peer). Under hard g2l the cpu
+    backend skips the long keys a global token does not own, and they are not counted."""
     if not job.variant.is_ours:
         return None
-    config, shape = runner.model.config, job.settings.shape
-    skips = config.hard_g2l and kernels.available_for(next(runner.model.parameters()))
+    config, shape, parameter = runner.model.config, job.settings.shape, next(runner.model.parameters())
+    skips = config.hard_g2l and resolve_backend(config.attention_backend, parameter.device, parameter.dtype) is CpuBackend
     long_keys = shape.tokens_per_global(job.length) if skips else None
     return encoder_forward_flops(config, job.length, shape.global_tokens, long_keys).total
 

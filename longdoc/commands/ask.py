@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if not sources:
         return 2
     session = AskSession(sources, args.model, passages=args.passages, second_hop=args.second_hop,
-                         progress=args.progress, placement=placement)
+                         progress=args.progress, placement=placement, attention=args.attention)
     if session.mode == "sentence":
         print(f"longdoc ask: {SENTENCE_MODE_NOTE}", file=sys.stderr)
     questions = [args.question] if args.question is not None else _questions(sys.stdin.isatty())

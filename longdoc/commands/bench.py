@@ -4,6 +4,7 @@ import argparse
 import json
 import sys
 
+from longdoc import inference
 from longdoc.errors import InputError
 
 HELP = "time and measure the memory of the encoder next to Longformer, BigBird and BERT"
@@ -44,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=_positive, help="torch threads in each measuring process (default: one per core)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    inference.add_attention_argument(parser)
     parser.add_argument(
         "--allocator", choices=("auto", "jemalloc", "keep", "thp", "system"),
         help="memory allocator of every fresh measuring process (see longdoc/cpu_memory.py): jemalloc keeping "
@@ -78,7 +80,8 @@ def settings_from_arguments(args: argparse.Namespace):
         allocator_environment(allocator)
     except ValueError as error:
         raise InputError(f"--allocator: {error}") from None
-    overrides = dict(dtype=args.dtype, device=args.device, allocator=allocator, threads=args.threads or 0)
+    overrides = dict(dtype=args.dtype, device=args.device, allocator=allocator, threads=args.threads or 0,
+                     attention=args.attention or "auto")
     if args.lengths:
         overrides["lengths"] = args.lengths
     if args.repeats:
@@ -102,6 +105,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: torch finds no CUDA device on this machine")
+    if args.attention is not None:
+        inference.check_attention(args.attention, torch.device(args.device), getattr(torch, args.dtype),
+                                  f"--attention {args.attention}")
     settings = settings_from_arguments(args)
     if args.batched:
         rows = run_batched(settings, lengths=args.lengths or BATCH_LENGTHS, progress=lambda row: print(

@@ -56,7 +56,8 @@ def run(args) -> int:
         raise InputError(f"{args.data}: no such file or folder (--data takes a {args.task} file in its official "
                          "format, or the Hub's datasets export of it)")
     device, dtype = inference.resolve_placement(args.device, args.dtype)
-    model = inference.place_model(task.load("model").from_pretrained(args.model), device, dtype, args.model)
+    model = inference.place_model(task.load("model").from_pretrained(args.model), device, dtype, args.model,
+                                  attention=args.attention)
     tokenizer = read_tokenizer(args.model)
     started = time.perf_counter()
     with _WindowCounter(model) as counter:

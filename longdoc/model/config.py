@@ -8,6 +8,8 @@ Impossible combinations are refused at construction with a message naming the fi
 
 from transformers import PretrainedConfig
 
+from longdoc.model.backends import BACKEND_NAMES
+
 POSITION_EMBEDDING_TYPES = ("relative", "absolute", "both")
 
 # Named architectures (fairseq style). ETC-base and ETC-large are the paper's shapes; "minilm" is
@@ -51,6 +53,11 @@ class GlobalLocalConfig(PretrainedConfig):
     `separate_global_embedding_norm`: the global embeddings get a LayerNorm of their own (ETC's
     `global_emb_layer_norm`, set for converted ETC checkpoints); off, both streams share one, which
     is what a model lifted from a BERT checkpoint's single embedding norm starts from.
+    `attention_backend`: how the attention is computed (longdoc.model.backends): "auto" (the default:
+    the C++ kernels on the CPU in float32, the GPU kernel on CUDA where available, else "eager"),
+    "eager" (PyTorch ops, the specification), "cpu", "gpu", or "dense" (a float64 reference, slow).
+    A choice at run time (`GlobalLocalModel.set_attention_backend`, the commands' --attention)
+    overrides it; configs saved before the field get "auto".
 
     Input conventions (read by longdoc's feature builders, `longdoc.data.features` and
     `longdoc.data.pretraining_corpus`, not by the model): the token types of the long [CLS] question
@@ -102,6 +109,7 @@ class GlobalLocalConfig(PretrainedConfig):
         global_feature_size: int = 0,
         separate_global_embedding_norm: bool = False,
         global_absolute_positions: bool = True,
+        attention_backend: str = "auto",
         # --- input conventions (see the class docstring) ---
         long_question_token_type_id: int = 0,
         long_document_token_type_id: int | None = None,
@@ -143,6 +151,7 @@ class GlobalLocalConfig(PretrainedConfig):
         self.global_feature_size = global_feature_size
         self.separate_global_embedding_norm = separate_global_embedding_norm
         self.global_absolute_positions = global_absolute_positions
+        self.attention_backend = attention_backend
         # --- input conventions ---
         self.long_question_token_type_id = long_question_token_type_id
         # None: type 1, or 0 where the model has one token type (RoBERTa's family).
@@ -222,6 +231,8 @@ class GlobalLocalConfig(PretrainedConfig):
             not self.residual_attention_mean or self.residual_attention,
             "residual_attention_mean=True needs residual_attention=True",
         )
+        require(self.attention_backend in BACKEND_NAMES,
+                f"attention_backend must be one of {', '.join(BACKEND_NAMES)}, got {self.attention_backend!r}")
 
     # --- input conventions ---
     GLOBAL_TOKEN_KINDS = ("paragraph", "sentence", "candidate", "dom_node")

@@ -12,6 +12,7 @@ devices (CUDA's Philox generator is fast) and outside training this is `torch.nn
 """
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 LANE_BITS = 15
@@ -38,13 +39,23 @@ def kept_scale(realised: float) -> float:
     return 0.0 if realised >= 1.0 else 1.0 / (1.0 - realised)
 
 
+def dropout(input: Tensor, drop_probability: float) -> Tensor:
+    """Training's dropout of `input` (`input` itself when the probability is 0): on CPU with the cheap
+    mask above, elsewhere torch's."""
+    if drop_probability == 0.0:
+        return input
+    if input.device.type != "cpu":
+        return F.dropout(input, drop_probability, training=True)
+    keep, realised = keep_mask(input.shape, drop_probability)
+    dropped = torch.where(keep, input, 0.0)
+    scale = kept_scale(realised)
+    return dropped.mul_(scale) if scale else dropped
+
+
 class Dropout(nn.Dropout):
     """`torch.nn.Dropout` with the cheap mask above on CPU in training."""
 
     def forward(self, input: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0 or input.device.type != "cpu":
+        if not self.training or self.p == 0.0:
             return super().forward(input)
-        keep, realised = keep_mask(input.shape, self.p)
-        dropped = torch.where(keep, input, 0.0)
-        scale = kept_scale(realised)
-        return dropped.mul_(scale) if scale else dropped
+        return dropout(input, self.p)

@@ -1,5 +1,13 @@
 """The encoder's inputs, written once, and their checks before any compute.
 
+The checks. `check_and_collect` (in `GlobalLocalModel.forward`) checks names, shapes and dtypes,
+which reads no tensor; the checks of values (ids inside their vocabularies, links to real global
+tokens) read every input, a host synchronisation on a GPU that also stops torch.compile and export,
+so they run where batches are collated: `check_encoder_inputs(batch, config)`, which
+`TaskModel.forward_rows` and the training engine call on each batch before it leaves the CPU.
+Forward runs them too when its inputs are on the CPU and no tracing is under way, so that a model
+called directly still refuses bad values with a clear error.
+
 The schema. `ENCODER_INPUTS` holds one `InputSpec` per `GlobalLocalModel.forward` argument, in
 argument order: its name, its axes, its dtype in a batch and the value that pads it. Axes are
 named: "batch" (B), "long" (L, long tokens), "global" (G, global tokens), "feature"
@@ -128,9 +136,19 @@ def _require_dtype(spec: InputSpec, tensor: Tensor) -> None:
         raise ValueError(f"{spec.name} must hold {kind}, got dtype {tensor.dtype}")
 
 
-def check_and_collect(config: GlobalLocalConfig, inputs: Mapping[str, Tensor | None]) -> StructureIds:
+def check_encoder_inputs(batch: Mapping[str, Any], config: GlobalLocalConfig) -> None:
+    """Every check of the encoder's inputs in `batch` (a collated batch; other keys are ignored),
+    their values included: ValueError naming the input. Call it where batches are collated."""
+    check_and_collect(config, encoder_inputs(batch), check_values=True)
+
+
+def check_and_collect(
+    config: GlobalLocalConfig, inputs: Mapping[str, Tensor | None], check_values: bool | None = None
+) -> StructureIds:
     """Validate `GlobalLocalModel.forward`'s arguments (by name, None: not given) against the schema
-    and the config; return the structure record with defaults filled in."""
+    and the config; return the structure record with defaults filled in. `check_values`: also check
+    the values (which reads the tensors); None: where that costs no host synchronisation and stops
+    no tracing (inputs on the CPU, neither torch.compile nor export tracing)."""
     unknown = sorted(set(inputs) - set(MODEL_INPUT_NAMES))
     if unknown:
         raise ValueError(f"unknown encoder input(s) {', '.join(unknown)}; known: {', '.join(MODEL_INPUT_NAMES)}")
@@ -144,25 +162,9 @@ def check_and_collect(config: GlobalLocalConfig, inputs: Mapping[str, Tensor | N
         raise ValueError("long_input_ids has length 0; at least one long token is needed")
     if length > config.long_max_len:
         raise ValueError(f"long_input_ids has length {length}, above long_max_len = {config.long_max_len}")
-    global_input_ids = given.get("global_input_ids")
-    if global_input_ids is None:
-        num_globals = 0
-        for spec in ENCODER_INPUTS:
-            if "global" in spec.axes and spec.name in given:
-                raise ValueError(f"{spec.name} was given but global_input_ids is None (no global tokens)")
-    else:
-        if global_input_ids.dim() != 2 or global_input_ids.shape[0] != batch:
-            raise ValueError(
-                f"global_input_ids has shape {tuple(global_input_ids.shape)}, expected [{batch}, num_globals]"
-            )
-        num_globals = global_input_ids.shape[1]
-        if num_globals > config.global_max_len:
-            raise ValueError(
-                f"global_input_ids has {num_globals} global tokens, above global_max_len = {config.global_max_len}"
-            )
+    num_globals = _check_globals(config, given, batch)
     if "global_features" in given and config.global_feature_size == 0:
         raise ValueError("global_features was given but config.global_feature_size is 0")
-
     sizes = {"batch": batch, "long": length, "global": num_globals, "feature": config.global_feature_size}
     for spec in ENCODER_INPUTS:
         if spec.name in given:
@@ -170,18 +172,7 @@ def check_and_collect(config: GlobalLocalConfig, inputs: Mapping[str, Tensor | N
     for spec in ENCODER_INPUTS:
         if spec.name in given:
             _require_dtype(spec, given[spec.name])
-    long_attention_mask, global_attention_mask = given.get("long_attention_mask"), given.get("global_attention_mask")
-    sentence_ids, mention_ids = given.get("sentence_ids"), given.get("mention_ids")
-    vocab = f"vocab_size = {config.vocab_size}"
-    _require_range("long_input_ids", long_input_ids, 0, config.vocab_size, vocab)
-    _require_range("global_input_ids", global_input_ids, 0, config.vocab_size, vocab)
-    types = f"type_vocab_size = {config.type_vocab_size}"
-    _require_range("long_token_type_ids", given.get("long_token_type_ids"), 0, config.type_vocab_size, types)
-    _require_range("global_token_type_ids", given.get("global_token_type_ids"), 0, config.type_vocab_size, types)
-    links = f"an index of one of the {num_globals} global tokens, or -1 for none"
-    _require_range("sentence_ids", sentence_ids, -1, num_globals, links)
-    _require_range("mention_ids", mention_ids, -1, num_globals, links)
-    if mention_ids is not None and sentence_ids is None:
+    if "mention_ids" in given and "sentence_ids" not in given:
         raise ValueError("mention_ids was given without sentence_ids")
     long_example_ids, global_example_ids = given.get("long_example_ids"), given.get("global_example_ids")
     if (long_example_ids is None) != (global_example_ids is None) and num_globals > 0:
@@ -190,13 +181,60 @@ def check_and_collect(config: GlobalLocalConfig, inputs: Mapping[str, Tensor | N
                          "long_example_ids and global_example_ids")
 
     device = long_input_ids.device
+    long_attention_mask, global_attention_mask = given.get("long_attention_mask"), given.get("global_attention_mask")
     long_mask = (long_attention_mask != 0) if long_attention_mask is not None else torch.ones(
         (batch, length), dtype=torch.bool, device=device
     )
     global_mask = (global_attention_mask != 0) if global_attention_mask is not None else torch.ones(
         (batch, num_globals), dtype=torch.bool, device=device
     )
-    for name, links in (("sentence_ids", sentence_ids), ("mention_ids", mention_ids)):
+    if check_values is None:
+        check_values = device.type == "cpu" and not torch.compiler.is_compiling()
+    if check_values:
+        _check_values(config, given, num_globals, long_mask, global_mask)
+    global_sees_all = given.get("global_sees_all")
+    return StructureIds(
+        long_mask=long_mask,
+        global_mask=global_mask,
+        sentence_ids=given.get("sentence_ids"),
+        mention_ids=given.get("mention_ids"),
+        long_paragraph_ids=given.get("long_paragraph_ids"),
+        global_paragraph_ids=given.get("global_paragraph_ids"),
+        global_sees_all=None if global_sees_all is None else global_sees_all.bool(),
+        long_example_ids=long_example_ids,
+        global_example_ids=global_example_ids,
+    )
+
+
+def _check_globals(config: GlobalLocalConfig, given: Mapping[str, Tensor], batch: int) -> int:
+    """The number of global tokens (0 without global_input_ids, when no global input may be given)."""
+    global_input_ids = given.get("global_input_ids")
+    if global_input_ids is None:
+        for spec in ENCODER_INPUTS:
+            if "global" in spec.axes and spec.name in given:
+                raise ValueError(f"{spec.name} was given but global_input_ids is None (no global tokens)")
+        return 0
+    if global_input_ids.dim() != 2 or global_input_ids.shape[0] != batch:
+        raise ValueError(f"global_input_ids has shape {tuple(global_input_ids.shape)}, expected [{batch}, num_globals]")
+    num_globals = global_input_ids.shape[1]
+    if num_globals > config.global_max_len:
+        raise ValueError(f"global_input_ids has {num_globals} global tokens, above global_max_len = {config.global_max_len}")
+    return num_globals
+
+
+def _check_values(config: GlobalLocalConfig, given: Mapping[str, Tensor], num_globals: int, long_mask: Tensor,
+                  global_mask: Tensor) -> None:
+    """Ids inside their vocabularies; sentence and mention ids that name a real global token or none."""
+    vocab = f"vocab_size = {config.vocab_size}"
+    _require_range("long_input_ids", given.get("long_input_ids"), 0, config.vocab_size, vocab)
+    _require_range("global_input_ids", given.get("global_input_ids"), 0, config.vocab_size, vocab)
+    types = f"type_vocab_size = {config.type_vocab_size}"
+    _require_range("long_token_type_ids", given.get("long_token_type_ids"), 0, config.type_vocab_size, types)
+    _require_range("global_token_type_ids", given.get("global_token_type_ids"), 0, config.type_vocab_size, types)
+    what = f"an index of one of the {num_globals} global tokens, or -1 for none"
+    for name in ("sentence_ids", "mention_ids"):
+        links = given.get(name)
+        _require_range(name, links, -1, num_globals, what)
         if links is not None and num_globals > 0:
             # A real long token linked to a padding global token: the link points to no token.
             target_is_padding = ~global_mask.gather(1, links.clamp(min=0)) & (links >= 0) & long_mask
@@ -206,15 +244,3 @@ def check_and_collect(config: GlobalLocalConfig, inputs: Mapping[str, Tensor | N
                     f"{name}[{example}, {position}] = {int(links[example, position])} points to a padding global "
                     f"token (global_attention_mask is 0 there)"
                 )
-    global_sees_all = given.get("global_sees_all")
-    return StructureIds(
-        long_mask=long_mask,
-        global_mask=global_mask,
-        sentence_ids=sentence_ids,
-        mention_ids=mention_ids,
-        long_paragraph_ids=given.get("long_paragraph_ids"),
-        global_paragraph_ids=given.get("global_paragraph_ids"),
-        global_sees_all=None if global_sees_all is None else global_sees_all.bool(),
-        long_example_ids=long_example_ids,
-        global_example_ids=global_example_ids,
-    )

@@ -7,9 +7,10 @@ products faster on such CPUs when they have AVX-512. On Intel CPUs MKL is as fas
 `backend()` is the process's choice, from LONGDOC_GEMM: "auto" (the default: "onednn" on x86 CPUs
 not made by Intel, "blas" elsewhere), "onednn" or "blas". With "onednn", `Linear` (nn.Linear: the
 same parameters, the same state dict) runs its float32 CPU products, forward and backward, on oneDNN,
-and the compiled attention (longdoc.model.kernels) its small products on its own AVX-512 code
+and the compiled attention (longdoc.model.kernels.cpu) its small products on its own AVX-512 code
 instead of BLAS's sgemm. A value that cannot be used gives one warning that says what is used instead.
-`Linear` also applies its activation, fused into oneDNN's product where it can.
+`Linear` also applies its activation, fused into oneDNN's product where it can. Under torch.compile
+and export it is nn.Linear.
 """
 
 import functools
@@ -69,6 +70,10 @@ def backend() -> str:
 
 
 def _on_onednn(x: Tensor, weight: Tensor) -> bool:
+    """Whether oneDNN runs this product: not while torch.compile or export traces the model (the
+    compiler picks its own GEMMs, and the choice reads the machine)."""
+    if torch.compiler.is_compiling():
+        return False
     return (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and x.dim() >= 2
             and x.numel() > 0 and not torch.is_autocast_enabled("cpu") and backend() == ONEDNN)
 

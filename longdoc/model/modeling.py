@@ -1,9 +1,12 @@
 """GlobalLocalModel: embeddings, layers and encoder of the ETC-style global-local transformer.
 
 One readable path from ids to hidden states: embeddings -> (pad the long input to whole blocks)
--> side inputs from structure ids (once) -> layers (attention, feed-forward, norms; scores carried
-under residual attention) -> unpad. Attention itself lives in longdoc/model/attention.py, masks and
-relative ids in longdoc/model/side_inputs.py, argument checks in longdoc/model/inputs.py.
+-> side inputs from structure ids and the attention backend (once) -> layers (attention,
+feed-forward, norms; scores carried under residual attention) -> unpad. Attention itself lives in
+longdoc/model/attention.py (its backends in longdoc/model/backends), masks and relative ids in
+longdoc/model/side_inputs.py, argument checks in longdoc/model/inputs.py. The forward reads no
+tensor on the host (the checks of values run on CPU inputs only, or where batches are collated),
+so torch.compile traces it whole with the eager backend, and torch.export exports it.
 """
 
 import re
@@ -18,8 +21,10 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
 from longdoc.model.attention import (
-    LEGACY_PARAMETER_NAMES, AttentionCarry, GlobalLocalAttention, SoftmaxParameters, Workspace,
+    LEGACY_PARAMETER_NAMES, AttentionCarry, AttentionWeights, GlobalLocalAttention, SoftmaxParameters,
 )
+from longdoc.model.backends.base import AttentionBackend
+from longdoc.model.backends.resolution import check_backend_name, resolve_backend
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.dropout import Dropout
 from longdoc.model.inputs import check_and_collect
@@ -29,10 +34,12 @@ from longdoc.model.side_inputs import SideInputs, build_side_inputs
 
 @dataclass
 class GlobalLocalModelOutput(ModelOutput):
-    """long_hidden_state [B, L, H] and global_hidden_state [B, G, H] (G = 0 without global tokens)."""
+    """long_hidden_state [B, L, H] and global_hidden_state [B, G, H] (G = 0 without global tokens);
+    attention_weights: each layer's, when asked for (`GlobalLocalModel.keep_attention_weights`)."""
 
     long_hidden_state: Tensor | None = None
     global_hidden_state: Tensor | None = None
+    attention_weights: tuple[AttentionWeights, ...] | None = None
 
 
 class GlobalLocalEmbeddings(nn.Module):
@@ -105,27 +112,27 @@ class GlobalLocalLayer(GradientCheckpointingLayer):
         side: SideInputs,
         carry: AttentionCarry | None,
         layer_number: int,
-        workspace: Workspace | None = None,
-    ) -> tuple[Tensor, Tensor, AttentionCarry]:
+        backend: AttentionBackend,
+    ) -> tuple[Tensor, Tensor, AttentionCarry, AttentionWeights | None]:
         global_feed_forward = self.global_feed_forward or self.long_feed_forward
         if self.pre_layer_norm:
-            long_attended, global_attended, carry = self.attention(
+            long_attended, global_attended, carry, weights = self.attention(
                 self.long_attention_norm(long_hidden), self.global_attention_norm(global_hidden),
-                side, carry, layer_number, workspace,
+                side, carry, layer_number, backend,
             )
             long_hidden = long_hidden + self.dropout(long_attended)
             global_hidden = global_hidden + self.dropout(global_attended)
             long_hidden = long_hidden + self.dropout(self.long_feed_forward(self.long_output_norm(long_hidden)))
             global_hidden = global_hidden + self.dropout(global_feed_forward(self.global_output_norm(global_hidden)))
         else:
-            long_attended, global_attended, carry = self.attention(
-                long_hidden, global_hidden, side, carry, layer_number, workspace
+            long_attended, global_attended, carry, weights = self.attention(
+                long_hidden, global_hidden, side, carry, layer_number, backend
             )
             long_hidden = self.long_attention_norm(long_hidden + self.dropout(long_attended))
             global_hidden = self.global_attention_norm(global_hidden + self.dropout(global_attended))
             long_hidden = self.long_output_norm(long_hidden + self.dropout(self.long_feed_forward(long_hidden)))
             global_hidden = self.global_output_norm(global_hidden + self.dropout(global_feed_forward(global_hidden)))
-        return long_hidden, global_hidden, carry
+        return long_hidden, global_hidden, carry, weights
 
 
 class GlobalLocalEncoder(nn.Module):
@@ -136,16 +143,20 @@ class GlobalLocalEncoder(nn.Module):
         self.final_long_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
         self.final_global_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.pre_layer_norm else None
 
-    def forward(self, long_hidden: Tensor, global_hidden: Tensor, side: SideInputs) -> tuple[Tensor, Tensor]:
-        carry = None
-        # Without autograd, big buffers pass from layer to layer instead of being allocated afresh.
-        workspace = Workspace(reuse=not torch.is_grad_enabled())
+    def forward(
+        self, long_hidden: Tensor, global_hidden: Tensor, side: SideInputs, backend: AttentionBackend
+    ) -> tuple[Tensor, Tensor, tuple[AttentionWeights, ...] | None]:
+        """The layers; `backend`: the attention backend of this forward pass. Returns the hidden states
+        and, if `backend.keep_weights`, each layer's attention weights."""
+        carry, weights = None, []
         for number, layer in enumerate(self.layers, start=1):
-            long_hidden, global_hidden, carry = layer(long_hidden, global_hidden, side, carry, number, workspace)
+            long_hidden, global_hidden, carry, layer_weights = layer(long_hidden, global_hidden, side, carry, number,
+                                                                     backend)
+            weights.append(layer_weights)
         if self.final_long_norm is not None:
             long_hidden = self.final_long_norm(long_hidden)
             global_hidden = self.final_global_norm(global_hidden)
-        return long_hidden, global_hidden
+        return long_hidden, global_hidden, tuple(weights) if backend.keep_weights else None
 
 
 class GlobalLocalPreTrainedModel(PreTrainedModel):
@@ -168,6 +179,26 @@ class GlobalLocalPreTrainedModel(PreTrainedModel):
         write a model loaded through `key_mapping` back under the names it was loaded from."""
         kwargs.setdefault("save_original_format", False)
         return super().save_pretrained(*args, **kwargs)
+
+    def set_attention_backend(self, name: str | None) -> None:
+        """Compute the attention of every encoder in this model with backend `name` (one of
+        longdoc.model.backends.BACKEND_NAMES: auto, eager, cpu, gpu, dense), overriding
+        `config.attention_backend` without changing it (what `save_pretrained` writes); None: back to
+        the config's. A backend that cannot run where the model runs is refused at the next forward
+        pass (AttentionBackendError, one line saying what can)."""
+        if name is not None:
+            check_backend_name(name)
+        for module in self.modules():
+            if isinstance(module, GlobalLocalModel):
+                module.attention_backend = name
+
+    def keep_attention_weights(self, keep: bool = True) -> None:
+        """Have every encoder in this model return each layer's attention weights
+        (`GlobalLocalModelOutput.attention_weights`), for inspection: they cost memory (a [B, h, L,
+        3b + G] tensor per layer) and nothing in a forward pass needs them."""
+        for module in self.modules():
+            if isinstance(module, GlobalLocalModel):
+                module.keeps_attention_weights = keep
 
     def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
         """transformers' activation checkpointing (also reached from the deprecated
@@ -198,6 +229,9 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
         super().__init__(config)
         self.embeddings = GlobalLocalEmbeddings(config)
         self.encoder = GlobalLocalEncoder(config)
+        # Run-time attention settings (set_attention_backend, keep_attention_weights): not saved.
+        self.attention_backend: str | None = None
+        self.keeps_attention_weights = False
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -262,7 +296,25 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
             local_attention_within_paragraph=config.local_attention_within_paragraph,
             dtype=long_hidden.dtype,
         )
+        backend = resolve_backend(self.attention_backend or config.attention_backend, long_hidden.device,
+                                  _attention_dtype(long_hidden))(
+            # Without autograd, big buffers pass from layer to layer instead of being allocated afresh
+            # (under tracing the compiler plans the memory).
+            reuse_buffers=not torch.is_grad_enabled() and not torch.compiler.is_compiling(),
+            keep_weights=self.keeps_attention_weights,
+        )
         # Whole blocks inside the encoder; padded positions are masked as keys and cut off below.
         long_hidden = F.pad(long_hidden, (0, 0, 0, side.padded_length - length))
-        long_hidden, global_hidden = self.encoder(long_hidden, global_hidden, side)
-        return GlobalLocalModelOutput(long_hidden_state=long_hidden[:, :length], global_hidden_state=global_hidden)
+        long_hidden, global_hidden, weights = self.encoder(long_hidden, global_hidden, side, backend)
+        # (A copy, not a view: a view's strides would tie an exported program's length to the padding.)
+        long_hidden = torch.narrow_copy(long_hidden, 1, 0, length)
+        return GlobalLocalModelOutput(long_hidden_state=long_hidden, global_hidden_state=global_hidden,
+                                      attention_weights=weights)
+
+
+def _attention_dtype(hidden: Tensor) -> torch.dtype:
+    """The dtype the attention computes in: the hidden states', or under autocast the projections'."""
+    device = hidden.device.type
+    if device in ("cpu", "cuda") and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return hidden.dtype

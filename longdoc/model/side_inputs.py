@@ -4,7 +4,8 @@ ETC (Ainslie et al., 2020, section 2) builds every mask and relative id from a f
 ("structure is data"). This module does the same, once per forward pass, as pure functions; every
 layer then reads the same `SideInputs` record.
 
-Layout (b = local_radius + 1 tokens per block, or L when L is shorter, nb = ceil(L / b) blocks, Lp = nb * b, W = 3b):
+Layout (b tokens per block, `blocks_for`: r + 1, or L when L is shorter; nb = ceil(L / b) blocks,
+Lp = nb * b, W = 3b):
 - the long softmax: query block n, query p in the block, key c in [prev block | own | next | G
   globals]: masks and ids of shape [B, 1, nb, b, W + G] (the 1 broadcasts over heads);
 - the global softmax: global query g, key in [G globals | Lp long tokens]: [B, 1, G, G + Lp].
@@ -20,13 +21,16 @@ query's and key's places in the block (`local_relative_ids`), and the last G are
 pairs; within the global softmax the first G columns are g2g ids and the last Lp linked/unlinked
 pairs. A long token links to at most two global tokens (`links`: its sentence and the candidate it
 mentions). The attention's gradient of the relative terms uses this structure
-(longdoc.model.attention.PickRelative).
+(longdoc.model.backends.relative).
+
+These are backend-neutral: masks in the compute dtype, ids as int64. What a backend needs besides
+(the C++ kernels' int32 ids, the ranges of keys they skip) it derives itself, once per forward pass.
 """
 
-import functools
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -109,9 +113,8 @@ class SideInputs:
     num_blocks: int
     long_mask_bias: Tensor  # [B, 1, nb, b, W + G], compute dtype
     global_mask_bias: Tensor | None  # [B, 1, G, G + Lp]; None when G = 0
-    # int32, the compiled kernels' index type (the eager path's gathers take int64_relative_ids)
-    long_relative_ids: Tensor | None  # [B, 1, nb, b, W + G]; None without relative positions
-    global_relative_ids: Tensor | None  # [B, 1, G, G + Lp]
+    long_relative_ids: Tensor | None  # [B, 1, nb, b, W + G] int64; None without relative positions
+    global_relative_ids: Tensor | None  # [B, 1, G, G + Lp] int64
     relative_layout: RelativeIdLayout | None = None
     links: Tensor | None = None  # [B, Lp, 2] int64: the global tokens each long token links to, -1 for none
 
@@ -119,31 +122,20 @@ class SideInputs:
     def padded_length(self) -> int:
         return self.block_size * self.num_blocks
 
-    @functools.cached_property
-    def int64_relative_ids(self) -> tuple[Tensor | None, Tensor | None]:
-        """(long, global) relative ids as int64, the index type of the eager path's gathers on every
-        device: once per forward pass."""
-        return tuple(None if ids is None else ids.long()
-                     for ids in (self.long_relative_ids, self.global_relative_ids))
 
-    @functools.cached_property
-    def global_key_ranges(self) -> Tensor | None:
-        """[B, G, 2] int32: the long keys [first, last + 1) each global query may attend to (hard g2l
-        leaves a sentence's global token its own tokens), so that the compiled kernel skips the rest;
-        a query that sees no long key gets (0, 0), one that sees no key at all every key (its softmax
-        is uniform over them, as in the eager path); None when the ranges leave little to skip (the
-        kernel then takes wider chunks of queries). Once per forward pass."""
-        if self.global_mask_bias is None:
-            return None
-        allowed = self.global_mask_bias[:, 0] == 0  # [B, G, G + Lp]
-        long_allowed = allowed[..., allowed.shape[1]:].to(torch.int8)
-        length = long_allowed.shape[-1]
-        sees_long, sees_nothing = long_allowed.any(-1), ~allowed.any(-1)
-        first = long_allowed.argmax(-1).masked_fill(~sees_long, 0)
-        last = (length - long_allowed.flip(-1).argmax(-1)).masked_fill(~sees_long, 0).masked_fill(sees_nothing, length)
-        if (last - first).float().mean() > length / 2:  # little to skip: the kernel's wider chunks do better
-            return None
-        return torch.stack([first, last], dim=-1).to(torch.int32)
+def blocks_for(local_radius: int, length: int) -> tuple[int, int]:
+    """(b, nb): the long tokens per block and the blocks for an input of `length`. b is r + 1, so that
+    a block and its two neighbours cover every window, or the length when it is shorter, so that
+    short inputs under a large radius (readers with r = 383, converted BERTs with r = 512) do not pay
+    for r + 1 positions: a Python int of the input's static shape, never a read of a tensor, which
+    torch.compile guards on (it compiles once per side of r + 1). While torch.export traces the
+    model, b is r + 1 and nb at least 2 whatever the example's length: the exported program then
+    serves every length up to long_max_len, shorter inputs padded to two blocks (a length that
+    might be one block, or a view of the padded input, would tie the program to a range of lengths)."""
+    if torch.compiler.is_exporting():
+        return local_radius + 1, torch.sym_max(2, -(-length // (local_radius + 1)))
+    block_size = min(local_radius + 1, length)
+    return block_size, -(-length // block_size)
 
 
 def _window_distances(block_size: int, device=None) -> Tensor:
@@ -195,10 +187,7 @@ def build_side_inputs(
     device = long_mask.device
     batch, length = long_mask.shape
     num_globals = global_mask.shape[1]
-    # Blocks of r + 1 tokens; an input shorter than that is one block of its own length, so short
-    # inputs under a large radius do not pay for r + 1 positions.
-    block_size = min(local_radius + 1, length)
-    num_blocks = -(-length // block_size)
+    block_size, num_blocks = blocks_for(local_radius, length)
     padded_length = num_blocks * block_size
     window = 3 * block_size
     has_links = structure.sentence_ids is not None
@@ -233,7 +222,7 @@ def build_side_inputs(
     long_relative_ids = links = None
     long_linked = _pad_to(linked, padded_length, False) if has_links else None  # [B, Lp, G]
     if layout is not None:
-        long_relative_ids = torch.empty(batch, num_blocks, block_size, window + num_globals, dtype=torch.int32,
+        long_relative_ids = torch.empty(batch, num_blocks, block_size, window + num_globals, dtype=torch.long,
                                         device=device)
         long_relative_ids[..., :window] = local_relative_ids(block_size, layout).to(device)
         _write_pair_ids(long_relative_ids[..., window:],
@@ -268,7 +257,7 @@ def build_side_inputs(
         global_allowed = torch.cat([global_to_global_allowed, global_to_long_allowed], dim=-1)
         global_mask_bias = _mask_bias(global_allowed, dtype)
         if layout is not None:
-            global_relative_ids = torch.empty(batch, num_globals, num_globals + padded_length, dtype=torch.int32,
+            global_relative_ids = torch.empty(batch, num_globals, num_globals + padded_length, dtype=torch.long,
                                               device=device)
             global_global_ids = global_relative_ids[..., :num_globals]
             position = torch.arange(num_globals, device=device)
@@ -301,12 +290,11 @@ def _write_pair_ids(out: Tensor, linked: Tensor | None, layout: RelativeIdLayout
 
 
 def _pad_to(per_token: Tensor, padded_length: int, fill) -> Tensor:
-    """Pad dimension 1 of [B, L, ...] to `padded_length` with `fill`."""
+    """Pad dimension 1 of [B, L, ...] to `padded_length` with `fill`. (One op whatever is missing,
+    none included: a branch on it, or a tensor of its size, would tie an exported program's length
+    to a multiple of the block.)"""
     missing = padded_length - per_token.shape[1]
-    if missing == 0:
-        return per_token
-    pad = per_token.new_full((per_token.shape[0], missing, *per_token.shape[2:]), fill)
-    return torch.cat([per_token, pad], dim=1)
+    return F.pad(per_token, (0, 0) * (per_token.dim() - 2) + (0, missing), value=fill)
 
 
 def _mask_bias(allowed: Tensor, dtype: torch.dtype) -> Tensor:

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from longdoc.errors import InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.encoder_folder import EncoderWithHeads, describe_checkpoint, readable_weights
-from longdoc.model.inputs import MODEL_INPUT_NAMES, encoder_inputs
+from longdoc.model.inputs import MODEL_INPUT_NAMES, check_encoder_inputs, encoder_inputs
 from longdoc.model.modeling import GlobalLocalModelOutput
 
 
@@ -113,6 +113,7 @@ class TaskModel(EncoderWithHeads):
         with tqdm(total=len(rows), desc=desc, unit=" windows", disable=not progress) as bar:
             for indices in batches:
                 batch = collate([rows[i] for i in indices], self.config.pad_token_id)
+                check_encoder_inputs(batch, self.config)  # the values, here on the CPU, not in forward on the device
                 output = self(**{name: value.to(self.device) for name, value in batch.items()})
                 tensors = {name: _to_cpu(value) for name, value in output.items()
                            if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == len(indices)}

@@ -66,6 +66,7 @@ from tqdm.auto import tqdm
 
 from longdoc.errors import InputError
 from longdoc.io import atomic_write_json, atomic_write_text
+from longdoc.model.inputs import check_encoder_inputs
 from longdoc.train import checkpoints as ckpt
 from longdoc.train.distributed import ProcessInfo, barrier, gather_objects, start_processes, stop_processes
 from longdoc.train.options import RESOLVED_OPTIONS_FILE, options_json
@@ -490,14 +491,20 @@ def _start(job: TrainingJob, info: ProcessInfo) -> _Run:
     """The run's plan, the model (resumed from the latest checkpoint in out_dir, if any) wrapped
     for the processes, its optimizer and schedule, the RNG streams and the log."""
     options = job.options
+    use_bf16 = options.get("bf16")
+    if use_bf16 is None:
+        use_bf16 = info.device.type == "cuda" and torch.cuda.is_bf16_supported()
+    if options.get("attention") is not None:  # this run's attention backend (the saved config keeps its own)
+        from longdoc.inference import check_attention
+
+        compute_dtype = torch.bfloat16 if use_bf16 else next(job.model.parameters()).dtype
+        check_attention(options["attention"], info.device, compute_dtype, f"--attention {options['attention']}")
+        job.model.set_attention_backend(options["attention"])
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     identity = job.identity or model_identity(job.name, job.model)
     effective, steps_per_epoch, total_steps = _plan(job, info)
     fsdp = bool(options.get("fsdp")) and info.distributed
-    use_bf16 = options.get("bf16")
-    if use_bf16 is None:
-        use_bf16 = info.device.type == "cuda" and torch.cuda.is_bf16_supported()
     autocast = (lambda: torch.autocast(info.device.type, dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
     _seed(options["seed"] + info.rank)
 
@@ -588,7 +595,9 @@ def _training_step(run: _Run, window: _LogWindow, stop: _StopRequest) -> bool:
     def micro_batch(micro: int) -> dict[str, Any]:
         indices = _micro_batch_indices(run.step, micro, options["seed"], run.steps_per_epoch, run.effective,
                                        len(run.job.rows), options["batch_size"], info, run.orders)
-        return _to_device(run.job.collate([run.job.rows[i] for i in indices]), info.device)
+        batch = run.job.collate([run.job.rows[i] for i in indices])
+        check_encoder_inputs(batch, run.model.config)  # the values, here on the CPU, not in forward on the device
+        return _to_device(batch, info.device)
 
     def measure(output) -> None:
         for index, name in enumerate(names):

@@ -76,6 +76,8 @@ ENGINE_OPTIONS: tuple[TrainOption, ...] = (
                 "default: as the --init encoder has it)"),
     TrainOption("long_max_len", int, None, "long tokens per window (default: the --init encoder's)", "N"),
     TrainOption("global_max_len", int, None, "global tokens per window (default: the --init encoder's)", "N"),
+    TrainOption("attention", str, None, "the attention backend of this run: auto, eager, cpu, gpu or dense (default: "
+                "the --init encoder's, normally auto; not saved with the model)", "NAME"),
 )
 # Encoder settings a run may change at --init (they need no new weights, or start at identity).
 ENCODER_SWITCHES = ("residual_attention", "talking_heads", "long_max_len", "global_max_len")

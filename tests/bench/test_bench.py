@@ -13,7 +13,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from longdoc import GlobalLocalConfig, GlobalLocalModel
 from longdoc.bench import BenchSettings, Shape, render_table, run_benchmark, to_json
 from longdoc.bench.checks import FAIL, PASS, SKIP, target_checks
-from longdoc.model import kernels, linear
+from longdoc.model import linear
+from longdoc.model.backends.cpu import CpuBackend
+from longdoc.model.backends.resolution import resolve_backend
 from longdoc.bench.flops import encoder_forward_flops
 from longdoc.bench.report import table_rows
 from longdoc.bench.results import BenchResult, MatmulMeasurement, Measurement
@@ -65,14 +67,14 @@ def test_flops_hand_count():
 @pytest.mark.parametrize("position_embedding_type", ["relative", "absolute"])
 @pytest.mark.parametrize("long_length,global_length", [(1, 1), (5, 2), (6, 2), (37, 8)])
 def test_flops_match_what_the_encoder_computes(talking_heads, position_embedding_type, long_length, global_length,
-                                               monkeypatch, linear_backend):
+                                               linear_backend):
     # Lengths: shorter than one block (r = 1: blocks of 2), padded to whole blocks, whole blocks.
     # torch's own FLOP counter sees every mm/bmm/baddbmm the forward pass actually runs: on the eager
-    # path, whose matmuls the compiled kernels run as the same GEMMs, out of the counter's sight, and
+    # backend, whose matmuls the compiled kernels run as the same GEMMs, out of the counter's sight, and
     # with torch's own linear (it does not count oneDNN's).
-    monkeypatch.setenv(kernels.ENVIRONMENT_VARIABLE, "0")
     linear_backend("blas")
-    config = tiny_config(talking_heads=talking_heads, position_embedding_type=position_embedding_type, num_hidden_layers=2)
+    config = tiny_config(talking_heads=talking_heads, position_embedding_type=position_embedding_type,
+                         num_hidden_layers=2, attention_backend="eager")
     model = GlobalLocalModel(config).eval()
     sentence_ids = torch.arange(long_length) // -(-long_length // global_length)
     counter = FlopCounterMode(display=False)
@@ -257,8 +259,9 @@ def test_quick_like_run_on_a_tiny_shape(monkeypatch):
     assert [m.error for m in result.measurements if m.error] == ["RuntimeError: out of memory"] * 2
     ours = result.find("ours(res)", 80, FORWARD)
     config = GlobalLocalConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, local_radius=4)
-    # (with the compiled kernel, only the 5 long tokens each global token owns count for its softmax)
-    long_keys = 5 if kernels.available_for(torch.zeros(1)) else None
+    # (with the cpu backend, only the 5 long tokens each global token owns count for its softmax)
+    backend = resolve_backend("auto", torch.device("cpu"), torch.float32)
+    long_keys = 5 if backend is CpuBackend else None
     assert len(ours.seconds) == 1 and ours.flops == encoder_forward_flops(config, 80, 16, long_keys).total
     assert result.matmul.gflops > 0 and result.machine["allocator"] == "keep"
     assert result.matmul.backend == linear.backend()  # the fresh process chose as this one does
@@ -361,3 +364,12 @@ def test_plain_command_line_options():
     assert [variant.name for variant in settings.variants] == ["ours(res)", "ours(res,th)", "longformer", "bigbird", "bert"]
     with pytest.raises(InputError, match="--allocator sets the fresh processes"):
         bench_command.settings_from_arguments(parser.parse_args(["--plain", "--allocator", "system"]))
+
+
+def test_bench_refuses_an_attention_backend_that_cannot_run_in_one_line(capsys):
+    from longdoc.cli import main
+
+    assert main(["bench", "--quick", "--no-peers", "--attention", "cpu", "--dtype", "bfloat16"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("longdoc bench: error: --attention cpu: attention backend 'cpu' cannot run on cpu in bfloat16: the "
+                   "C++ kernels run on the CPU in float32 only; there eager, dense can (or auto, which picks one)\n")

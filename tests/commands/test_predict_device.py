@@ -1,7 +1,8 @@
-"""`longdoc predict` and `longdoc ask` with --device/--dtype, --json and --quiet, through
-`longdoc.cli.main`, with a tiny WikiHop model trained here: a device this machine lacks is one line
-and exit 2; bfloat16 and float16 predict the answers float32 predicts; --json is one object on
-stdout; --quiet hides longdoc's progress bars."""
+"""`longdoc predict` and `longdoc ask` with --device/--dtype/--attention, --json and --quiet, through
+`longdoc.cli.main`, with a tiny WikiHop model trained here: a device this machine lacks, or an
+attention backend that cannot run, is one line and exit 2; bfloat16 and float16, and the dense
+attention backend, predict the answers float32 predicts; --json is one object on stdout; --quiet
+hides longdoc's progress bars."""
 
 import json
 import warnings
@@ -79,6 +80,33 @@ def test_a_model_whose_weights_are_on_meta_is_refused(trained, tmp_path, capsys,
     err = capsys.readouterr().err
     assert err.startswith(f"longdoc predict: error: {trained[0]}: the model's weights were not loaded (")
     assert not (tmp_path / "pred.json").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    (("--attention", "gpu"), "--attention gpu: attention backend 'gpu' cannot run on cpu in float32: the GPU kernel "
+                             "runs on CUDA tensors only; there "),
+    (("--attention", "cpu", "--bf16"), "--attention cpu: attention backend 'cpu' cannot run on cpu in bfloat16: the "
+                                       "C++ kernels run on the CPU in float32 only; there eager, dense can"),
+])
+def test_an_attention_backend_that_cannot_run_exits_2_with_one_line(trained, tmp_path, capsys, options, message):
+    assert _predict(trained, tmp_path / "pred.json", "--device", "cpu", *options) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"longdoc predict: error: {message}") and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "pred.json").exists()
+
+
+@pytest.mark.slow
+def test_the_dense_attention_backend_predicts_the_answers_of_the_default(trained, tmp_path, monkeypatch):
+    from longdoc.model.backends.dense import DenseBackend
+
+    calls = []
+    attend = DenseBackend.attend
+    monkeypatch.setattr(DenseBackend, "attend", lambda self, operands: calls.append(1) or attend(self, operands))
+    assert _predict(trained, tmp_path / "default.json", "--device", "cpu") == 0
+    assert not calls
+    assert _predict(trained, tmp_path / "dense.json", "--device", "cpu", "--attention", "dense") == 0
+    assert calls  # the option reached the model
+    assert json.loads((tmp_path / "dense.json").read_text()) == json.loads((tmp_path / "default.json").read_text())
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

@@ -1,6 +1,6 @@
 """Device and dtype resolution (longdoc.inference) on a machine without a GPU: every refusal's
-message, by making torch report the devices it would find; models moved in dtype, refused on "meta";
-outputs back in float32 whatever the model's dtype."""
+message, by making torch report the devices it would find; models moved in dtype, refused on "meta"
+or with an attention backend that cannot run there; outputs back in float32 whatever the model's dtype."""
 
 import warnings
 from itertools import islice
@@ -105,6 +105,23 @@ def test_a_model_on_meta_is_refused_before_it_runs(tiny_model_config):
         place_model(model, torch.device("cpu"), torch.float32, "runs/broken")
     assert str(refused.value).startswith("runs/broken: the model's weights were not loaded (")
     assert "tensors on the meta device, e.g. encoder." in str(refused.value)
+
+
+def test_place_model_sets_the_attention_backend_or_refuses_one_that_cannot_run(tiny_model_config):
+    cpu = torch.device("cpu")
+    model = place_model(WikiHopModel(tiny_model_config), cpu, torch.float32, "tiny", attention="dense")
+    assert model.encoder.attention_backend == "dense" and model.config.attention_backend == "auto"
+    with pytest.raises(InputError) as refused:
+        place_model(WikiHopModel(tiny_model_config), cpu, torch.bfloat16, "tiny", attention="cpu")
+    assert str(refused.value) == ("--attention cpu: attention backend 'cpu' cannot run on cpu in bfloat16: the C++ "
+                                  "kernels run on the CPU in float32 only; there eager, dense can (or auto, which "
+                                  "picks one)")
+    with pytest.raises(InputError, match=r"^--attention fast: 'fast' is not an attention backend; use one of auto, "):
+        place_model(WikiHopModel(tiny_model_config), cpu, torch.float32, "tiny", attention="fast")
+    saved_for_a_gpu = GlobalLocalConfig.from_dict({**tiny_model_config.to_dict(), "attention_backend": "gpu"})
+    with pytest.raises(InputError, match=r"^runs/gpu \(attention_backend in its config\): attention backend 'gpu' "
+                                         r"cannot run on cpu in float32: the GPU kernel runs on CUDA tensors only"):
+        place_model(WikiHopModel(saved_for_a_gpu), cpu, torch.float32, "runs/gpu")
 
 
 def test_outputs_of_a_bfloat16_model_come_back_float32_and_close(tiny_model_config, shared_data):

@@ -1,9 +1,13 @@
-"""Helpers shared by the encoder tests: a tiny config and random inputs with padding and structure.
+"""Helpers shared by the encoder tests: a tiny config and random inputs with padding and structure,
+and the compiled kernels' module as a fixture.
 
 Plain functions (imported as `from tests.model.conftest import make_inputs, tiny_config`), since
 tests call them with different arguments many times per test.
 """
 
+import os
+
+import pytest
 import torch
 
 from longdoc import GlobalLocalConfig
@@ -55,3 +59,18 @@ def make_inputs(batch: int, length: int, num_globals: int, padding: bool, struct
         inputs["long_example_ids"] = (1 + (torch.arange(length) >= length // 2)).expand(batch, length).clone()
         inputs["global_example_ids"] = (1 + (torch.arange(num_globals) >= num_globals // 2)).expand(batch, num_globals).clone()
     return inputs
+
+
+@pytest.fixture
+def kernel():
+    """The compiled C++ kernels' module (tests/conftest.py builds it before the session's tests);
+    the test is skipped where they cannot be built, and fails under CI."""
+    from longdoc.model.kernels import cpu
+
+    module = cpu.compiled()
+    if module is None:
+        message = f"the attention kernels could not be built here ({cpu.failure()})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return module

@@ -193,13 +193,12 @@ def test_global_tokens_carry_information_across_the_document_in_two_layers():
         assert (difference > 0) == reaches_the_end
 
 
-def test_talking_heads_at_initialisation_equal_plain_attention(monkeypatch):
-    # Both on the eager path, the specification: exact equality is asked, and the compiled kernels
-    # run the two through different code (tests/model/test_kernels.py holds each to the reference).
-    monkeypatch.setenv("LONGDOC_KERNELS", "0")
-    plain = GlobalLocalModel(tiny_config()).eval()
+def test_talking_heads_at_initialisation_equal_plain_attention():
+    # Both on the eager backend, the specification: exact equality is asked, and the compiled kernels
+    # run the two through different code (tests/model/backends holds each to the reference).
+    plain = GlobalLocalModel(tiny_config(attention_backend="eager")).eval()
     torch.manual_seed(3)
-    talking = GlobalLocalModel(tiny_config(talking_heads=True)).eval()
+    talking = GlobalLocalModel(tiny_config(talking_heads=True, attention_backend="eager")).eval()
     loaded = talking.load_state_dict(plain.state_dict(), strict=False)
     assert all("talking_heads" in name for name in loaded.missing_keys) and not loaded.unexpected_keys
     inputs = make_inputs(2, 19, 5, padding=True, structure=True)

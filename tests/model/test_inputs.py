@@ -1,5 +1,6 @@
 """The input schema: forward's signature and docstring follow it; features -> collate -> forward
-holds to it end to end; inputs of the wrong dtype or name are refused."""
+holds to it end to end; inputs of the wrong dtype or name are refused; the checks of values run where
+batches are collated, and in forward on CPU inputs only."""
 
 import inspect
 
@@ -13,6 +14,7 @@ from longdoc.data.examples import Document, DomNode, Paragraph, Span, Structured
 from longdoc.data.features import FeatureSettings, build_features
 from longdoc.model.inputs import (
     ENCODER_INPUTS, MODEL_INPUT_NAMES, PACKED_ROW_INPUTS, PAD_TOKEN_ID, InputSpec, check_and_collect,
+    check_encoder_inputs,
 )
 from tests.model.conftest import make_inputs, tiny_config
 
@@ -66,3 +68,19 @@ def test_unknown_input_names_and_bad_specs_are_refused():
     with pytest.raises(ValueError, match="pad must be a number, a bool or PAD_TOKEN_ID"):
         InputSpec("labels", ("batch",), torch.long, pad="pad")
     assert InputSpec("ids", ("batch", "long"), torch.long, pad=PAD_TOKEN_ID).pad_value(7) == 7
+
+
+def test_value_checks_run_where_batches_are_collated_and_in_forward_on_cpu_inputs():
+    config = tiny_config()
+    inputs = make_inputs(2, 10, 4, padding=True, structure=True)
+    inputs["sentence_ids"][1, 2] = 4  # no global token 4
+    batch = {**inputs, "answer_labels": torch.zeros(2, dtype=torch.long)}  # a task's labels beside the inputs
+    with pytest.raises(ValueError, match=r"sentence_ids contains 4, outside \[-1, 3\]"):
+        check_encoder_inputs(batch, config)
+    with pytest.raises(ValueError, match="sentence_ids contains 4"):
+        check_and_collect(config, inputs)  # CPU inputs, no tracing: forward checks them too
+    # What forward does with inputs on a GPU, or under torch.compile or export: no value is read.
+    structure = check_and_collect(config, inputs, check_values=False)
+    assert torch.equal(structure.sentence_ids, inputs["sentence_ids"])
+    with pytest.raises(ValueError, match=r"long_attention_mask has shape \(2, 9\)"):  # shapes: always
+        check_and_collect(config, {**inputs, "long_attention_mask": torch.ones(2, 9)}, check_values=False)

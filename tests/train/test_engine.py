@@ -193,3 +193,26 @@ def test_rerun_after_the_end_only_evaluates_again(reference, data, tmp_path):
     assert main(command(data, out, **{"eval-steps": 3})) == 0
     assert_same_weights(weights(out), weights(reference))
     assert (out / "train_log.jsonl").read_text() == before  # the final evaluation's line replaced, not repeated
+
+
+def test_attention_runs_the_backend_named_for_this_run_only(data, reference, tmp_path, monkeypatch, capsys):
+    # --attention dense: the run computes its attention in the dense float64 reference (the same
+    # training, within float32's rounding), and the model it saves keeps the --init encoder's backend.
+    from longdoc.model.backends.dense import DenseBackend
+
+    calls = []
+    attend = DenseBackend.attend
+    monkeypatch.setattr(DenseBackend, "attend", lambda self, operands: calls.append(1) or attend(self, operands))
+    out = tmp_path / "out"
+    assert main(command(data, out, attention="dense", **{"eval-steps": 3})) == 0
+    assert calls
+    assert json.loads((out / "config.json").read_text())["attention_backend"] == "auto"
+    reference_weights, dense_weights = weights(reference), weights(out)
+    for name in reference_weights:
+        torch.testing.assert_close(dense_weights[name], reference_weights[name], atol=1e-4, rtol=1e-3, msg=name)
+    capsys.readouterr()
+    assert main(command(data, tmp_path / "gpu", attention="gpu")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("longdoc train: error: --attention gpu: attention backend 'gpu' cannot run on cpu in "
+                          "float32: the GPU kernel runs on CUDA tensors only") and err.count("\n") == 1
+    assert not (tmp_path / "gpu").exists()  # refused before anything is written

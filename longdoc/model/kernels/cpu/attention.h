@@ -1,8 +1,9 @@
 // Global-local attention's compiled CPU kernels (float32): each softmax of a layer whole, from the
 // projections to the context, forward and backward. This header holds what the forward
-// (forward.cpp) and the backward (backward.cpp) share: the operands' shapes and checks, the keys'
-// pieces and chunks, the compact rows of hard g2l, and dropout; the products are in products.h,
-// and binding.cpp binds the four entry points below to Python by their arguments' names.
+// (forward.cpp) and the backward (backward.cpp) share: the operands (one record per direction,
+// below), their shapes and checks, the keys' pieces and chunks, the compact rows of hard g2l, and
+// dropout; the products are in products.h, and binding.cpp binds the four entry points at the end
+// to Python, each taking its record's fields by name.
 //
 // Eager PyTorch writes a [B, h, M, N] tensor of scores (25M floats for the long softmax at 4096
 // tokens) and makes a round trip through memory for each step on it: the window keys' copy, the
@@ -28,10 +29,13 @@
 
 #include <ATen/ATen.h>
 
+#include "products.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -256,44 +260,108 @@ inline void drop(const float* __restrict probs, const uint8_t* __restrict keep, 
   for (int64_t c = 0; c < width; ++c) dropped[c] = keep[c] ? probs[c] * keep_scale : 0.0f;
 }
 
-// The entry points, bound to Python by name in binding.cpp; each checks its operands and says
-// which one is wrong. See their definitions for what they compute.
-void attention_forward(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
-                       const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
-                       const at::Tensor& second_values, const c10::optional<at::Tensor>& relative,
-                       const c10::optional<at::Tensor>& ids, const c10::optional<at::Tensor>& carried,
-                       const at::Tensor& mask_bias, double scale, const c10::optional<at::Tensor>& keep,
-                       double keep_scale, const c10::optional<at::Tensor>& summed_out,
-                       const c10::optional<at::Tensor>& probs_out, const at::Tensor& context_out,
-                       const c10::optional<at::Tensor>& key_ranges);
+// The keys of the chunk of `count` queries from `first` in batch entry `b`: the first piece's real
+// keys (`span`) and the second keys it computes (`layout`: all of them, or with key ranges the
+// union of its rows' ranges; `gaps` when that leaves some out).
+struct ChunkKeys {
+  int64_t first, count;
+  Pieces::Span span;
+  CompactRow::Layout layout;
+  bool gaps;
 
-void talking_heads_forward(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
-                           const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
-                           const at::Tensor& second_values, const c10::optional<at::Tensor>& relative,
-                           const c10::optional<at::Tensor>& ids, const c10::optional<at::Tensor>& carried,
-                           const at::Tensor& mask_bias, double scale, const at::Tensor& pre, const at::Tensor& post,
-                           const c10::optional<at::Tensor>& keep, double keep_scale,
-                           const c10::optional<at::Tensor>& summed_out, const c10::optional<at::Tensor>& probs_out,
-                           const at::Tensor& context_out, const c10::optional<at::Tensor>& key_ranges);
+  ChunkKeys(const Pieces& pieces, const int32_t* ranges, int64_t rows, int64_t b, int64_t first, int64_t count)
+      : first(first), count(count), span(pieces.keys_of(first)), layout{pieces.first_width, 0, pieces.second_rows},
+        gaps(false) {
+    if (ranges) std::tie(layout.low, layout.high) = chunk_range(ranges + 2 * (b * rows + first), count);
+    gaps = layout.high - layout.low < pieces.second_rows;
+  }
 
-void attention_backward(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
-                        const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
-                        const at::Tensor& second_values, const at::Tensor& probs, const c10::optional<at::Tensor>& keep,
-                        double keep_scale, const at::Tensor& grad_context, const c10::optional<at::Tensor>& grad_summed,
-                        double scale, const at::Tensor& grad_scores_out, const at::Tensor& grad_query,
-                        const at::Tensor& grad_first_keys, const at::Tensor& grad_first_values,
-                        const at::Tensor& grad_second_keys, const at::Tensor& grad_second_values,
-                        const c10::optional<at::Tensor>& key_ranges);
+  int64_t used() const { return layout.used(); }  // a row's columns
+  int64_t first_keys() const { return span.end - span.begin; }
+  int64_t second_keys() const { return layout.high - layout.low; }
+};
 
-void talking_heads_backward(const at::Tensor& query, double query_scale, const at::Tensor& first_keys,
-                            const at::Tensor& first_values, int64_t window_block, const at::Tensor& second_keys,
-                            const at::Tensor& second_values, const at::Tensor& probs, const at::Tensor& summed,
-                            const c10::optional<at::Tensor>& keep, double keep_scale, const at::Tensor& pre,
-                            const at::Tensor& post, const at::Tensor& grad_context,
-                            const c10::optional<at::Tensor>& grad_summed, double scale,
-                            const at::Tensor& grad_scores_out, const at::Tensor& grad_pre, const at::Tensor& grad_post,
-                            const at::Tensor& grad_query, const at::Tensor& grad_first_keys,
-                            const at::Tensor& grad_first_values, const at::Tensor& grad_second_keys,
-                            const at::Tensor& grad_second_values, const c10::optional<at::Tensor>& key_ranges);
+// out [count, used] = alpha * rows [count, d] @ [the chunk's first keys | its second keys]^T, the
+// first piece's columns without a real key zeroed: the chunk's scores (keys: the keys), or the
+// gradient of its weights (rows: the context's gradient, keys: the values).
+inline void products_with_keys(const Pieces& pieces, const ChunkKeys& chunk, int64_t size, float alpha,
+                               const float* rows, int64_t row_stride, const float* first_keys, int64_t first_stride,
+                               const float* second_keys, int64_t second_stride, float* out) {
+  const int64_t used = chunk.used();
+  pieces.zero_padding(chunk.span, chunk.count, out, used);
+  gemm(false, true, chunk.count, chunk.first_keys(), size, alpha, rows, row_stride, first_keys, first_stride, 0.0f,
+       out + chunk.span.column, used);
+  gemm(false, true, chunk.count, chunk.second_keys(), size, alpha, rows, row_stride, second_keys, second_stride, 0.0f,
+       out + pieces.first_width, used);
+}
+
+// out [count, d] = weights [count, .. stride] @ [the chunk's first values | its second values].
+inline void weighted_values(const Pieces& pieces, const ChunkKeys& chunk, int64_t size, const float* weights,
+                            int64_t stride, const float* first_values, int64_t first_stride,
+                            const float* second_values, int64_t second_stride, float* out, int64_t out_stride) {
+  gemm(false, false, chunk.count, size, chunk.first_keys(), 1.0f, weights + chunk.span.column, stride, first_values,
+       first_stride, 0.0f, out, out_stride);
+  gemm(false, false, chunk.count, size, chunk.second_keys(), 1.0f, weights + pieces.first_width, stride,
+       second_values, second_stride, 1.0f, out, out_stride);
+}
+
+// What a forward takes (attention_forward, talking_heads_forward), by name from Python:
+// query [B, h, M, d] (unscaled: query_scale multiplies q.k); keys and values [B, h, N1 | N2, d]
+// (with window_block b > 0, the first keys of query block i are the window (i - 1) b .. (i + 2) b;
+// with 0, all of them); context_out [B, h, M, d]: all at their strides, rows contiguous. relative
+// [B, h, M, R]; ids (int32) and mask_bias [B, M, N], shared by the heads; carried, summed_out,
+// probs_out (the weights autograd keeps, before dropout) and keep (uint8, dropout's mask, with
+// probs_out): [B, h, M, N], contiguous; summed_out may be carried. scale multiplies the summed scores
+// in the softmax (the running mean's), keep_scale the kept weights. pre and post [h, h]: talking
+// heads' mixes (talking_heads_forward only). key_ranges [B, M, 2] int32: see chunk_range.
+struct ForwardOperands {
+  at::Tensor query;
+  double query_scale = 1.0;
+  at::Tensor first_keys, first_values;
+  int64_t window_block = 0;
+  at::Tensor second_keys, second_values;
+  c10::optional<at::Tensor> relative, ids, carried;
+  at::Tensor mask_bias;
+  double scale = 1.0;
+  c10::optional<at::Tensor> pre, post;
+  c10::optional<at::Tensor> keep;
+  double keep_scale = 1.0;
+  c10::optional<at::Tensor> summed_out, probs_out;
+  at::Tensor context_out;
+  c10::optional<at::Tensor> key_ranges;
+};
+
+// What a backward takes (attention_backward, talking_heads_backward), by name from Python: the
+// forward's query, keys, values, window_block, scale, keep, key_ranges and (talking heads) mixes;
+// probs, the weights it kept, and (talking heads) summed, the summed scores; grad_context [B, h, M, d]
+// and grad_summed [B, h, M, N] (that of the summed scores carried on, if any). Written:
+// grad_scores_out [B, h, M, N]; added to: grad_query, grad_first_keys, grad_first_values,
+// grad_second_keys, grad_second_values (shaped as their inputs) and (talking heads) grad_pre, grad_post.
+struct BackwardOperands {
+  at::Tensor query;
+  double query_scale = 1.0;
+  at::Tensor first_keys, first_values;
+  int64_t window_block = 0;
+  at::Tensor second_keys, second_values;
+  at::Tensor probs;
+  c10::optional<at::Tensor> summed;
+  c10::optional<at::Tensor> keep;
+  double keep_scale = 1.0;
+  c10::optional<at::Tensor> pre, post;
+  at::Tensor grad_context;
+  c10::optional<at::Tensor> grad_summed;
+  double scale = 1.0;
+  at::Tensor grad_scores_out;
+  c10::optional<at::Tensor> grad_pre, grad_post;
+  at::Tensor grad_query, grad_first_keys, grad_first_values, grad_second_keys, grad_second_values;
+  c10::optional<at::Tensor> key_ranges;
+};
+
+// The entry points (see their definitions for what they compute); each checks its operands and says
+// which one is wrong.
+void attention_forward(const ForwardOperands& operands);
+void talking_heads_forward(const ForwardOperands& operands);
+void attention_backward(const BackwardOperands& operands);
+void talking_heads_backward(const BackwardOperands& operands);
 
 }  // namespace longdoc::attention

@@ -1,28 +1,15 @@
-"""The compiled attention (longdoc.model.kernels) against the float64 dense reference and against
-the eager path it replaces on CPU float32: outputs with and without autograd, gradients, dropout,
-and the fallback when it cannot be built. (The float64 tests in test_attention.py run the eager path.)"""
-
-import os
-import warnings
+"""The cpu backend (the compiled C++ kernels, longdoc.model.backends.cpu) against the float64 dense
+reference and against the eager backend on CPU float32: outputs with and without autograd,
+gradients, dropout, the long keys hard g2l lets it skip. (The float64 tests in test_attention.py run
+the eager backend; tests/model/backends/test_backends.py holds every backend to the references.)"""
 
 import pytest
 import torch
 
-from longdoc.model import kernels
+from longdoc.model.kernels import cpu as kernels
 from tests.model.conftest import make_inputs, tiny_config
 from tests.model.dense_reference import dense_forward
 from tests.model.test_attention import make_model
-
-
-@pytest.fixture
-def kernel():
-    function = kernels.compiled()
-    if function is None:
-        message = "the attention kernel could not be built here (see the warning above)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return function
 
 
 CONFIGS = {
@@ -130,29 +117,6 @@ def test_kernel_matches_eager_path_at_a_realistic_width(kernel, monkeypatch, tal
         torch.testing.assert_close(compiled[name], grad, atol=1e-5, rtol=1e-3, msg=name)
 
 
-def test_a_kernel_that_cannot_be_built_warns_once_and_the_eager_path_serves(monkeypatch, tmp_path):
-    from torch.utils import cpp_extension
-
-    def no_compiler(**kwargs):  # what torch raises when ninja cannot run the compiler (its command line first)
-        raise RuntimeError("Error building extension 'x': [1/2] c++ -O3 -c attention.cpp\nFAILED: [code=127] "
-                           "attention.o\n/bin/sh: 1: c++: not found\nninja: build stopped: subcommand failed.")
-
-    monkeypatch.setattr(cpp_extension, "load", no_compiler)
-    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path))
-    kernels.compiled.cache_clear()
-    try:
-        model = make_model(tiny_config()).float()
-        inputs = make_inputs(2, 13, 4, padding=True, structure=True)
-        with pytest.warns(UserWarning, match=r"could not be built \(/bin/sh: 1: c\+\+: not found\); using the eager"):
-            built = model(**inputs)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # no second warning
-            again = model(**inputs)
-        torch.testing.assert_close(built.long_hidden_state, again.long_hidden_state, atol=0, rtol=0)
-    finally:
-        kernels.compiled.cache_clear()
-
-
 @pytest.mark.parametrize("talking_heads", [False, True], ids=["plain", "talking-heads"])
 def test_kernel_dropout_draws_the_eager_paths_masks(kernel, monkeypatch, talking_heads):
     # In training the compiled softmax draws dropout's keep mask of the weights' shape at the point
@@ -185,7 +149,7 @@ def test_kernel_skips_the_long_keys_hard_g2l_hides_from_sentence_globals(kernel,
     # first three, which see every long token. The first chunk of global queries holds the three and
     # computes every long key; the others skip all but their sentences' tokens.
     # Outputs (residual attention carries the scores between layers) and gradients against the eager path.
-    from longdoc.model.side_inputs import SideInputs
+    from longdoc.model.backends import cpu
 
     config = tiny_config(long_max_len=1024, max_position_embeddings=1024, global_max_len=256,
                          attention_probs_dropout_prob=dropout, talking_heads=talking_heads)
@@ -198,8 +162,8 @@ def test_kernel_skips_the_long_keys_hard_g2l_hides_from_sentence_globals(kernel,
     model = make_model(config).float().train(dropout > 0)
 
     ranges = []
-    real_ranges = SideInputs.__dict__["global_key_ranges"].func
-    monkeypatch.setattr(SideInputs, "global_key_ranges", property(lambda side: ranges.append(real_ranges(side)) or ranges[-1]))
+    real_ranges = cpu.global_key_ranges
+    monkeypatch.setattr(cpu, "global_key_ranges", lambda *args: ranges.append(real_ranges(*args)) or ranges[-1])
 
     def run(kernels_on: bool):
         monkeypatch.setenv(kernels.ENVIRONMENT_VARIABLE, "1" if kernels_on else "0")
@@ -217,6 +181,7 @@ def test_kernel_skips_the_long_keys_hard_g2l_hides_from_sentence_globals(kernel,
         inference = model(**inputs)
     torch.testing.assert_close(inference.long_hidden_state, eager[0], atol=1e-5, rtol=0)
     torch.testing.assert_close(inference.global_hidden_state, eager[1], atol=1e-5, rtol=0)
+    assert len(ranges) == 2  # once per forward pass of the cpu backend, not once per layer
     assert ranges[0][0, 200].tolist() == [800, 804]  # global 200 owns long tokens 800-803
     assert ranges[0][0, 1].tolist() == [0, 1000] and ranges[0][1, 1].tolist() == [0, 667]  # sees all (but padding)
     assert ranges[0][1, 200].tolist() == [0, 0]  # a padding global: no long token
@@ -310,72 +275,3 @@ def test_own_products_equal_dense_reference_and_blas(kernel, own_products, head_
     assert own_grads.keys() == blas_grads.keys()
     for name in own_grads:
         torch.testing.assert_close(own_grads[name], blas_grads[name], atol=1e-4, rtol=1e-4, msg=name)
-
-
-@pytest.mark.parametrize("setting", ["blas", "onednn"])
-def test_the_kernel_takes_its_products_from_the_process_gemm_setting(kernel, setting):
-    # A fresh process (the kernel reads the setting once, when it is loaded): its own products with
-    # LONGDOC_GEMM=onednn where the build has AVX-512, BLAS's with LONGDOC_GEMM=blas.
-    import subprocess
-    import sys
-
-    from longdoc.model import linear
-
-    if setting == "onednn" and not linear._onednn_available():
-        pytest.skip("this torch build has no oneDNN linear")
-    script = "from longdoc.model import kernels; print(kernels.compiled().uses_own_products())"
-    env = {**os.environ, linear.ENVIRONMENT_VARIABLE: setting}
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-2000:]
-    built_with_avx512 = "-mavx512f" in kernels._compile_flags()
-    assert run.stdout.split()[-1] == str(setting == "onednn" and built_with_avx512)
-
-
-def one_softmax(**changes) -> dict:
-    """attention_forward's arguments for one small softmax (then `changes`): 5 queries of 2 heads
-    (d = 8) over all of 3 first keys and 4 second keys, the weights kept."""
-    generator = torch.Generator().manual_seed(0)
-    rows = lambda length: torch.randn(1, 2, length, 8, generator=generator)
-    arguments = dict(query=rows(5), query_scale=0.5, first_keys=rows(3), first_values=rows(3), window_block=0,
-                     second_keys=rows(4), second_values=rows(4), relative=None, ids=None, carried=None,
-                     mask_bias=torch.zeros(1, 5, 7), scale=1.0, keep=None, keep_scale=1.0, summed_out=None,
-                     probs_out=torch.empty(1, 2, 5, 7), context_out=torch.empty(1, 2, 5, 8), key_ranges=None)
-    return {**arguments, **changes}
-
-
-def test_the_kernel_takes_its_arguments_by_name_and_says_which_is_wrong(kernel):
-    arguments = one_softmax()
-    arguments["mask_bias"][0, :, 6] = -10000.0  # the last second key masked
-    kernel.attention_forward(**arguments)
-    keys = torch.cat([arguments["first_keys"], arguments["second_keys"]], 2)
-    values = torch.cat([arguments["first_values"], arguments["second_values"]], 2)
-    probs = torch.softmax(0.5 * arguments["query"] @ keys.transpose(-1, -2) + arguments["mask_bias"][:, None], -1)
-    torch.testing.assert_close(arguments["probs_out"], probs)
-    torch.testing.assert_close(arguments["context_out"], probs @ values)
-
-    with pytest.raises(TypeError):  # no binding by position
-        kernel.attention_forward(*arguments.values())
-    with pytest.raises(TypeError):  # nor under a name the kernel does not have
-        kernel.attention_forward(**{"queries" if name == "query" else name: value for name, value in arguments.items()})
-    swapped = one_softmax()
-    swapped["first_values"], swapped["second_values"] = swapped["second_values"], swapped["first_values"]
-    with pytest.raises(RuntimeError, match=r"keys and values differ in length: first_keys \[1, 2, 3, 8\], "
-                                           r"first_values \[1, 2, 4, 8\]"):
-        kernel.attention_forward(**swapped)
-    with pytest.raises(RuntimeError, match=r"mask_bias must be \[B, M, N\] = \[1, 5, 7\], not \[1, 5, 6\]"):
-        kernel.attention_forward(**one_softmax(mask_bias=torch.zeros(1, 5, 6)))
-    with pytest.raises(RuntimeError, match="ids must be Int, not Long"):
-        kernel.attention_forward(**one_softmax(relative=torch.zeros(1, 2, 5, 3),
-                                               ids=torch.zeros(1, 5, 7, dtype=torch.long)))
-
-
-def test_a_build_lock_left_by_a_killed_build_is_removed_and_a_fresh_one_kept(tmp_path):
-    lock = tmp_path / "lock"
-    lock.touch()
-    assert not kernels.clear_stale_lock(tmp_path) and lock.exists()  # a build may still be running
-    old = lock.stat().st_mtime - kernels.STALE_LOCK_SECONDS - 60
-    os.utime(lock, (old, old))
-    with pytest.warns(UserWarning, match=rf"removing {lock}, left 16 minutes ago by a kernel build that did not finish"):
-        assert kernels.clear_stale_lock(tmp_path)
-    assert not lock.exists()
-    assert not kernels.clear_stale_lock(tmp_path)  # nothing to remove

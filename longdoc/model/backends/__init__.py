@@ -1,0 +1,25 @@
+"""The attention's backends: ways to compute one softmax of global-local attention, behind one call.
+
+As etcmodel chooses its attention's implementation by name (`att_implementation`), the encoder
+computes each softmax with a backend chosen once per forward pass from the device, the dtype and
+a name: `config.attention_backend` (saved with the model), which `set_attention_backend` overrides at
+run time and the commands' `--attention` set.
+- eager: blocked PyTorch ops, the specification (longdoc.model.backends.eager);
+- cpu: the compiled C++ kernels, CPU float32 (longdoc.model.backends.cpu);
+- gpu: the fused Triton kernel, CUDA (longdoc.model.backends.gpu);
+- dense: a float64 reference over full rows, slow (longdoc.model.backends.dense);
+- auto: cpu on the CPU in float32 where the kernels build (unless LONGDOC_KERNELS=0), gpu on CUDA
+  where its kernel is available, else eager; eager while torch.compile or export traces the model
+  (the kernels are opaque to tracing).
+A backend named where it cannot run is refused (`AttentionBackendError`, one line naming the
+backend, the device, the dtype and what runs there). The interface: longdoc.model.backends.base;
+the choice: longdoc.model.backends.resolution. This module imports nothing (the command line reads
+the names for its --help).
+"""
+
+AUTO = "auto"
+BACKEND_NAMES = (AUTO, "eager", "cpu", "gpu", "dense")
+
+
+class AttentionBackendError(ValueError):
+    """An attention backend asked for where it cannot run, or one of no such name."""

@@ -1,0 +1,58 @@
+"""The choice of an attention backend: by name, from the device and the dtype (see longdoc.model.backends)."""
+
+import torch
+
+from longdoc.model.backends import AUTO, BACKEND_NAMES, AttentionBackendError
+from longdoc.model.backends.base import AttentionBackend
+from longdoc.model.backends.cpu import CpuBackend
+from longdoc.model.backends.dense import DenseBackend
+from longdoc.model.backends.eager import EagerBackend
+from longdoc.model.backends.gpu import GpuBackend
+from longdoc.model.kernels import cpu as cpu_kernels
+
+BACKENDS: dict[str, type[AttentionBackend]] = {
+    backend.name: backend for backend in (EagerBackend, CpuBackend, GpuBackend, DenseBackend)
+}
+
+
+def check_backend_name(name: str, where: str = "attention backend") -> str:
+    """`name` if it names a backend (or auto), else AttentionBackendError saying which names do."""
+    if name not in BACKEND_NAMES:
+        raise AttentionBackendError(f"{where} {name!r} is not one of {', '.join(BACKEND_NAMES)}")
+    return name
+
+
+def _auto(device: torch.device, dtype: torch.dtype) -> type[AttentionBackend]:
+    if torch.compiler.is_compiling():
+        return EagerBackend
+    if cpu_kernels.enabled() and CpuBackend.refusal(device, dtype) is None:
+        return CpuBackend
+    if GpuBackend.refusal(device, dtype) is None:
+        return GpuBackend
+    return EagerBackend
+
+
+def refusal(name: str, device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why backend `name` cannot run on `device` in `dtype`, in one line naming the backend, the
+    device, the dtype and the backends that can; None if it can (auto always can)."""
+    check_backend_name(name)
+    if name == AUTO:
+        return None
+    reason = BACKENDS[name].refusal(device, dtype)
+    if reason is None:
+        return None
+    dtype_name = str(dtype).removeprefix("torch.")
+    runs = [other for other, backend in BACKENDS.items() if other != name and backend.refusal(device, dtype) is None]
+    return (f"attention backend {name!r} cannot run on {device} in {dtype_name}: {reason}; there "
+            f"{', '.join(runs)} can (or auto, which picks one)")
+
+
+def resolve_backend(name: str, device: torch.device, dtype: torch.dtype) -> type[AttentionBackend]:
+    """The backend that computes the attention on `device` in `dtype` for `name` (a backend, or auto);
+    AttentionBackendError where it cannot run."""
+    if name == AUTO:
+        return _auto(device, dtype)
+    why = refusal(name, device, dtype)
+    if why is not None:
+        raise AttentionBackendError(why)
+    return BACKENDS[name]
