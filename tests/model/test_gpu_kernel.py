@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, replace
+from functools import partial
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -30,6 +31,7 @@ from tests.model.dense_reference import dense_forward
 from tests.model.test_attention import make_model
 
 DEVICE = "cpu" if os.environ["TRITON_INTERPRET"] == "1" else "cuda"
+SEED = 2**40 + 17  # dropout's, where a test fixes it
 
 
 @pytest.fixture
@@ -96,6 +98,7 @@ class Case:
     packed: bool = False  # two examples per row (example ids)
     hard: bool = True  # hard g2l and l2g
     length: int = 18  # long tokens: blocks of 4 (radius 3), the last one padded; row 1 padded from 12
+    radius: int = 3
     num_globals: int = 5
     heads: int = 2
     head_size: int = 8
@@ -132,7 +135,8 @@ def operands(case: Case, seed: int = 0) -> Operands:
     """Random projections, relative terms, carried scores and head mixes, with the masks and relative
     ids the model builds for random structure (sentences, mentions, paragraphs, padding)."""
     config = tiny_config(hidden_size=case.heads * case.head_size, num_attention_heads=case.heads,
-                         hard_g2l=case.hard, hard_l2g=case.hard, local_attention_within_paragraph=True)
+                         hard_g2l=case.hard, hard_l2g=case.hard, local_attention_within_paragraph=True,
+                         local_radius=case.radius, long_max_len=max(64, case.length))
     inputs = make_inputs(2, case.length, case.num_globals, padding=True, structure=True, seed=seed + 1,
                          packed=case.packed)
     side = build_side_inputs(
@@ -144,9 +148,11 @@ def operands(case: Case, seed: int = 0) -> Operands:
     batch, heads, hidden = 2, case.heads, case.heads * case.head_size
     long_qkv, global_qkv = random(batch, side.padded_length, 3 * hidden), random(batch, case.num_globals, 3 * hidden)
     if case.softmax == "long":
-        own, other, block, mask, ids = long_qkv, global_qkv, side.block_size, side.long_mask_bias, side.long_relative_ids
+        own, other, block = long_qkv, global_qkv, side.block_size
+        mask, ids = side.long_mask_bias, side.long_relative_ids
     else:
-        own, other, block, mask, ids = global_qkv, long_qkv, 0, side.global_mask_bias, side.global_relative_ids
+        own, other, block = global_qkv, long_qkv, 0
+        mask, ids = side.global_mask_bias, side.global_relative_ids
     if case.cross:
         other = random(*other.shape[:2], 2 * hidden)
     scores_shape = (batch, heads, *mask.shape[2:])
@@ -211,15 +217,29 @@ def outputs_and_gradients(function, inputs: list, settings, loss_weights: tuple[
     return [as_double(context), as_double(summed), *map(as_double, gradients)]
 
 
+def scores_shape(ops: Operands) -> torch.Size:
+    """The softmax's weights as the kernels index them: [B, h, Nq, N]."""
+    batch, num_queries = ops.own_qkv.shape[:2]
+    return torch.Size((batch, ops.settings.num_heads, num_queries, ops.settings.mask_bias.shape[-1]))
+
+
 NAMES = ["context", "summed", "grad own_qkv", "grad other", "grad relative", "grad carried", "grad pre", "grad post"]
 
 
-def assert_kernel_matches_reference(case: Case, dtype: torch.dtype, atol: float, rtol: float) -> None:
+def assert_kernel_matches_reference(case: Case, dtype: torch.dtype, atol: float, rtol: float,
+                                    drop_probability: float = 0.0) -> None:
+    """TritonSoftmax's outputs and gradients against `reference`'s, on `case`'s operands; with dropout,
+    the reference applies the keep mask the kernels draw for their seed (fixed here)."""
     ops = operands(case)
+    ops.settings.drop_probability = drop_probability
     loss_weights = (torch.randn(*ops.own_qkv.shape[:2], ops.own_qkv.shape[2] // 3, dtype=torch.float64),
                     torch.randn(2, case.heads, *ops.settings.mask_bias.shape[2:], dtype=torch.float64))
-    expected = outputs_and_gradients(reference, [t if t is None else t.requires_grad_() for t in ops.tensors()],
-                                     ops.settings, loss_weights)
+    dropout = dict(keep=None)
+    if drop_probability:
+        dropout = dict(keep=gpu_softmax.keep_mask(SEED, drop_probability, scores_shape(ops), DEVICE).cpu(),
+                       keep_scale=gpu_softmax.dropout_for(drop_probability).keep_scale)
+    expected = outputs_and_gradients(partial(reference, **dropout), [
+        t if t is None else t.requires_grad_() for t in ops.tensors()], ops.settings, loss_weights)
     got = outputs_and_gradients(TritonSoftmax.apply, ops.inputs(dtype), ops.settings_for(dtype), loss_weights)
     names = [name for name, tensor in zip(NAMES[:2], expected[:2])] + [
         name for name, tensor in zip(NAMES[2:], ops.tensors()) if tensor is not None]
@@ -267,3 +287,150 @@ LOW_PRECISION_CASES = {
 def test_half_precision_outputs_and_gradients_are_close_to_dense_reference(triton_kernels, bfloat16_dots, case, dtype):
     # bf16 / fp16 operands and outputs, float32 inside: errors of the order of their rounding.
     assert_kernel_matches_reference(case, dtype, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.slow
+def test_64_wide_tiles_of_long_inputs_equal_dense_reference(triton_kernels):
+    # ETC's radius (blocks of 85, windows of 255 keys) over 1100 tokens: tiles of 64 queries that
+    # straddle blocks, 64 keys; the global softmax's rows of 1105 + 5 keys in tiles of 64.
+    for softmax in ("long", "global"):
+        case = Case(softmax, length=1100, radius=84, heads=1, hard=False)
+        assert gpu_softmax.tiles_for(1105 if softmax == "long" else 5, 260 if softmax == "long" else 1110, 8, 1,
+                                     talking=False).block_n == 64
+        assert_kernel_matches_reference(case, torch.float32, atol=2e-6, rtol=1e-4)
+
+
+DROPOUT_CASES = {
+    "long": Case("long"),
+    "long,talking-heads": Case("long", talking=True),
+    "global": Case("global", cross=True),
+}
+
+
+@pytest.mark.parametrize("case", DROPOUT_CASES.values(), ids=DROPOUT_CASES.keys())
+def test_dropout_applies_the_keep_mask_of_its_seed(triton_kernels, monkeypatch, case):
+    # Forward and backward draw the same mask, the one keep_mask returns for the seed.
+    monkeypatch.setattr(gpu_softmax, "_draw_seed", lambda: SEED)
+    assert_kernel_matches_reference(case, torch.float32, atol=2e-6, rtol=1e-4, drop_probability=0.3)
+
+
+def test_dropout_keeps_the_expected_share_of_weights_independently_per_seed_and_head(triton_kernels):
+    shape = torch.Size((2, 2, 32, 520))  # 67k weights
+    keep = gpu_softmax.keep_mask(SEED, 0.3, shape, DEVICE).cpu()
+    assert torch.equal(keep, gpu_softmax.keep_mask(SEED, 0.3, shape, DEVICE).cpu())  # a function of the seed
+    kept = keep.float().mean().item()
+    assert abs(kept - 0.7) < 5 * math.sqrt(0.7 * 0.3 / shape.numel())  # 5 standard deviations
+    for other in (gpu_softmax.keep_mask(SEED + 1, 0.3, shape, DEVICE).cpu(), keep[:, 1:], keep[1:]):
+        agreement = (other == keep[tuple(slice(0, n) for n in other.shape)]).float().mean().item()
+        assert abs(agreement - (0.7**2 + 0.3**2)) < 0.015  # independent draws (other seed, head, batch)
+    assert gpu_softmax.dropout_for(0.3).keep_scale == pytest.approx(1 / 0.7, rel=1e-6)
+    assert not gpu_softmax.keep_mask(SEED, 1.0, shape, DEVICE).any() and gpu_softmax.dropout_for(1.0).keep_scale == 0
+
+
+def test_dropout_seeds_come_from_torch_generator(triton_kernels):
+    ops = operands(Case("long"))
+    ops.settings.drop_probability = 0.3
+
+    def run(seed: int) -> Tensor:
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            return TritonSoftmax.apply(*ops.inputs(torch.float32), ops.settings_for(torch.float32))[0]
+
+    first = run(5)
+    assert torch.equal(first, run(5))
+    assert (first - run(6)).abs().max() > 0.1
+
+
+def test_without_autograd_the_summed_scores_are_written_over_the_carried_ones(triton_kernels):
+    ops = operands(Case("long", talking=True))
+    expected_context, expected_summed = reference(*ops.tensors(), ops.settings)
+    own_qkv, other, relative, carried, pre, post = ops.inputs(torch.float32)
+    settings = replace(ops.settings_for(torch.float32), records_graph=False)  # (as the layer passes it under no_grad)
+    with torch.no_grad():
+        context, summed = TritonSoftmax.apply(own_qkv, other, relative, carried, pre, post, settings)
+    assert summed.data_ptr() == carried.data_ptr()  # no new score-sized tensor
+    torch.testing.assert_close(summed.double().cpu(), expected_summed, atol=1e-5, rtol=0)
+    torch.testing.assert_close(context.double().cpu(), expected_context, atol=1e-5, rtol=0)
+    carried = carried.detach().clone().requires_grad_()
+    before = carried.detach().clone()
+    _, summed = TritonSoftmax.apply(own_qkv, other, relative, carried, pre, post, replace(settings, records_graph=True))
+    assert summed.data_ptr() != carried.data_ptr() and torch.equal(carried.detach(), before)
+
+
+@pytest.mark.parametrize("talking", [False, True], ids=["plain", "talking-heads"])
+def test_a_nan_score_reaches_the_output_as_in_the_reference(triton_kernels, talking):
+    # A NaN in one long key (one dimension of one head): the rows that see it are NaN, the others not.
+    ops = operands(Case("long", talking=talking, residual=False))
+    hidden = ops.own_qkv.shape[-1] // 3
+    ops.own_qkv[0, 5, hidden] = float("nan")  # long token 5's key, head 0
+    expected, _ = reference(*ops.tensors(), ops.settings)
+    with torch.no_grad():
+        context, _ = TritonSoftmax.apply(*ops.inputs(torch.float32), ops.settings_for(torch.float32))
+    assert expected.isnan().any() and not expected.isnan().all()
+    assert torch.equal(context.isnan().cpu(), expected.isnan())
+
+
+MODEL_CONFIGS = {
+    "residual": dict(residual_attention=True),
+    "residual-mean,hard-l2g": dict(residual_attention=True, residual_attention_mean=True, hard_l2g=True),
+    "talking-heads": dict(talking_heads=True),
+    "cross-kv": dict(cross_kv_projections=True),
+    "absolute-positions,packed": dict(position_embedding_type="absolute"),
+}
+
+
+@pytest.mark.parametrize("overrides", MODEL_CONFIGS.values(), ids=MODEL_CONFIGS.keys())
+def test_a_model_on_the_gpu_kernels_equals_the_dense_reference(triton_kernels, monkeypatch, overrides):
+    # The attention layer's compiled-softmax call site, on TritonSoftmax: outputs and every
+    # parameter's gradient of a 3-layer model against tests/model/dense_reference.py.
+    monkeypatch.setattr(attention_module, "CompiledSoftmax", TritonSoftmax)
+    monkeypatch.setattr(cpu_kernels, "available_for", lambda tensor: True)
+    absolute = overrides.get("position_embedding_type") == "absolute"
+    inputs = make_inputs(2, 13, 4, padding=True, structure=True, packed=absolute)  # (and packed rows)
+    long_mask, global_mask = inputs["long_attention_mask"].bool(), inputs["global_attention_mask"].bool()
+    weights = torch.randn(2, 13, 16, dtype=torch.float64), torch.randn(2, 4, 16, dtype=torch.float64)
+
+    def gradients(model, forward) -> tuple[list, dict]:
+        long_hidden, global_hidden = forward(model)
+        outputs = [long_hidden.double().cpu()[long_mask], global_hidden.double().cpu()[global_mask]]
+        (outputs[0] * weights[0][long_mask]).sum().add((outputs[1] * weights[1][global_mask]).sum()).backward()
+        return [output.detach() for output in outputs], {
+            name: parameter.grad.double().cpu() for name, parameter in model.named_parameters()
+            if parameter.grad is not None}
+
+    def on_kernels(model):
+        output = model(**{name: tensor.to(DEVICE) for name, tensor in inputs.items()})
+        return output.long_hidden_state, output.global_hidden_state
+
+    kernel_outputs, kernel_gradients = gradients(make_model(tiny_config(**overrides)).float().to(DEVICE), on_kernels)
+    dense_outputs, dense_gradients = gradients(make_model(tiny_config(**overrides)),
+                                               lambda model: dense_forward(model, inputs))
+    for got, expected in zip(kernel_outputs, dense_outputs):
+        torch.testing.assert_close(got, expected, atol=2e-5, rtol=0)
+    assert kernel_gradients.keys() == dense_gradients.keys()
+    for name in kernel_gradients:
+        torch.testing.assert_close(kernel_gradients[name], dense_gradients[name], atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_importing_the_gpu_attention_imports_no_triton():
+    script = ("import os, sys; import longdoc, longdoc.model.attention, longdoc.model.kernels.gpu; "
+              "print('triton' in sys.modules, 'TRITON_INTERPRET' in os.environ)")
+    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["False", "False"]
+
+
+def test_without_triton_the_kernels_say_what_is_missing(monkeypatch):
+    monkeypatch.setattr(gpu_softmax, "triton_available", lambda: False)
+    ops = operands(Case("global"))
+    with pytest.raises(RuntimeError, match=r"need Triton, which is not installed: .*`pip install triton`"):
+        TritonSoftmax.apply(*ops.inputs(torch.float32), ops.settings_for(torch.float32))
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="CPU tensors outside the interpreter")
+def test_cpu_tensors_outside_the_interpreter_are_refused(triton_kernels, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    ops = operands(Case("global"))
+    with pytest.raises(ValueError, match="take CUDA tensors, not cpu ones"):
+        TritonSoftmax.apply(*ops.inputs(torch.float32), ops.settings_for(torch.float32))

@@ -54,9 +54,9 @@ def _plain_piece_backward(grad_query, query, grad_out, delta, row_max, row_sum, 
         grad_query += tl.dot(grad.to(key_tile.dtype), key_tile, input_precision=PRECISION)
         grad_at = key_index[:, None] * grad_kv_stride + dims[None, :]
         tl.atomic_add(grad_keys + grad_at, tl.dot(tl.trans(grad.to(query.dtype)), query, input_precision=PRECISION)
-                      * query_scale, mask=key_mask)
+                      * query_scale, mask=key_mask, sem="relaxed")
         tl.atomic_add(grad_values + grad_at, tl.dot(tl.trans(weights.to(grad_out.dtype)), grad_out,
-                                                    input_precision=PRECISION), mask=key_mask)
+                                                    input_precision=PRECISION), mask=key_mask, sem="relaxed")
     return grad_query
 
 
@@ -172,20 +172,20 @@ def _talking_piece_backward(
             grad = tl.where(head_valid, grad, 0.0)
             if WRITE_GRAD_SCORES:
                 tl.store(grad_scores + columns[None, :, :], grad.to(grad_scores.dtype.element_ty), mask=head_valid)
-            flat = (HEADS, BLOCK_M * BLOCK_N)
-            grad_pre += scale * tl.dot(tl.reshape(grad_logits, flat), tl.trans(tl.reshape(scores, flat)),
+            grad_pre += scale * tl.dot(tl.reshape(grad_logits, (HEADS, BLOCK_M * BLOCK_N)),
+                                       tl.trans(tl.reshape(scores, (HEADS, BLOCK_M * BLOCK_N))),
                                        input_precision=PRECISION)
-            grad_post += tl.dot(tl.reshape(grad_weights, flat), tl.trans(tl.reshape(probs, flat)),
-                                input_precision=PRECISION)
+            grad_post += tl.dot(tl.reshape(grad_weights, (HEADS, BLOCK_M * BLOCK_N)),
+                                tl.trans(tl.reshape(probs, (HEADS, BLOCK_M * BLOCK_N))), input_precision=PRECISION)
             weights = mix_heads(post, probs, HEADS, BLOCK_M, BLOCK_N, PRECISION)
             if DROPOUT:
                 weights = dropped(weights, seed, streams, element, drop_threshold, keep_scale)
             grad_query += tl.dot(grad.to(key_tile.dtype), key_tile, input_precision=PRECISION)
             grad_at = key_index[None, :, None] * grad_kv_stride + dims[None, None, :]
-            tl.atomic_add(grad_keys + grad_at, tl.dot(tl.trans(grad.to(query.dtype)), query,
-                                                      input_precision=PRECISION) * query_scale, mask=key_mask)
+            grad_keys_tile = tl.dot(tl.trans(grad.to(query.dtype)), query, input_precision=PRECISION) * query_scale
+            tl.atomic_add(grad_keys + grad_at, grad_keys_tile, mask=key_mask, sem="relaxed")
             tl.atomic_add(grad_values + grad_at, tl.dot(tl.trans(weights.to(grad_out.dtype)), grad_out,
-                                                        input_precision=PRECISION), mask=key_mask)
+                                                        input_precision=PRECISION), mask=key_mask, sem="relaxed")
     return grad_query, delta, grad_pre, grad_post
 
 
@@ -241,7 +241,8 @@ def talking_heads_backward(
     own_rows = (batch64 * heads + head64) * num_queries * width + rows[None, :, None] * width
     relative_rows = relative + batch64 * relative_batch + head64 * relative_head + rows[None, :, None] * relative_row
     kv1, kv2 = batch64 * kv1_batch + head64 * kv1_head, batch64 * kv2_batch + head64 * kv2_head
-    grad_kv1, grad_kv2 = batch64 * grad_kv1_batch + head64 * grad_kv1_head, batch64 * grad_kv2_batch + head64 * grad_kv2_head
+    grad_kv1 = batch64 * grad_kv1_batch + head64 * grad_kv1_head
+    grad_kv2 = batch64 * grad_kv2_batch + head64 * grad_kv2_head
 
     grad_query = tl.zeros((HEADS, BLOCK_M, D), dtype=tl.float32)
     delta = tl.zeros((HEADS, BLOCK_M), dtype=tl.float32)

@@ -118,8 +118,8 @@ def _talking_piece(acc, row_max, row_sum, query, row_start, rows, row_ok, heads_
                    STATISTICS: tl.constexpr, PRECISION: tl.constexpr):
     """One piece of keys of `talking_heads_forward`, all heads ([HEADS, M, N] tiles; `keys`, `values`,
     `relative_rows`, `carried`, `summed`: per-head pointers [HEADS, 1, 1] or [HEADS, M, 1]; `ids`,
-    `mask`: [M, 1]). STATISTICS: the first pass (the summed scores written, the mixed logits' row
-    statistics); otherwise the second (weights mixed by `post`, dropout, context)."""
+    `mask`: [M, 1]). STATISTICS: the first pass (the mixed logits' row statistics); otherwise the
+    second (the summed scores written, weights mixed by `post`, dropout, context)."""
     low, high = piece_key_range(row_start, num_queries, window, num_keys, BLOCK_M, WINDOWED)
     for start in range(low, high, BLOCK_N):
         key_index, key_ok, columns, valid, pair_ids, mask_bias = pair_tile(
@@ -134,10 +134,11 @@ def _talking_piece(acc, row_max, row_sum, query, row_start, rows, row_ok, heads_
         logits = masked_logits(mix_heads(pre, scores, HEADS, BLOCK_M, BLOCK_N, PRECISION), mask_bias[None, :, :],
                                valid[None, :, :], scale)
         if STATISTICS:
-            if WRITE_SUMMED:
-                tl.store(summed + columns[None, :, :], scores.to(summed.dtype.element_ty), mask=head_valid)
             _, _, row_max, row_sum = online_softmax_step(logits, row_max, row_sum)
         else:
+            # (written in the second pass: the sums may go over the carried scores, which both passes read)
+            if WRITE_SUMMED:
+                tl.store(summed + columns[None, :, :], scores.to(summed.dtype.element_ty), mask=head_valid)
             weights = mix_heads(post, normalized_weights(logits, row_max, row_sum), HEADS, BLOCK_M, BLOCK_N,
                                 PRECISION)
             if DROPOUT:
@@ -165,9 +166,10 @@ def talking_heads_forward(
     PRECISION: tl.constexpr,
 ):
     """A tile of BLOCK_M queries of all heads (padded to HEADS; program ids: tile, batch), in two
-    passes over the keys: the summed scores per head (written if WRITE_SUMMED), mixed across heads
-    by `pre` [HEADS, HEADS] (float32, zero-padded), and the statistics of the mixed logits' rows;
-    then the normalised weights again, mixed by `post`, dropout, context = weights @ values per head."""
+    passes over the keys: the summed scores per head, mixed across heads by `pre` [HEADS, HEADS]
+    (float32, zero-padded), and the statistics of the mixed logits' rows; then the summed scores
+    again (written if WRITE_SUMMED), the normalised weights, mixed by `post`, dropout, context =
+    weights @ values per head."""
     batch = tl.program_id(1)
     row_start = tl.program_id(0) * BLOCK_M
     rows = row_start + tl.arange(0, BLOCK_M)
@@ -186,22 +188,21 @@ def talking_heads_forward(
     shared_rows = batch64 * num_queries * width + rows[:, None] * width
     own_rows = (batch64 * heads + head64) * num_queries * width + rows[None, :, None] * width
     relative_rows = relative + batch64 * relative_batch + head64 * relative_head + rows[None, :, None] * relative_row
-    first_keys, first_values = keys1 + batch64 * kv1_batch + head64 * kv1_head, values1 + batch64 * kv1_batch + head64 * kv1_head
-    second_keys, second_values = keys2 + batch64 * kv2_batch + head64 * kv2_head, values2 + batch64 * kv2_batch + head64 * kv2_head
+    kv1, kv2 = batch64 * kv1_batch + head64 * kv1_head, batch64 * kv2_batch + head64 * kv2_head
 
     acc = tl.zeros((HEADS, BLOCK_M, D), dtype=tl.float32)
     row_max = tl.full((HEADS, BLOCK_M), INITIAL_MAX, dtype=tl.float32)
     row_sum = tl.zeros((HEADS, BLOCK_M), dtype=tl.float32)
     for statistics in tl.static_range(2):
         acc, row_max, row_sum = _talking_piece(
-            acc, row_max, row_sum, query, row_start, rows, row_ok, heads_ok, streams, dims, dim_ok, first_keys,
-            first_values, kv1_row, num_keys1, ids + shared_rows, relative_rows, carried + own_rows, summed + own_rows,
+            acc, row_max, row_sum, query, row_start, rows, row_ok, heads_ok, streams, dims, dim_ok, keys1 + kv1,
+            values1 + kv1, kv1_row, num_keys1, ids + shared_rows, relative_rows, carried + own_rows, summed + own_rows,
             mask + shared_rows, pre_mix, post_mix, num_queries, window, 0, first_width, width, query_scale, scale,
             seed, drop_threshold, keep_scale, HEADS, BLOCK_M, BLOCK_N, WINDOWED, HAS_RELATIVE, HAS_CARRIED,
             WRITE_SUMMED, DROPOUT, statistics == 0, PRECISION)
         acc, row_max, row_sum = _talking_piece(
-            acc, row_max, row_sum, query, row_start, rows, row_ok, heads_ok, streams, dims, dim_ok, second_keys,
-            second_values, kv2_row, num_keys2, ids + shared_rows, relative_rows, carried + own_rows,
+            acc, row_max, row_sum, query, row_start, rows, row_ok, heads_ok, streams, dims, dim_ok, keys2 + kv2,
+            values2 + kv2, kv2_row, num_keys2, ids + shared_rows, relative_rows, carried + own_rows,
             summed + own_rows, mask + shared_rows, pre_mix, post_mix, num_queries, window, first_width, first_width,
             width, query_scale, scale, seed, drop_threshold, keep_scale, HEADS, BLOCK_M, BLOCK_N, False,
             HAS_RELATIVE, HAS_CARRIED, WRITE_SUMMED, DROPOUT, statistics == 0, PRECISION)

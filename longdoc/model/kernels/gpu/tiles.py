@@ -92,7 +92,8 @@ def online_softmax_step(logits, row_max, row_sum):
 def normalized_weights(logits, row_max, row_sum):
     """The softmax's weights of a tile from the statistics of its rows (max, sum of numerators; a sum
     of 0 is a row past the queries' end, without pairs)."""
-    return tl.exp2((logits - tl.expand_dims(row_max, -1)) * LOG2E) / tl.expand_dims(tl.where(row_sum > 0, row_sum, 1.0), -1)
+    numerators = tl.exp2((logits - tl.expand_dims(row_max, -1)) * LOG2E)
+    return numerators / tl.expand_dims(tl.where(row_sum > 0, row_sum, 1.0), -1)
 
 
 @triton.jit
