@@ -26,7 +26,10 @@ The kernels (forward.py, backward.py; shared tiles in tiles.py):
   normalised weights, mixed by post (another GEMM), times the values, per head.
 - the backwards recompute the weights from the rows' saved max and sum (flash attention's
   recomputation: a [B, h, Nq, N] tensor of weights would be the largest thing in memory, read
-  back once). Per tile they write the gradient of the summed scores (that of the carried scores,
+  back once), and the summed scores from q, k and the terms, or, with residual attention, read
+  them where the forward wrote them (the next layer keeps them anyway, as its carried scores; the
+  forward's softmax reads them as stored, rounded to their dtype, as the eager path and the next
+  layer do). Per tile they write the gradient of the summed scores (that of the carried scores,
   and of the picked relative terms: attention.relative_gradient sums it by the ids' structure),
   store the queries' gradient (a program holds all of its queries' keys) and add the keys' and
   values' atomically (float32): the windows of neighbouring tiles overlap and every query reads the
@@ -35,13 +38,15 @@ The kernels (forward.py, backward.py; shared tiles in tiles.py):
 - dropout: Philox keyed on a seed from torch's generator and counted by the weight's place, so the
   backward draws the same mask again instead of storing one.
 
-Tiles: 64 queries x 64 keys where a softmax has enough queries and keys to fill them (the long
-softmax at ETC's lengths), 16 otherwise (the least a tl.dot takes, and more programs for a global
-softmax of a few hundred queries); head sizes padded to a power of two of at least 16. Small
-problems (the tests') use the same rules as real ones, so Triton's interpreter runs the code the GPU
-compiles. Operands in bfloat16, float16 or float32, read in place (q, k, v where the projection wrote
-them; the context where the output projection reads it); everything is accumulated in float32, and
-float32 operands multiply exactly (no TF32: as torch's matmul by default).
+Tiles (softmax.tiles_for): 32 queries x 32 keys where a softmax has enough of them, 16 (the least a
+tl.dot takes) otherwise; talking heads 16 x 16 pairs of all heads, padded to 16. Head sizes are
+padded to a power of two of at least 16. Small problems (the tests') follow the same rules as real
+ones, so Triton's interpreter runs the code the GPU compiles; tests/model/gpu_kernel_builds.py
+builds them for an H100 (sm_90) with Triton's compiler, which checks what the interpreter cannot
+(valid GPU programs, shared memory per block) and reports their registers and spills. Operands in
+bfloat16, float16 or float32, read in place (q, k, v where the projection wrote them; the context
+where the output projection reads it); everything is accumulated in float32, and float32 operands
+multiply exactly (no TF32: as torch's matmul by default).
 
 Expected costs on an H100 (estimates, not measured): per pair and head the forward does 2d
 multiply-adds on the tensor cores (q.k, weights @ v: 256 flops at d = 64) and one exponential, and
@@ -49,11 +54,11 @@ with residual attention in bfloat16 moves about 4.5 bytes (the carried score rea
 and the pair's id and mask, 6 bytes shared by h = 12 heads): about 57 flops a byte, well below the
 ~300 at which the H100 (990 TFLOPS, 3.35 TB/s) stops waiting on memory. So the long softmax should
 be bound by the traffic of the carried scores, as the C++ kernel is on CPU (the backward reads the
-carried scores and their gradient and writes the summed scores' gradient: about 6.5 bytes for 10d
-multiply-adds); without residual attention it is bound like flash attention at d = 64, by the
-exponentials and the tensor cores together. Talking heads add 2h multiply-adds per pair and head
-for the mixes (GEMMs with K = h, small for the tensor cores) and hold [h, 16, d] tiles in
-registers: expect them to be the slowest configuration.
+summed scores and the gradient carried back and writes the summed scores' gradient: about 6.5
+bytes for 10d multiply-adds); without residual attention it is bound like flash attention at
+d = 64, by the exponentials and the tensor cores together. Talking heads add 2h multiply-adds per
+pair and head for the mixes (GEMMs with K = h, small for the tensor cores) and hold [h, 16, d]
+tiles, more than the registers take (their sm_90 builds spill): expect them to be the slowest.
 """
 
 from longdoc.model.kernels.gpu.softmax import TritonSoftmax, triton_available

@@ -12,17 +12,18 @@ import triton
 import triton.language as tl
 
 from longdoc.model.kernels.gpu.tiles import (
-    dropped, masked_logits, mix_heads, normalized_weights, pair_tile, piece_key_range, summed_scores,
+    dropped, masked_logits, mix_heads, normalized_weights, pair_tile, piece_key_range, saved_or_summed_scores,
 )
 
 
 @triton.jit
 def _plain_piece_backward(grad_query, query, grad_out, delta, row_max, row_sum, row_start, rows, row_ok, dims,
                           dim_ok, keys, values, kv_stride, grad_keys, grad_values, grad_kv_stride, num_keys, ids,
-                          relative_rows, carried, mask, grad_summed, grad_scores, num_queries, window, column_offset,
-                          first_width, width, query_scale, scale, seed, stream, drop_threshold, keep_scale,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WINDOWED: tl.constexpr,
-                          HAS_RELATIVE: tl.constexpr, HAS_CARRIED: tl.constexpr, HAS_GRAD_SUMMED: tl.constexpr,
+                          relative_rows, carried, summed, mask, grad_summed, grad_scores, num_queries, window,
+                          column_offset, first_width, width, query_scale, scale, seed, stream, drop_threshold,
+                          keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WINDOWED: tl.constexpr,
+                          HAS_RELATIVE: tl.constexpr, HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr,
+                          HAS_GRAD_SUMMED: tl.constexpr,
                           WRITE_GRAD_SCORES: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
     """One piece of keys of `attention_backward`: returns grad_query + this piece's part."""
     low, high = piece_key_range(row_start, num_queries, window, num_keys, BLOCK_M, WINDOWED)
@@ -34,8 +35,8 @@ def _plain_piece_backward(grad_query, query, grad_out, delta, row_max, row_sum, 
         key_mask = key_ok[:, None] & dim_ok[None, :]
         key_tile = tl.load(keys + at, mask=key_mask, other=0.0)
         value_tile = tl.load(values + at, mask=key_mask, other=0.0)
-        scores = summed_scores(query, key_tile, query_scale, pair_ids, relative_rows, carried + columns, valid,
-                               HAS_RELATIVE, HAS_CARRIED, PRECISION)
+        scores = saved_or_summed_scores(query, key_tile, query_scale, pair_ids, relative_rows, carried + columns,
+                                        summed + columns, valid, HAS_RELATIVE, HAS_CARRIED, SUMMED_SAVED, PRECISION)
         logits = masked_logits(scores, mask_bias, valid, scale)
         probs = normalized_weights(logits, row_max, row_sum)
         # The gradient of the weights that multiplied the values, and those weights (after dropout).
@@ -66,7 +67,7 @@ def attention_backward(
     keys1, values1, kv1_batch, kv1_head, kv1_row, num_keys1,
     keys2, values2, kv2_batch, kv2_head, kv2_row, num_keys2,
     relative, relative_batch, relative_head, relative_row,
-    ids, mask, carried, grad_summed, grad_scores,
+    ids, mask, carried, summed, grad_summed, grad_scores,
     grad_context, grad_context_batch, grad_context_head, grad_context_row,
     row_max_in, row_sum_in, delta_in,
     grad_q, grad_q_batch, grad_q_head, grad_q_row,
@@ -75,8 +76,8 @@ def attention_backward(
     num_queries, heads, head_size, window, first_width, width,
     query_scale, scale, seed, drop_threshold, keep_scale,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, WINDOWED: tl.constexpr,
-    HAS_RELATIVE: tl.constexpr, HAS_CARRIED: tl.constexpr, HAS_GRAD_SUMMED: tl.constexpr,
-    WRITE_GRAD_SCORES: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_RELATIVE: tl.constexpr, HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr,
+    HAS_GRAD_SUMMED: tl.constexpr, WRITE_GRAD_SCORES: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """A tile of queries of one head (program ids as attention_forward's): the weights recomputed from
     the rows' statistics, the gradient of the summed scores
@@ -111,36 +112,43 @@ def attention_backward(
         keys1 + batch64 * kv1_batch + head64 * kv1_head, values1 + batch64 * kv1_batch + head64 * kv1_head, kv1_row,
         grad_keys1 + batch64 * grad_kv1_batch + head64 * grad_kv1_head,
         grad_values1 + batch64 * grad_kv1_batch + head64 * grad_kv1_head, grad_kv1_row, num_keys1,
-        ids + shared_rows, relative_rows, carried + own_rows, mask + shared_rows, grad_summed + own_rows,
+        ids + shared_rows, relative_rows, carried + own_rows, summed + own_rows, mask + shared_rows,
+        grad_summed + own_rows,
         grad_scores + own_rows, num_queries, window, 0, first_width, width, query_scale, scale, seed, stream,
-        drop_threshold, keep_scale, BLOCK_M, BLOCK_N, WINDOWED, HAS_RELATIVE, HAS_CARRIED, HAS_GRAD_SUMMED,
-        WRITE_GRAD_SCORES, DROPOUT, PRECISION)
+        drop_threshold, keep_scale, BLOCK_M, BLOCK_N, WINDOWED, HAS_RELATIVE, HAS_CARRIED, SUMMED_SAVED,
+        HAS_GRAD_SUMMED, WRITE_GRAD_SCORES, DROPOUT, PRECISION)
     grad_query = _plain_piece_backward(
         grad_query, query, grad_out, delta, row_max, row_sum, row_start, rows, row_ok, dims, dim_ok,
         keys2 + batch64 * kv2_batch + head64 * kv2_head, values2 + batch64 * kv2_batch + head64 * kv2_head, kv2_row,
         grad_keys2 + batch64 * grad_kv2_batch + head64 * grad_kv2_head,
         grad_values2 + batch64 * grad_kv2_batch + head64 * grad_kv2_head, grad_kv2_row, num_keys2,
-        ids + shared_rows, relative_rows, carried + own_rows, mask + shared_rows, grad_summed + own_rows,
+        ids + shared_rows, relative_rows, carried + own_rows, summed + own_rows, mask + shared_rows,
+        grad_summed + own_rows,
         grad_scores + own_rows, num_queries, window, first_width, first_width, width, query_scale, scale, seed,
-        stream, drop_threshold, keep_scale, BLOCK_M, BLOCK_N, False, HAS_RELATIVE, HAS_CARRIED, HAS_GRAD_SUMMED,
-        WRITE_GRAD_SCORES, DROPOUT, PRECISION)
+        stream, drop_threshold, keep_scale, BLOCK_M, BLOCK_N, False, HAS_RELATIVE, HAS_CARRIED, SUMMED_SAVED,
+        HAS_GRAD_SUMMED, WRITE_GRAD_SCORES, DROPOUT, PRECISION)
     tl.store(grad_q + batch64 * grad_q_batch + head64 * grad_q_head + rows[:, None] * grad_q_row + dims[None, :],
              (grad_query * query_scale).to(grad_q.dtype.element_ty), mask=tile_mask)
 
 
 @triton.jit
 def _talking_piece_backward(
-    grad_query, delta, grad_pre, grad_post, query, grad_out, row_max, row_sum, row_start, rows, row_ok, heads_ok,
-    streams, dims, dim_ok, keys, values, kv_stride, grad_keys, grad_values, grad_kv_stride, num_keys, ids,
-    relative_rows, carried, mask, grad_summed, grad_scores, pre, post, num_queries, window, column_offset,
-    first_width, width, query_scale, scale, seed, drop_threshold, keep_scale, HEADS: tl.constexpr,
+    grad_query, delta, grad_pre, grad_post, query_at, grad_out_at, tile_mask, row_max, row_sum, row_start, rows,
+    row_ok, heads_ok, streams, dims, dim_ok, keys, values, kv_stride, grad_keys, grad_values, grad_kv_stride,
+    num_keys, ids, relative_rows, carried, summed, mask, grad_summed, grad_scores, pre, post, num_queries, window,
+    column_offset, first_width, width, query_scale, scale, seed, drop_threshold, keep_scale, HEADS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WINDOWED: tl.constexpr, HAS_RELATIVE: tl.constexpr,
-    HAS_CARRIED: tl.constexpr, HAS_GRAD_SUMMED: tl.constexpr, WRITE_GRAD_SCORES: tl.constexpr,
-    DROPOUT: tl.constexpr, DELTA: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr, HAS_GRAD_SUMMED: tl.constexpr,
+    WRITE_GRAD_SCORES: tl.constexpr, DROPOUT: tl.constexpr, DELTA: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """One piece of keys of `talking_heads_backward` ([HEADS, M, N] tiles, pointers as in
     forward._talking_piece). DELTA: the first pass, which sums each mixed row's weights times their
-    gradient (delta); otherwise the second, which returns the gradients."""
+    gradient (delta); otherwise the second, which returns the gradients.
+
+    Each [HEADS, M | N, d] operand (queries at `query_at`, grad_context at `grad_out_at`, keys,
+    values) is read from the cache right before the product that takes it: one such tile kept for
+    a second product stays in shared memory meanwhile, and in float32 four of them at once (64 KB
+    each at d = 64) would take more than a block has."""
     low, high = piece_key_range(row_start, num_queries, window, num_keys, BLOCK_M, WINDOWED)
     for start in range(low, high, BLOCK_N):
         key_index, key_ok, columns, valid, pair_ids, mask_bias = pair_tile(
@@ -149,15 +157,17 @@ def _talking_piece_backward(
         at = key_index[None, :, None] * kv_stride + dims[None, None, :]
         key_mask = heads_ok & key_ok[None, :, None] & dim_ok[None, None, :]
         head_valid = heads_ok & valid[None, :, :]
-        key_tile = tl.load(keys + at, mask=key_mask, other=0.0)
-        value_tile = tl.load(values + at, mask=key_mask, other=0.0)
-        scores = summed_scores(query, key_tile, query_scale, pair_ids[None, :, :], relative_rows,
-                               carried + columns[None, :, :], head_valid, HAS_RELATIVE, HAS_CARRIED, PRECISION)
+        scores = saved_or_summed_scores(tl.load(query_at, mask=tile_mask, other=0.0),
+                                        tl.load(keys + at, mask=key_mask, other=0.0), query_scale,
+                                        pair_ids[None, :, :], relative_rows, carried + columns[None, :, :],
+                                        summed + columns[None, :, :], head_valid, HAS_RELATIVE, HAS_CARRIED,
+                                        SUMMED_SAVED, PRECISION)
         logits = masked_logits(mix_heads(pre, scores, HEADS, BLOCK_M, BLOCK_N, PRECISION), mask_bias[None, :, :],
                                valid[None, :, :], scale)
         probs = tl.where(heads_ok, normalized_weights(logits, row_max, row_sum), 0.0)  # (no padding heads)
         # The gradients of the weights that multiplied the values (dropout's kept ones), then of the softmax's.
-        grad_weights = tl.dot(grad_out, tl.trans(value_tile), input_precision=PRECISION)
+        grad_weights = tl.dot(tl.load(grad_out_at, mask=tile_mask, other=0.0),
+                              tl.trans(tl.load(values + at, mask=key_mask, other=0.0)), input_precision=PRECISION)
         element = (rows[:, None] * width + columns)[None, :, :]
         if DROPOUT:
             grad_weights = dropped(grad_weights, seed, streams, element, drop_threshold, keep_scale)
@@ -180,12 +190,16 @@ def _talking_piece_backward(
             weights = mix_heads(post, probs, HEADS, BLOCK_M, BLOCK_N, PRECISION)
             if DROPOUT:
                 weights = dropped(weights, seed, streams, element, drop_threshold, keep_scale)
-            grad_query += tl.dot(grad.to(key_tile.dtype), key_tile, input_precision=PRECISION)
+            operands = keys.dtype.element_ty
+            grad = grad.to(operands)
+            grad_query += tl.dot(grad, tl.load(keys + at, mask=key_mask, other=0.0), input_precision=PRECISION)
             grad_at = key_index[None, :, None] * grad_kv_stride + dims[None, None, :]
-            grad_keys_tile = tl.dot(tl.trans(grad.to(query.dtype)), query, input_precision=PRECISION) * query_scale
-            tl.atomic_add(grad_keys + grad_at, grad_keys_tile, mask=key_mask, sem="relaxed")
-            tl.atomic_add(grad_values + grad_at, tl.dot(tl.trans(weights.to(grad_out.dtype)), grad_out,
-                                                        input_precision=PRECISION), mask=key_mask, sem="relaxed")
+            grad_keys_tile = tl.dot(tl.trans(grad), tl.load(query_at, mask=tile_mask, other=0.0),
+                                    input_precision=PRECISION)
+            tl.atomic_add(grad_keys + grad_at, grad_keys_tile * query_scale, mask=key_mask, sem="relaxed")
+            grad_values_tile = tl.dot(tl.trans(weights.to(operands)), tl.load(grad_out_at, mask=tile_mask, other=0.0),
+                                      input_precision=PRECISION)
+            tl.atomic_add(grad_values + grad_at, grad_values_tile, mask=key_mask, sem="relaxed")
     return grad_query, delta, grad_pre, grad_post
 
 
@@ -195,7 +209,7 @@ def talking_heads_backward(
     keys1, values1, kv1_batch, kv1_head, kv1_row, num_keys1,
     keys2, values2, kv2_batch, kv2_head, kv2_row, num_keys2,
     relative, relative_batch, relative_head, relative_row,
-    ids, mask, carried, grad_summed, grad_scores,
+    ids, mask, carried, summed, grad_summed, grad_scores,
     grad_context, grad_context_batch, grad_context_head, grad_context_row,
     row_max_in, row_sum_in,
     grad_q, grad_q_batch, grad_q_head, grad_q_row,
@@ -205,8 +219,8 @@ def talking_heads_backward(
     num_queries, heads, head_size, window, first_width, width,
     query_scale, scale, seed, drop_threshold, keep_scale,
     HEADS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, WINDOWED: tl.constexpr,
-    HAS_RELATIVE: tl.constexpr, HAS_CARRIED: tl.constexpr, HAS_GRAD_SUMMED: tl.constexpr,
-    WRITE_GRAD_SCORES: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_RELATIVE: tl.constexpr, HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr,
+    HAS_GRAD_SUMMED: tl.constexpr, WRITE_GRAD_SCORES: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """A tile of queries of all heads (program ids as talking_heads_forward's), in two passes over the
     keys. With W = post P (then dropout), P = softmax(X), X = scale pre S + mask:
@@ -227,9 +241,9 @@ def talking_heads_backward(
     streams = batch * heads + head_index
     tile_mask = heads_ok & row_ok[None, :, None] & dim_ok[None, None, :]
     row_dims = rows[None, :, None] * q_row + dims[None, None, :]
-    query = tl.load(q + batch64 * q_batch + head64 * q_head + row_dims, mask=tile_mask, other=0.0)
-    grad_out = tl.load(grad_context + batch64 * grad_context_batch + head64 * grad_context_head
-                       + rows[None, :, None] * grad_context_row + dims[None, None, :], mask=tile_mask, other=0.0)
+    query_at = q + batch64 * q_batch + head64 * q_head + row_dims
+    grad_out_at = (grad_context + batch64 * grad_context_batch + head64 * grad_context_head
+                   + rows[None, :, None] * grad_context_row + dims[None, None, :])
     head_rows = tl.arange(0, HEADS)[:, None]
     stats = (batch64 * heads + head_rows) * num_queries + rows[None, :]
     stats_mask = (head_rows < heads) & row_ok[None, :]
@@ -250,21 +264,21 @@ def talking_heads_backward(
     grad_post = tl.zeros((HEADS, HEADS), dtype=tl.float32)
     for delta_pass in tl.static_range(2):
         grad_query, delta, grad_pre, grad_post = _talking_piece_backward(
-            grad_query, delta, grad_pre, grad_post, query, grad_out, row_max, row_sum, row_start, rows, row_ok,
-            heads_ok, streams, dims, dim_ok, keys1 + kv1, values1 + kv1, kv1_row, grad_keys1 + grad_kv1,
+            grad_query, delta, grad_pre, grad_post, query_at, grad_out_at, tile_mask, row_max, row_sum, row_start,
+            rows, row_ok, heads_ok, streams, dims, dim_ok, keys1 + kv1, values1 + kv1, kv1_row, grad_keys1 + grad_kv1,
             grad_values1 + grad_kv1, grad_kv1_row, num_keys1, ids + shared_rows, relative_rows, carried + own_rows,
-            mask + shared_rows, grad_summed + own_rows, grad_scores + own_rows, pre_mix, post_mix, num_queries,
-            window, 0, first_width, width, query_scale, scale, seed, drop_threshold, keep_scale, HEADS, BLOCK_M,
-            BLOCK_N, WINDOWED, HAS_RELATIVE, HAS_CARRIED, HAS_GRAD_SUMMED, WRITE_GRAD_SCORES, DROPOUT,
-            delta_pass == 0, PRECISION)
+            summed + own_rows, mask + shared_rows, grad_summed + own_rows, grad_scores + own_rows, pre_mix, post_mix,
+            num_queries, window, 0, first_width, width, query_scale, scale, seed, drop_threshold, keep_scale, HEADS,
+            BLOCK_M, BLOCK_N, WINDOWED, HAS_RELATIVE, HAS_CARRIED, SUMMED_SAVED, HAS_GRAD_SUMMED, WRITE_GRAD_SCORES,
+            DROPOUT, delta_pass == 0, PRECISION)
         grad_query, delta, grad_pre, grad_post = _talking_piece_backward(
-            grad_query, delta, grad_pre, grad_post, query, grad_out, row_max, row_sum, row_start, rows, row_ok,
-            heads_ok, streams, dims, dim_ok, keys2 + kv2, values2 + kv2, kv2_row, grad_keys2 + grad_kv2,
+            grad_query, delta, grad_pre, grad_post, query_at, grad_out_at, tile_mask, row_max, row_sum, row_start,
+            rows, row_ok, heads_ok, streams, dims, dim_ok, keys2 + kv2, values2 + kv2, kv2_row, grad_keys2 + grad_kv2,
             grad_values2 + grad_kv2, grad_kv2_row, num_keys2, ids + shared_rows, relative_rows, carried + own_rows,
-            mask + shared_rows, grad_summed + own_rows, grad_scores + own_rows, pre_mix, post_mix, num_queries,
-            window, first_width, first_width, width, query_scale, scale, seed, drop_threshold, keep_scale, HEADS,
-            BLOCK_M, BLOCK_N, False, HAS_RELATIVE, HAS_CARRIED, HAS_GRAD_SUMMED, WRITE_GRAD_SCORES, DROPOUT,
-            delta_pass == 0, PRECISION)
+            summed + own_rows, mask + shared_rows, grad_summed + own_rows, grad_scores + own_rows, pre_mix, post_mix,
+            num_queries, window, first_width, first_width, width, query_scale, scale, seed, drop_threshold,
+            keep_scale, HEADS, BLOCK_M, BLOCK_N, False, HAS_RELATIVE, HAS_CARRIED, SUMMED_SAVED, HAS_GRAD_SUMMED,
+            WRITE_GRAD_SCORES, DROPOUT, delta_pass == 0, PRECISION)
 
     tl.store(grad_q + batch64 * grad_q_batch + head64 * grad_q_head + rows[None, :, None] * grad_q_row
              + dims[None, None, :], (grad_query * query_scale).to(grad_q.dtype.element_ty), mask=tile_mask)

@@ -36,6 +36,8 @@ def _plain_piece(acc, row_max, row_sum, query, row_start, rows, row_ok, dims, di
         scores = summed_scores(query, tl.load(keys + at, mask=key_mask, other=0.0), query_scale, pair_ids,
                                relative_rows, carried + columns, valid, HAS_RELATIVE, HAS_CARRIED, PRECISION)
         if WRITE_SUMMED:
+            # The softmax reads the sums as stored (rounded to their dtype), as the backward and the next layer do.
+            scores = scores.to(summed.dtype.element_ty).to(tl.float32)
             tl.store(summed + columns, scores.to(summed.dtype.element_ty), mask=valid)
         logits = masked_logits(scores, mask_bias, valid, scale)
         numerators, correction, row_max, row_sum = online_softmax_step(logits, row_max, row_sum)
@@ -109,7 +111,7 @@ def attention_forward(
 
 
 @triton.jit
-def _talking_piece(acc, row_max, row_sum, query, row_start, rows, row_ok, heads_ok, streams, dims, dim_ok,
+def _talking_piece(acc, row_max, row_sum, query_at, tile_mask, row_start, rows, row_ok, heads_ok, streams, dims, dim_ok,
                    keys, values, kv_stride, num_keys, ids, relative_rows, carried, summed, mask, pre, post,
                    num_queries, window, column_offset, first_width, width, query_scale, scale, seed,
                    drop_threshold, keep_scale, HEADS: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -128,9 +130,14 @@ def _talking_piece(acc, row_max, row_sum, query, row_start, rows, row_ok, heads_
         at = key_index[None, :, None] * kv_stride + dims[None, None, :]
         key_mask = heads_ok & key_ok[None, :, None] & dim_ok[None, None, :]
         head_valid = heads_ok & valid[None, :, :]
-        scores = summed_scores(query, tl.load(keys + at, mask=key_mask, other=0.0), query_scale, pair_ids[None, :, :],
+        # (the queries read in each step, from the cache, as in backward._talking_piece_backward)
+        scores = summed_scores(tl.load(query_at, mask=tile_mask, other=0.0),
+                               tl.load(keys + at, mask=key_mask, other=0.0), query_scale, pair_ids[None, :, :],
                                relative_rows, carried + columns[None, :, :], head_valid, HAS_RELATIVE, HAS_CARRIED,
                                PRECISION)
+        if WRITE_SUMMED:
+            # As stored (rounded to their dtype), in both passes: what the backward and the next layer read.
+            scores = scores.to(summed.dtype.element_ty).to(tl.float32)
         logits = masked_logits(mix_heads(pre, scores, HEADS, BLOCK_M, BLOCK_N, PRECISION), mask_bias[None, :, :],
                                valid[None, :, :], scale)
         if STATISTICS:
@@ -181,8 +188,7 @@ def talking_heads_forward(
     batch64, head64 = batch.to(tl.int64), head_index.to(tl.int64)
     streams = batch * heads + head_index
     tile_mask = heads_ok & row_ok[None, :, None] & dim_ok[None, None, :]
-    query = tl.load(q + batch64 * q_batch + head64 * q_head + rows[None, :, None] * q_row + dims[None, None, :],
-                    mask=tile_mask, other=0.0)
+    query_at = q + batch64 * q_batch + head64 * q_head + rows[None, :, None] * q_row + dims[None, None, :]
     mixing = tl.arange(0, HEADS)[:, None] * HEADS + tl.arange(0, HEADS)[None, :]
     pre_mix, post_mix = tl.load(pre + mixing), tl.load(post + mixing)
     shared_rows = batch64 * num_queries * width + rows[:, None] * width
@@ -195,14 +201,14 @@ def talking_heads_forward(
     row_sum = tl.zeros((HEADS, BLOCK_M), dtype=tl.float32)
     for statistics in tl.static_range(2):
         acc, row_max, row_sum = _talking_piece(
-            acc, row_max, row_sum, query, row_start, rows, row_ok, heads_ok, streams, dims, dim_ok, keys1 + kv1,
-            values1 + kv1, kv1_row, num_keys1, ids + shared_rows, relative_rows, carried + own_rows, summed + own_rows,
-            mask + shared_rows, pre_mix, post_mix, num_queries, window, 0, first_width, width, query_scale, scale,
-            seed, drop_threshold, keep_scale, HEADS, BLOCK_M, BLOCK_N, WINDOWED, HAS_RELATIVE, HAS_CARRIED,
-            WRITE_SUMMED, DROPOUT, statistics == 0, PRECISION)
+            acc, row_max, row_sum, query_at, tile_mask, row_start, rows, row_ok, heads_ok, streams, dims, dim_ok,
+            keys1 + kv1, values1 + kv1, kv1_row, num_keys1, ids + shared_rows, relative_rows, carried + own_rows,
+            summed + own_rows, mask + shared_rows, pre_mix, post_mix, num_queries, window, 0, first_width, width,
+            query_scale, scale, seed, drop_threshold, keep_scale, HEADS, BLOCK_M, BLOCK_N, WINDOWED, HAS_RELATIVE,
+            HAS_CARRIED, WRITE_SUMMED, DROPOUT, statistics == 0, PRECISION)
         acc, row_max, row_sum = _talking_piece(
-            acc, row_max, row_sum, query, row_start, rows, row_ok, heads_ok, streams, dims, dim_ok, keys2 + kv2,
-            values2 + kv2, kv2_row, num_keys2, ids + shared_rows, relative_rows, carried + own_rows,
+            acc, row_max, row_sum, query_at, tile_mask, row_start, rows, row_ok, heads_ok, streams, dims, dim_ok,
+            keys2 + kv2, values2 + kv2, kv2_row, num_keys2, ids + shared_rows, relative_rows, carried + own_rows,
             summed + own_rows, mask + shared_rows, pre_mix, post_mix, num_queries, window, first_width, first_width,
             width, query_scale, scale, seed, drop_threshold, keep_scale, HEADS, BLOCK_M, BLOCK_N, False,
             HAS_RELATIVE, HAS_CARRIED, WRITE_SUMMED, DROPOUT, statistics == 0, PRECISION)

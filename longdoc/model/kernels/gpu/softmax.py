@@ -34,28 +34,41 @@ def _kernels():
 @dataclass(frozen=True)
 class Tiles:
     """A kernel's tile sizes: queries (block_m) and keys (block_n) per tile, the head size padded to a
-    power of two (head_dim), the heads a program holds (talking heads: all, padded; else 1), and its
-    warps. Every dimension of a tl.dot is at least 16, in the smallest problems as in real ones."""
+    power of two (head_dim), the heads a program holds (talking heads: all, padded; else 1), its
+    warps and software-pipelining stages (None: Triton's default). Every dimension of a tl.dot is
+    at least 16, in the smallest problems as in real ones."""
 
     block_m: int
     block_n: int
     head_dim: int
     heads: int
     num_warps: int
+    num_stages: int | None = None
+
+    def launch_options(self) -> dict:
+        options = dict(num_warps=self.num_warps)
+        if self.num_stages is not None:
+            options["num_stages"] = self.num_stages
+        return options
 
 
 def tiles_for(num_queries: int, width: int, head_size: int, heads: int, talking: bool) -> Tiles:
-    """The tiles of one softmax: 64 x 64 where there are enough queries (1024: e.g. the long
-    softmax) and keys (256) to fill them, 16 (the least a tl.dot takes) otherwise, so that small
-    problems (the global softmax's few hundred queries) still make many programs. With talking
-    heads, a program holds all heads of 16 x 16 pairs (its [h, 16, 16] tiles and [h, 16, d] context
-    stay in registers)."""
+    """The tiles of one softmax. Without talking heads: 32 queries (where there are 256 or more;
+    else 16, so that a small softmax still makes many programs) x 32 keys (where rows have 256 or
+    more; else 16) with 8 warps, 16 x 16 with 4.
+    16 is the least a tl.dot takes; 32 x 32 tiles are the largest whose sm_90 builds
+    (tests/model/gpu_kernel_builds.py) keep every value in registers for bf16, fp16 and float32
+    at head sizes up to 128, with Triton 3.6 and 3.9: at 64 x 64 the per-pair ids, mask and carried
+    scores, on top of flash attention's tiles, spill. With talking heads a program holds all heads
+    of 16 x 16 pairs (its [h, 16, 16] tiles and [h, 16, d] context), in one stage: pipelining the
+    loads of its [h, 16, d] tiles in Triton's default three stages takes more shared memory than an
+    H100 block has."""
     head_dim = max(16, triton_next_power_of_2(head_size))
     if talking:
-        return Tiles(16, 16, head_dim, max(16, triton_next_power_of_2(heads)), num_warps=8)
-    block_m = 64 if num_queries >= 1024 else 16
-    block_n = 64 if width >= 256 else 16
-    return Tiles(block_m, block_n, head_dim, 1, num_warps=4)
+        return Tiles(16, 16, head_dim, max(16, triton_next_power_of_2(heads)), num_warps=8, num_stages=1)
+    block_m = 32 if num_queries >= 256 else 16
+    block_n = 32 if width >= 256 else 16
+    return Tiles(block_m, block_n, head_dim, 1, num_warps=8 if block_m * block_n >= 32 * 32 else 4)
 
 
 def triton_next_power_of_2(n: int) -> int:
@@ -232,7 +245,7 @@ def run_forward(operands: _Operands, pre: Tensor | None, post: Tensor | None, sc
     flags = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, D=tiles.head_dim, WINDOWED=o.window > 0,
                  HAS_RELATIVE=o.relative is not None, HAS_CARRIED=o.carried is not None,
                  WRITE_SUMMED=summed_out is not None, DROPOUT=dropout.active, PRECISION=_precision(o.query.dtype),
-                 num_warps=tiles.num_warps)
+                 **tiles.launch_options())
     settings = [*o.sizes(), 1.0 / math.sqrt(o.head_size), scale, dropout.seed, dropout.threshold,
                 dropout.keep_scale]
     query_tiles = math.ceil(o.num_queries / tiles.block_m)
@@ -257,9 +270,11 @@ class _Gradients:
 
 
 def run_backward(operands: _Operands, own_qkv: Tensor, other: Tensor, pre: Tensor | None, post: Tensor | None,
-                 context: Tensor | None, row_max: Tensor, row_sum: Tensor, grad_context: Tensor,
-                 grad_summed: Tensor | None, scale: float, dropout: _Dropout, want_scores: bool) -> _Gradients:
-    """One softmax's backward from the forward's statistics. `context`: the forward's output
+                 summed: Tensor | None, context: Tensor | None, row_max: Tensor, row_sum: Tensor,
+                 grad_context: Tensor, grad_summed: Tensor | None, scale: float, dropout: _Dropout,
+                 want_scores: bool) -> _Gradients:
+    """One softmax's backward from the forward's statistics. `summed`: the summed scores the forward
+    wrote ([B, h, Nq, N]; None: computed again from the operands); `context`: the forward's output
     [B, Nq, h, d] (without talking heads: the rows' delta comes from it); grad_context like it."""
     _, backward = _kernels()
     o = operands
@@ -272,14 +287,15 @@ def run_backward(operands: _Operands, own_qkv: Tensor, other: Tensor, pre: Tenso
     grad_scores = torch.empty(o.scores_shape, dtype=own_qkv.dtype, device=own_qkv.device) if want_scores else None
     grad_out = grad_context.transpose(1, 2)  # [B, h, Nq, d]
     arguments = [
-        *o.arguments(), o.mask if grad_summed is None else grad_summed, o.mask if grad_scores is None else grad_scores,
+        *o.arguments(), *[o.mask if tensor is None else tensor for tensor in (summed, grad_summed, grad_scores)],
         grad_out, *grad_out.stride()[:3], row_max, row_sum,
     ]
     query_tiles = math.ceil(o.num_queries / tiles.block_m)
     flags = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, D=tiles.head_dim, WINDOWED=o.window > 0,
                  HAS_RELATIVE=o.relative is not None, HAS_CARRIED=o.carried is not None,
-                 HAS_GRAD_SUMMED=grad_summed is not None, WRITE_GRAD_SCORES=want_scores, DROPOUT=dropout.active,
-                 PRECISION=_precision(o.query.dtype), num_warps=tiles.num_warps)
+                 SUMMED_SAVED=summed is not None, HAS_GRAD_SUMMED=grad_summed is not None,
+                 WRITE_GRAD_SCORES=want_scores, DROPOUT=dropout.active,
+                 PRECISION=_precision(o.query.dtype), **tiles.launch_options())
     gradients = [grad_query, *grad_query.stride()[:3],
                  grad_first_keys, grad_first_values, *grad_first_keys.stride()[:3],
                  grad_second_keys, grad_second_values, *grad_second_keys.stride()[:3]]
@@ -307,7 +323,7 @@ def _relative_gradient(grad_scores: Tensor, operands: _Operands, settings, relat
     [B, h, Nq, N]: by the ids' structure (longdoc.model.attention.relative_gradient) where their
     layout is given, else by a scatter over the ids."""
     if settings.layout is None:
-        grad = grad_scores.new_zeros(operands.relative.shape)
+        grad = grad_scores.new_zeros(*grad_scores.shape[:3], relative_shape[-1])
         index = operands.ids.long().unsqueeze(1).expand(grad_scores.shape)
         return grad.scatter_add_(-1, index, grad_scores).view(relative_shape)
     from longdoc.model.attention import relative_gradient  # (imported here: attention imports this module)
@@ -349,31 +365,37 @@ class TritonSoftmax(torch.autograd.Function):
             operands, pre, post, settings.scale, None if summed is None else summed.view(operands.scores_shape),
             dropout)
         if for_backward:
-            ctx.save_for_backward(own_qkv, other, relative, carried, pre, post,
-                                  None if pre is not None else context, row_max, row_sum)
+            # With residual attention the backward reads the summed scores (which the next layer
+            # keeps as its carried ones) instead of computing them again from these.
+            recomputed = (None, None) if summed is not None else (relative, carried)
+            ctx.save_for_backward(own_qkv, other, *recomputed, pre, post, None if pre is not None else context,
+                                  row_max, row_sum, summed)
             ctx.settings, ctx.dropout = settings, dropout
+            ctx.relative_shape = None if relative is None else relative.shape
+            ctx.carried_shape = None if carried is None else carried.shape
         batch, num_queries, width3 = own_qkv.shape
         return context.view(batch, num_queries, width3 // 3), summed
 
     @staticmethod
     def backward(ctx, grad_context: Tensor, grad_summed: Tensor | None):
-        own_qkv, other, relative, carried, pre, post, context, row_max, row_sum = ctx.saved_tensors
+        own_qkv, other, relative, carried, pre, post, context, row_max, row_sum, summed = ctx.saved_tensors
         settings = ctx.settings
         operands = _operands(own_qkv, other, relative, carried, settings)
         needs = ctx.needs_input_grad
-        want_scores = (relative is not None and needs[2]) or (carried is not None and needs[3])
+        want_relative = ctx.relative_shape is not None and needs[2]
+        want_carried = ctx.carried_shape is not None and needs[3]
         rows = operands.scores_shape
         gradients = run_backward(
-            operands, own_qkv, other, pre, post,
+            operands, own_qkv, other, pre, post, None if summed is None else summed.view(rows),
             None if context is None else context.view(*own_qkv.shape[:2], operands.heads, -1), row_max, row_sum,
             grad_context.contiguous().view(*own_qkv.shape[:2], operands.heads, -1),
             None if grad_summed is None else grad_summed.reshape(rows).contiguous(), settings.scale, ctx.dropout,
-            want_scores)
+            want_relative or want_carried)
         grad_relative = grad_carried = None
-        if relative is not None and needs[2]:
-            grad_relative = _relative_gradient(gradients.scores, operands, settings, relative.shape)
-        if carried is not None and needs[3]:
-            grad_carried = gradients.scores.view(carried.shape)
+        if want_relative:
+            grad_relative = _relative_gradient(gradients.scores, operands, settings, ctx.relative_shape)
+        if want_carried:
+            grad_carried = gradients.scores.view(ctx.carried_shape)
         cast = lambda grad, like: None if grad is None else grad.to(like.dtype)
         return (cast(gradients.own, own_qkv), cast(gradients.other, other), grad_relative, grad_carried,
                 cast(gradients.pre, pre), cast(gradients.post, post), None)

@@ -73,6 +73,20 @@ def summed_scores(query, keys, query_scale, ids, relative_rows, carried_at, vali
 
 
 @triton.jit
+def saved_or_summed_scores(query, keys, query_scale, ids, relative_rows, carried_at, summed_at, valid,
+                           HAS_RELATIVE: tl.constexpr, HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr,
+                           PRECISION: tl.constexpr):
+    """The backward's summed scores of a tile: read at `summed_at` where the forward wrote them
+    (SUMMED_SAVED: residual attention), else computed again (summed_scores)."""
+    if SUMMED_SAVED:
+        scores = tl.load(summed_at, mask=valid, other=0.0).to(tl.float32)
+    else:
+        scores = summed_scores(query, keys, query_scale, ids, relative_rows, carried_at, valid, HAS_RELATIVE,
+                               HAS_CARRIED, PRECISION)
+    return scores
+
+
+@triton.jit
 def masked_logits(scores, mask_bias, valid, scale):
     """The softmax's input scale * scores + mask_bias, -inf outside the rows' pairs (no weight)."""
     return tl.where(valid, scale * scores + mask_bias, float("-inf"))
