@@ -57,9 +57,10 @@ def tiles_for(num_queries: int, width: int, head_size: int, heads: int, talking:
     else 16, so that a small softmax still makes many programs) x 32 keys (where rows have 256 or
     more; else 16) with 8 warps, 16 x 16 with 4.
     16 is the least a tl.dot takes; 32 x 32 tiles are the largest whose sm_90 builds
-    (tests/model/gpu_kernel_builds.py) keep every value in registers for bf16, fp16 and float32
-    at head sizes up to 128, with Triton 3.6 and 3.9: at 64 x 64 the per-pair ids, mask and carried
-    scores, on top of flash attention's tiles, spill. With talking heads a program holds all heads
+    (tests/model/gpu_kernel_builds.py) keep every value in registers for bf16 and fp16 at head
+    sizes 64 and 128, with Triton 3.6 and 3.9: at 64 x 64 the per-pair ids, mask and carried
+    scores, on top of flash attention's tiles, spill. (float32 operands, multiplied exactly on the
+    CUDA cores, spill a little at head size 64 with Triton 3.9 and more at 128.) With talking heads a program holds all heads
     of 16 x 16 pairs (its [h, 16, 16] tiles and [h, 16, d] context), in one stage: pipelining the
     loads of its [h, 16, d] tiles in Triton's default three stages takes more shared memory than an
     H100 block has."""
