@@ -320,6 +320,17 @@ def test_without_triton_the_kernels_say_what_is_missing(monkeypatch):
         TritonSoftmax.apply(*arguments(ops))
 
 
+def test_operands_that_do_not_fit_together_are_refused(triton_kernels):
+    *inputs, settings = arguments(operands(Case("global")))
+    with pytest.raises(ValueError, match="relative terms and relative_ids come together: relative given, "
+                                         "relative_ids None"):
+        TritonSoftmax.apply(*inputs, replace(settings, relative_ids=None))
+    narrow = settings.mask_bias[..., :-1]
+    with pytest.raises(ValueError, match=r"mask_bias has 24 keys per query, the keys give 25 \(first piece 5, "
+                                         r"second 20\)"):
+        TritonSoftmax.apply(*inputs, replace(settings, mask_bias=narrow, relative_ids=settings.relative_ids[..., :-1]))
+
+
 @pytest.mark.skipif(DEVICE != "cpu", reason="CPU tensors outside the interpreter")
 def test_cpu_tensors_outside_the_interpreter_are_refused(triton_kernels, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")

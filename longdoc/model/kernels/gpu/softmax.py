@@ -56,23 +56,25 @@ def tiles_for(num_queries: int, width: int, head_size: int, heads: int, talking:
     """The tiles of one softmax. Without talking heads: 32 queries (where there are 256 or more;
     else 16, so that a small softmax still makes many programs) x 32 keys (where rows have 256 or
     more; else 16) with 8 warps, 16 x 16 with 4.
+
     16 is the least a tl.dot takes; 32 x 32 tiles are the largest whose sm_90 builds
     (tests/model/gpu_kernel_builds.py) keep every value in registers for bf16 and fp16 at head
     sizes 64 and 128, with Triton 3.6 and 3.9: at 64 x 64 the per-pair ids, mask and carried
     scores, on top of flash attention's tiles, spill. (float32 operands, multiplied exactly on the
-    CUDA cores, spill a little at head size 64 with Triton 3.9 and more at 128.) With talking heads a program holds all heads
-    of 16 x 16 pairs (its [h, 16, 16] tiles and [h, 16, d] context), in one stage: pipelining the
-    loads of its [h, 16, d] tiles in Triton's default three stages takes more shared memory than an
-    H100 block has."""
-    head_dim = max(16, triton_next_power_of_2(head_size))
+    CUDA cores, spill a little at head size 64 with Triton 3.9 and more at 128.)
+
+    With talking heads a program holds all heads of 16 x 16 pairs (its [h, 16, 16] tiles and
+    [h, 16, d] context), in one stage: pipelining the loads of its [h, 16, d] tiles in Triton's
+    default three stages takes more shared memory than an H100 block has."""
+    head_dim = max(16, _next_power_of_2(head_size))
     if talking:
-        return Tiles(16, 16, head_dim, max(16, triton_next_power_of_2(heads)), num_warps=8, num_stages=1)
+        return Tiles(16, 16, head_dim, max(16, _next_power_of_2(heads)), num_warps=8, num_stages=1)
     block_m = 32 if num_queries >= 256 else 16
     block_n = 32 if width >= 256 else 16
     return Tiles(block_m, block_n, head_dim, 1, num_warps=8 if block_m * block_n >= 32 * 32 else 4)
 
 
-def triton_next_power_of_2(n: int) -> int:
+def _next_power_of_2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
@@ -144,12 +146,18 @@ def _key_value_views(projected: Tensor, heads: int, hidden: int) -> tuple[Tensor
     return _head_views(projected, heads, parts=projected.shape[-1] // hidden)[-2:]
 
 
+def _rows_in_place(tensor: Tensor) -> Tensor:
+    """`tensor` if its last dimension is contiguous (the kernels read rows of d elements), else a copy."""
+    return tensor if tensor.stride(-1) == 1 else tensor.contiguous()
+
+
 def _operands(own_qkv: Tensor, other: Tensor, relative: Tensor | None, carried: Tensor | None,
               settings) -> _Operands:
     batch, num_queries, width3 = own_qkv.shape
     heads, hidden = settings.num_heads, width3 // 3
-    query, first_keys, first_values = _head_views(own_qkv, heads, parts=3)
-    second_keys, second_values = _key_value_views(other, heads, hidden)
+    query, first_keys, first_values = _head_views(_rows_in_place(own_qkv), heads, parts=3)
+    second_keys, second_values = _key_value_views(_rows_in_place(other), heads, hidden)
+    relative = None if relative is None else _rows_in_place(relative)
     # Per-head tensors as [B, h, Nq, ...]; the ids and the mask, shared by the heads, as [B, Nq, N].
     rows = lambda tensor: None if tensor is None else tensor.reshape(batch, heads, num_queries, tensor.shape[-1])
     shared = lambda tensor: None if tensor is None else tensor.reshape(batch, num_queries, -1).contiguous()
@@ -353,6 +361,10 @@ class TritonSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, own_qkv: Tensor, other: Tensor, relative: Tensor | None, carried: Tensor | None,
                 pre: Tensor | None, post: Tensor | None, settings):
+        if (relative is None) != (settings.relative_ids is None):
+            raise ValueError("relative terms and relative_ids come together: "
+                             f"relative {'given' if relative is not None else 'None'}, relative_ids "
+                             f"{'given' if settings.relative_ids is not None else 'None'}")
         operands = _operands(own_qkv, other, relative, carried, settings)
         for_backward = settings.records_graph and any(ctx.needs_input_grad[:6])
         summed = None
