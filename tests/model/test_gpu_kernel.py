@@ -3,9 +3,8 @@ softmax written here from DESIGN.md's rules (sections 1-3), over both softmaxes,
 cross projections, talking heads, residual scores and dropout; and a tiny model on them against
 tests/model/dense_reference.py.
 
-Triton's interpreter runs them on CPU tensors: TRITON_INTERPRET=1 is set here, before the kernels
-(and so Triton) are imported. With TRITON_INTERPRET=0 on a machine with a CUDA GPU, the same tests
-run the compiled kernels on the GPU.
+Without a CUDA GPU, Triton's interpreter runs them on CPU tensors (tests/conftest.py sets
+TRITON_INTERPRET=1 before Triton is imported); on a GPU the same tests run the compiled kernels.
 """
 
 import json
@@ -13,11 +12,9 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 from dataclasses import replace
 from functools import partial
-
-os.environ.setdefault("TRITON_INTERPRET", "1")
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,7 +28,7 @@ from tests.model.dense_reference import dense_forward
 from tests.model.one_softmax import Case, Operands, operands, reference
 from tests.model.test_attention import make_model
 
-DEVICE = "cpu" if os.environ["TRITON_INTERPRET"] == "1" else "cuda"
+DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 SEED = 2**40 + 17  # dropout's, where a test fixes it
 
 
@@ -305,6 +302,7 @@ def test_the_kernels_build_for_an_h100_within_its_shared_memory(triton_kernels):
 
 
 def test_importing_the_gpu_attention_imports_no_triton():
+    # (Where Triton is installed, importing transformers' modeling_utils imports it: torch._dynamo does.)
     script = ("import os, sys; import longdoc, longdoc.model.attention, longdoc.model.kernels.gpu; "
               "print('triton' in sys.modules, 'TRITON_INTERPRET' in os.environ)")
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}

@@ -23,8 +23,8 @@ def _plain_piece_backward(grad_query, query, grad_out, delta, row_max, row_sum, 
                           column_offset, first_width, width, query_scale, scale, seed, stream, drop_threshold,
                           keep_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WINDOWED: tl.constexpr,
                           HAS_RELATIVE: tl.constexpr, HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr,
-                          HAS_GRAD_SUMMED: tl.constexpr,
-                          WRITE_GRAD_SCORES: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
+                          HAS_GRAD_SUMMED: tl.constexpr, WRITE_GRAD_SCORES: tl.constexpr, DROPOUT: tl.constexpr,
+                          PRECISION: tl.constexpr):
     """One piece of keys of `attention_backward`: returns grad_query + this piece's part."""
     low, high = piece_key_range(row_start, num_queries, window, num_keys, BLOCK_M, WINDOWED)
     for start in range(low, high, BLOCK_N):
