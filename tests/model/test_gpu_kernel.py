@@ -249,6 +249,7 @@ MODEL_CONFIGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", MODEL_CONFIGS.values(), ids=MODEL_CONFIGS.keys())
 def test_a_model_on_the_gpu_kernels_equals_the_dense_reference(triton_kernels, monkeypatch, overrides):
     # The attention layer's compiled-softmax call site, on TritonSoftmax: outputs and every
@@ -301,6 +302,7 @@ def test_the_kernels_build_for_an_h100_within_its_shared_memory(triton_kernels):
         assert build["shared"] <= H100_SHARED_MEMORY, build
 
 
+@pytest.mark.slow  # (a fresh interpreter imports torch and transformers)
 def test_importing_the_gpu_attention_imports_no_triton():
     # (Where Triton is installed, importing transformers' modeling_utils imports it: torch._dynamo does.)
     script = ("import os, sys; import longdoc, longdoc.model.attention, longdoc.model.kernels.gpu; "
