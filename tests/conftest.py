@@ -10,6 +10,17 @@ import pytest
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
+# Triton reads TRITON_INTERPRET when a kernel is defined, its own library's (tl.zeros, tl.philox, ...)
+# on its import, which comes early: transformers imports torch._dynamo, which imports Triton where it
+# is installed. So it is set here, before any test module is collected: without a CUDA GPU, Triton's
+# interpreter runs the GPU attention's kernels on CPU tensors (tests/model/test_gpu_kernel.py); on a
+# GPU they run compiled (or set TRITON_INTERPRET=1 to interpret them there too).
+if "TRITON_INTERPRET" not in os.environ:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:

@@ -1,0 +1,66 @@
+"""The fused GPU attention: each softmax of the global-local attention in Triton kernels, forward
+and backward (`TritonSoftmax`, called like longdoc.model.attention.CompiledSoftmax).
+
+One softmax, as longdoc.model.attention._attend specifies it: queries q [B, h, Nq, d] over a row of
+N keys, [first piece | second piece]. The first piece is the queries' own keys: with a window of
+blocks of b queries (the long softmax), block i's 3b keys (i - 1) b .. (i + 2) b - 1, zero outside
+the input; otherwise all of them (the global softmax). The second is every key of the other stream
+(or of a cross projection). Per pair:
+
+    summed  = q.k / sqrt(d) + relative[ids] + carried      (written: residual attention's carry)
+    weights = post @ softmax(scale * (pre @ summed) + mask)  (pre, post: talking heads' mixes)
+    context = dropout(weights) @ values
+
+The kernels (forward.py, backward.py; shared tiles in tiles.py):
+- attention_forward: a program per (batch x head, tile of queries), heads of a tile side by side so
+  that the ids and mask rows they share come from the cache. It walks its first piece's keys (for a
+  windowed tile, from the block before its first query's to the block after its last one's; each
+  pair's column in the row is computed, the pairs outside a query's window skipped), then the
+  second piece's, in tiles of keys, with the online softmax of flash attention: q.k on the tensor
+  cores, the relative term gathered from the row's R terms by the pair's id, the carried score
+  added, the sum stored, the running max and sum updated, the weights' tile times the values
+  accumulated. Nothing [Nq, N] is written but the summed scores, and only when they are carried.
+- talking_heads_forward: the heads are mixed per pair, so a program holds a tile of queries of all
+  heads ([h, 16, 16] tiles; h padded to 16, the least a tl.dot takes). Two passes over the keys:
+  the row statistics of the mixed logits (pre @ summed, one GEMM over the tile's pairs), then the
+  normalised weights, mixed by post (another GEMM), times the values, per head.
+- the backwards recompute the weights from the rows' saved max and sum (flash attention's
+  recomputation: a [B, h, Nq, N] tensor of weights would be the largest thing in memory, read
+  back once), and the summed scores from q, k and the terms, or, with residual attention, read
+  them where the forward wrote them (the next layer keeps them anyway, as its carried scores; the
+  forward's softmax reads them as stored, rounded to their dtype, as the eager path and the next
+  layer do). Per tile they write the gradient of the summed scores (that of the carried scores,
+  and of the picked relative terms: attention.relative_gradient sums it by the ids' structure),
+  store the queries' gradient (a program holds all of its queries' keys) and add the keys' and
+  values' atomically (float32): the windows of neighbouring tiles overlap and every query reads the
+  second piece. Without talking heads each row's delta = sum(weights * their gradient) is
+  sum(grad_context * context), computed before the kernel; with them it takes a first pass.
+- dropout: Philox keyed on a seed from torch's generator and counted by the weight's place, so the
+  backward draws the same mask again instead of storing one.
+
+Tiles (softmax.tiles_for): 32 queries x 32 keys where a softmax has enough of them, 16 (the least a
+tl.dot takes) otherwise; talking heads 16 x 16 pairs of all heads, padded to 16. Head sizes are
+padded to a power of two of at least 16. Small problems (the tests') follow the same rules as real
+ones, so Triton's interpreter runs the code the GPU compiles; tests/model/gpu_kernel_builds.py
+builds them for an H100 (sm_90) with Triton's compiler, which checks what the interpreter cannot
+(valid GPU programs, shared memory per block) and reports their registers and spills. Operands in
+bfloat16, float16 or float32, read in place (q, k, v where the projection wrote them; the context
+where the output projection reads it); everything is accumulated in float32, and float32 operands
+multiply exactly (no TF32: as torch's matmul by default).
+
+Expected costs on an H100 (estimates, not measured): per pair and head the forward does 2d
+multiply-adds on the tensor cores (q.k, weights @ v: 256 flops at d = 64) and one exponential, and
+with residual attention in bfloat16 moves about 4.5 bytes (the carried score read, the sum written,
+and the pair's id and mask, 6 bytes shared by h = 12 heads): about 57 flops a byte, well below the
+~300 at which the H100 (990 TFLOPS, 3.35 TB/s) stops waiting on memory. So the long softmax should
+be bound by the traffic of the carried scores, as the C++ kernel is on CPU (the backward reads the
+summed scores and the gradient carried back and writes the summed scores' gradient: about 6.5
+bytes for 10d multiply-adds); without residual attention it is bound like flash attention at
+d = 64, by the exponentials and the tensor cores together. Talking heads add 2h multiply-adds per
+pair and head for the mixes (GEMMs with K = h, small for the tensor cores) and hold [h, 16, d]
+tiles, more than the registers take (their sm_90 builds spill): expect them to be the slowest.
+"""
+
+from longdoc.model.kernels.gpu.softmax import TritonSoftmax, triton_available
+
+__all__ = ["TritonSoftmax", "triton_available"]

@@ -1,0 +1,92 @@
+"""Build the GPU attention's kernels for an H100 (sm_90) with Triton's compiler, without a GPU, and
+print one JSON line per kernel built: its name and flags, the shared memory a block of it takes, its
+registers and the stack its spills use (from the cubin, by the cuobjdump Triton ships).
+
+Run as `python -m tests.model.gpu_kernel_builds` (test_gpu_kernel.py does, in a process of its own:
+the kernels must be imported without TRITON_INTERPRET). TritonSoftmax runs forward and backward on
+CPU tensors over a few configurations, as the attention layer calls it; a stand-in driver names the
+GPU, and each kernel launch is replaced by a build (Triton's `warmup`): nothing runs. This checks
+what the interpreter cannot: that the kernels are valid GPU programs (types, layouts, 3-D dots,
+reshapes, tl.dot's least sizes) and what they take of the GPU's resources.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+os.environ["TRITON_INTERPRET"] = "0"
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # (Triton 3.9 warns when it is unset)
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+from triton.runtime.jit import JITFunction
+
+from longdoc.model.kernels.gpu import TritonSoftmax, softmax as gpu_softmax
+from tests.model.one_softmax import Case, operands
+
+H100 = GPUTarget("cuda", 90, 32)
+# (case, dtype, drop probability): the layer's usual ones in bfloat16, the heaviest in float32
+CONFIGURATIONS = [
+    (Case("long", length=300, radius=84, hard=False, head_size=64), torch.bfloat16, 0.1),  # 32 x 32 tiles
+    (Case("global", residual=False, head_size=64), torch.float32, 0.0),
+    (Case("long", talking=True, head_size=64), torch.bfloat16, 0.1),
+    (Case("global", talking=True, residual=False, head_size=64), torch.float32, 0.0),
+]
+
+
+class TargetOnly:
+    """The part of Triton's driver that building a kernel asks for: the target, no device."""
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        return H100
+
+
+def resources(kernel) -> dict:
+    """Registers and spill stack of a built kernel, from its cubin."""
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(kernel.asm["cubin"])
+        cubin.flush()
+        usage = subprocess.run([cuobjdump, "-res-usage", cubin.name], capture_output=True, text=True).stdout
+    found = {name: re.search(rf"{name}:(\d+)", usage) for name in ("REG", "STACK")}
+    return {name.lower(): int(match.group(1)) if match else None for name, match in found.items()}
+
+
+def main() -> int:
+    driver.set_active(TargetOnly())
+    built = {}
+
+    def build_instead_of_launching(kernel_function, grid):
+        def launch(*args, **kwargs):
+            kernel = kernel_function.warmup(*args, grid=grid, **kwargs)
+            flags = {name: value for name, value in kwargs.items() if name.isupper()}
+            key = json.dumps([kernel_function.fn.__name__, flags], sort_keys=True)
+            if key not in built:
+                built[key] = dict(kernel=kernel_function.fn.__name__, flags=flags, shared=kernel.metadata.shared,
+                                  warps=kernel.metadata.num_warps, **resources(kernel))
+                print(json.dumps(built[key]), flush=True)
+        return launch
+
+    JITFunction.__getitem__ = build_instead_of_launching
+    gpu_softmax._check_device = lambda tensor: None  # (CPU tensors: only their dtypes and strides matter here)
+    for case, dtype, drop_probability in CONFIGURATIONS:
+        ops = operands(case)
+        ops.settings.drop_probability = drop_probability
+        context, summed = TritonSoftmax.apply(*ops.inputs(dtype, "cpu"), ops.settings_for(dtype, "cpu"))
+        (context.float().sum() + (0 if summed is None else summed.float().sum())).backward()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
