@@ -12,5 +12,7 @@ setup(
            for name in find_packages("tasks")},
         # the attention kernels' sources, compiled on first use (longdoc/model/kernels)
         "longdoc.model.kernels": ["*.cpp", "*.h"],
+        # the page of `longdoc serve` (plain HTML, CSS and JavaScript)
+        "longdoc.serve": ["static/*"],
     },
 )
