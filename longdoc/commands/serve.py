@@ -4,6 +4,7 @@ local web page and HTTP API to ask documents, or to browse a model's predictions
 
 import argparse
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 from longdoc import inference
@@ -69,11 +70,8 @@ def _ask_service(args):
 
 
 def run(args) -> int:
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
-        raise InputError(INSTALL_HINT) from None
+    if find_spec("fastapi") is None or find_spec("uvicorn") is None:
+        raise InputError(INSTALL_HINT)
     from longdoc.serve.app import create_app
     from longdoc.serve.browser import PredictionBrowser
     from longdoc.serve.server import allowed_hosts, is_loopback, listen

@@ -147,16 +147,17 @@ NOTES = "Notes 🌉 from the archive.\n\nMara Quell was born in Tallinnford. She
 
 def write_hotpotqa_documents(shared_data: Path, folder: Path, count: int) -> list[dict]:
     """The contexts of the first `count` HotpotQA sample questions as text files (one per question:
-    its paragraphs, each its title line and its sentences, blank lines between), and notes.txt;
-    returns the sample's records."""
-    records = json.loads((shared_data / "hotpotqa/hotpot_dev_distractor_v1.first53.json")
-                         .read_text(encoding="utf-8"))[:count]
+    its paragraphs as the HotpotQA reader builds them, blank lines between), and notes.txt; returns
+    the sample's records."""
+    from longdoc.tasks.hotpotqa.reader import read_examples
+
+    sample = shared_data / "hotpotqa/hotpot_dev_distractor_v1.first53.json"
     folder.mkdir(parents=True, exist_ok=True)
-    for number, record in enumerate(records):
-        text = "\n\n".join(f"{title}\n{''.join(sentences).strip()}" for title, sentences in record["context"])
+    for number, example in zip(range(count), read_examples(sample)):
+        text = "\n\n".join(document.text for document in example.documents)
         (folder / f"hotpotqa-{number:02d}.txt").write_text(text + "\n", encoding="utf-8")
     (folder / "notes.txt").write_text(NOTES, encoding="utf-8")
-    return records
+    return json.loads(sample.read_text(encoding="utf-8"))[:count]
 
 
 SECRET = "Not to be served: this file lies outside the folder given."
@@ -181,6 +182,21 @@ def ask_documents(shared_data, tmp_path_factory) -> ServedDocuments:
     (root / "more" / "link-out.txt").symlink_to(root / "secret.txt")
     return ServedDocuments([root / "docs", root / "more"], [root / "docs", root / "more" / "inside.txt"],
                            root / "more" / "link-out.txt", records)
+
+
+def held_service(paths):
+    """An AskService over `paths` whose indexing waits until the returned event is set."""
+    from longdoc.serve.asking import AskService, served_sources
+
+    gate = threading.Event()
+
+    class HeldService(AskService):
+        def _start(self):
+            gate.wait(120)
+            super()._start()
+
+    sources, _ = served_sources(paths)
+    return HeldService(sources, None), gate
 
 
 @pytest.fixture(scope="session")

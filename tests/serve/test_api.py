@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from longdoc.cli import main
-from tests.serve.conftest import SECRET, request, running, wait_ready
+from tests.serve.conftest import SECRET, held_service, request, running, wait_ready
 
 pytestmark = pytest.mark.slow  # the session's server loads MiniLM and indexes the documents once
 
@@ -207,17 +207,8 @@ def test_concurrent_questions_are_answered_in_turn_with_the_same_answers(ask_ser
 
 def test_questions_wait_for_the_index_then_are_answered(ask_documents):
     from longdoc.serve.app import create_app
-    from longdoc.serve.asking import AskService, served_sources
 
-    gate = threading.Event()
-
-    class HeldService(AskService):  # indexing held until the test lets it go
-        def _start(self):
-            gate.wait(60)
-            super()._start()
-
-    sources, _ = served_sources([ask_documents.served[1]])
-    service = HeldService(sources, None)
+    service, gate = held_service([ask_documents.served[1]])
     with running(create_app(asking=service)) as base:
         status, listing = request(f"{base}/api/documents")
         assert listing["state"] == "indexing" and listing["documents"][0]["state"] == "waiting"

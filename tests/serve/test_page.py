@@ -11,7 +11,7 @@ import pytest
 
 from tests.ask.test_ask_modes import lifted_reader  # noqa: F401  (a random QA reader, lifted: arbitrary answers, exact offsets)
 from tests.serve.conftest import (
-    PHONE, WIDE, overflow, page_errors, request, running, screenshot, viewport, wait_ready,
+    PHONE, WIDE, held_service, overflow, page_errors, request, running, screenshot, viewport, wait_ready,
 )
 from tests.tasks.predictions import MAKERS, prediction_files
 
@@ -104,7 +104,7 @@ def test_the_answer_is_marked_at_its_offsets_and_keys_move_through_the_answers(b
     _keys(browser, "j")
     second = browser.find_elements("css selector", "#answers button")[1]
     _wait(browser, lambda d: second.get_attribute("aria-current") == "true")
-    _wait(browser, lambda d: _by_id(d, "document-title").text == second.get_attribute("data-file"))
+    _wait(browser, lambda d: _by_id(d, "document-title").get_attribute("title") == second.get_attribute("data-file"))
     second_range = [int(second.get_attribute("data-start")), int(second.get_attribute("data-end"))]
     assert _chosen(browser)[0] == [second_range] and browser.switch_to.active_element == second
     assert page_errors(browser) == []
@@ -141,6 +141,24 @@ def test_the_ask_view_on_the_hotpotqa_sample_fits_both_windows(browser, ask_serv
     listed = browser.find_elements("css selector", "#documents tbody tr")
     assert len(listed) == len(request(f"{ask_server}/api/documents")[1]["documents"]) and all(row.get_attribute("textContent").endswith("indexed") for row in listed)
     assert page_errors(browser) == []
+
+
+def test_indexing_progress_is_shown_and_asking_waits_for_it(browser, ask_documents):
+    from longdoc.serve.app import create_app
+
+    service, gate = held_service([ask_documents.served[1]])
+    with running(create_app(asking=service)) as base:
+        viewport(browser, WIDE)
+        browser.get(base + "/")
+        _wait(browser, lambda d: "indexing: 0 of 1 document indexed (0%)" in _by_id(d, "index-text").text)
+        assert _by_id(browser, "ask-button").get_attribute("disabled") is not None
+        assert browser.find_element("css selector", "#documents tbody td:last-child").get_attribute("textContent") == \
+            "waiting"
+        gate.set()
+        _wait(browser, lambda d: not _by_id(d, "ask-button").get_attribute("disabled"))
+        assert "1 document indexed" in _by_id(browser, "index-text").text
+        assert _by_id(browser, "index-progress").get_attribute("value") == "1"
+    service.close()
 
 
 def test_span_mode_marks_the_readers_span_and_its_sentence(browser, lifted_reader, ask_documents):

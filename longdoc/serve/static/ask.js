@@ -8,6 +8,16 @@ const $ = (id) => document.getElementById(id);
 const texts = new Map(); // file -> {text, extracted_from}
 let result = null;
 let ready = false;
+let folder = ""; // the folder all documents share, left out where a name is shown (kept in titles)
+
+const shown = (file) => (file.startsWith(folder) ? file.slice(folder.length) : file);
+
+function sharedFolder(files) {
+  if (files.length < 2) return files.length ? files[0].slice(0, files[0].lastIndexOf("/") + 1) : "";
+  let prefix = files[0];
+  for (const file of files) while (!file.startsWith(prefix)) prefix = prefix.slice(0, -1);
+  return prefix.slice(0, prefix.lastIndexOf("/") + 1);
+}
 
 async function documentText(file) {
   if (!texts.has(file)) texts.set(file, await getJSON(`/api/documents/${encodeURIComponent(file)}`));
@@ -18,13 +28,15 @@ function showStatus(status) {
   const box = $("index-box");
   $("index-progress").value = status.fraction;
   const failed = status.state === "failed";
+  const documents = `document${status.total === 1 ? "" : "s"}`;
   $("index-text").textContent = failed ? `Cannot answer: ${status.error}` : status.state === "ready"
-    ? `${status.total} documents indexed; answers are ${status.mode === "span" ? "spans (a reader)" : "sentences (no reader given)"}`
-    : `${status.state}: ${status.indexed} of ${status.total} documents indexed (${Math.round(100 * status.fraction)}%)`;
+    ? `${status.total} ${documents} indexed; answers are ${status.mode === "span" ? "spans (a reader)" : "sentences (no reader given)"}`
+    : `${status.state}: ${status.indexed} of ${status.total} ${documents} indexed (${Math.round(100 * status.fraction)}%)`;
   box.dataset.state = status.state;
   $("documents-count").textContent = status.total;
+  folder = sharedFolder(status.documents.map((d) => d.file));
   $("documents").tBodies[0].replaceChildren(...status.documents.map((d) => el("tr", {},
-    el("td", { className: "file" }, d.file),
+    el("td", { className: "file", title: d.file }, shown(d.file)),
     el("td", { className: "number" }, formatBytes(d.bytes)),
     el("td", { className: "number" }, d.characters.toLocaleString("en")),
     el("td", { className: "number" }, d.passages ?? ""),
@@ -58,9 +70,9 @@ function options() {
 
 function where(file, start) {
   const known = texts.get(file);
-  if (!known) return file;
+  if (!known) return shown(file);
   const [line, column] = lineColumn(known.text, start);
-  return `${file}:${line}:${column}${known.extracted_from ? ` (text extracted from ${known.extracted_from})` : ""}`;
+  return `${shown(file)}:${line}:${column}${known.extracted_from ? ` (text extracted from ${known.extracted_from})` : ""}`;
 }
 
 async function ask(event) {
@@ -68,6 +80,7 @@ async function ask(event) {
   if (!ready) return;
   const note = $("answer-note");
   note.textContent = "Asking…";
+  for (const control of $("ask-form").querySelectorAll("[aria-invalid]")) control.removeAttribute("aria-invalid");
   $("ask-button").disabled = true;
   try {
     result = await getJSON("/api/ask", {
@@ -76,6 +89,12 @@ async function ask(event) {
   } catch (error) {
     note.textContent = `Error: ${error.message}`;
     $("answers").replaceChildren();
+    const control = document.querySelector(`#ask-form [name="${error.field}"]`);
+    if (control) {
+      control.setAttribute("aria-invalid", "true");
+      if (control.closest("details")) control.closest("details").open = true;
+      control.focus();
+    }
     return;
   } finally {
     $("ask-button").disabled = !ready;
@@ -127,7 +146,8 @@ async function showDocument(file, chosen) {
       for (const s of answer.support) marks.push({ start: s.start, end: s.end, classes: ["support"], title: "supporting sentence" });
     }
   });
-  $("document-title").textContent = file;
+  $("document-title").textContent = shown(file);
+  $("document-title").title = file;
   const container = $("document-text");
   renderMarked(container, text, marks);
   $("ask-legend").replaceChildren(

@@ -175,9 +175,12 @@ async function showExample(id) {
     el("thead", {}, el("tr", {}, el("th", { scope: "col" }, ""), ...runHeads)),
     el("tbody", {},
       el("tr", {}, el("th", { scope: "row" }, "right"), ...slots.map((run) => el("td", {}, verdict(example.runs[run])))),
-      labels.map((label) => el("tr", {}, el("th", { scope: "row" }, label), ...slots.map((run) => el("td", {}, value(run, label))))),
-      info.metric_keys.map((key) => el("tr", { "data-metric": key }, el("th", { scope: "row" }, key),
-        ...slots.map((run) => el("td", { className: "number" }, formatNumber(example.runs[run].metrics[key])))))));
+      labels.map((label) => el("tr", {}, el("th", { scope: "row" }, label), ...slots.map((run) => el("td", {}, value(run, label)))))));
+  // The example's figures: one row per run, one column per figure.
+  const figures = el("table", { className: "figures" },
+    el("thead", {}, el("tr", {}, el("th", { scope: "col" }, ""), info.metric_keys.map((key) => el("th", { scope: "col", className: "number" }, key)))),
+    el("tbody", {}, slots.map((run, i) => el("tr", { "data-run": run }, el("th", { scope: "row" }, i ? "B" : "A"),
+      info.metric_keys.map((key) => el("td", { className: "number", "data-metric": key }, formatNumber(example.runs[run].metrics[key])))))));
   const tables = example.tables.map((table) => el("section", {}, el("h3", {}, table.title), el("div", { className: "table-scroll" },
     el("table", {}, el("thead", {}, el("tr", {}, table.columns.map((c) => el("th", { scope: "col" }, c)))),
       el("tbody", {}, table.rows.map((cells) => el("tr", {}, cells.map((c) => el("td", {}, c)))))))));
@@ -193,9 +196,15 @@ async function showExample(id) {
     el("h3", {}, "Gold"),
     el("dl", { className: "fields" }, example.fields.map(([label, text]) => [el("dt", {}, label), el("dd", {}, text)])),
     el("h3", {}, "Predictions"), el("div", { className: "table-scroll" }, runTable),
+    el("div", { className: "table-scroll" }, figures),
     ...tables, legend(example, slots), ...blocks);
+  // Side by side (a wide window): the first gold mark in sight, moving the example as little as
+  // needed (its head stays in view when the mark is near it; a long NQ page scrolls to its long
+  // answer). One column (a phone): the example's head, below the list.
+  if (!matchMedia("(min-width: 900px)").matches) { article.scrollIntoView({ block: "start" }); return; }
+  article.parentElement.scrollTop = 0;
   const target = article.querySelector("mark.g-strong, mark.g-region, mark");
-  if (target) target.scrollIntoView({ block: "center" });
+  if (target) target.scrollIntoView({ block: "nearest" });
 }
 
 function showLeaderboard() {
