@@ -12,5 +12,7 @@ setup(
            for name in find_packages("tasks")},
         # the attention's C++ kernel sources, compiled on first use (longdoc/model/kernels/cpu)
         "longdoc.model.kernels.cpu": ["*.cpp", "*.h"],
+        # the page of `longdoc serve` (plain HTML, CSS and JavaScript)
+        "longdoc.serve": ["static/*"],
     },
 )

@@ -32,6 +32,7 @@ COMMANDS = {
     "convert": "longdoc.commands.convert",
     "make-data": "longdoc.commands.make_data",
     "ask": "longdoc.commands.ask",
+    "serve": "longdoc.commands.serve",
     "predict": "longdoc.commands.predict",
     "train": "longdoc.commands.train",
     "pretrain": "longdoc.commands.pretrain",

@@ -19,6 +19,8 @@ Each package's `__init__.py` defines `TASK`, a `Task` record that names the pack
                                              (longdoc.data.prediction: the path and the examples in it)
   configs   shipped hyperparameters        a folder of NAME.json files (published settings, a small CPU one),
                                              each holding training options by their long names
+  browse    the prediction browser         open_browser(gold_path, pred_paths, **metric options)
+                                             -> longdoc.serve.views.ExampleBrowser (`longdoc serve --task`)
 
 `options` above is the resolved training options (longdoc.train), which include the task's own
 `train_options` (for example NQ's rate of answerless windows kept in training).
@@ -72,6 +74,7 @@ class Task:
     model: str | None = None  # "module.path:ClassName"
     decode: str | None = None  # module path
     configs: Path | None = None  # folder of shipped hyperparameter files (name.json)
+    browse: str | None = None  # module path: examples and predictions as `longdoc serve --task` shows them
     extras: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -87,7 +90,7 @@ class Task:
             fields["reference_rows"] = tuple({**row, "measured_on": figures["measured_on"]} for row in figures["rows"])
         return cls(name=package.rpartition(".")[2], reader=f"{package}.reader", metric=f"{package}.metric",
                    features=f"{package}.features", model=f"{package}.model:{model_class}",
-                   decode=f"{package}.decode", configs=folder / "configs", **fields)
+                   decode=f"{package}.decode", configs=folder / "configs", browse=f"{package}.browse", **fields)
 
     def load(self, part: str):
         """The module (or `module:attribute`) a part names, imported now."""

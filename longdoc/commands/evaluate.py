@@ -21,15 +21,20 @@ def _metric_options() -> dict[str, tuple]:
     return options
 
 
+def add_metric_arguments(parser) -> None:
+    """Every task's metric options as flags (`longdoc evaluate`, `longdoc serve --task`)."""
+    for option, tasks in _metric_options().values():
+        parser.add_argument(option.flag, type=option.type, metavar=option.type.__name__.upper(),
+                            help=f"{', '.join(tasks)} only: {option.help} (default {option.default})")
+
+
 def add_arguments(parser) -> None:
     names = task_names()
     parser.add_argument("task", metavar="TASK", choices=names, help=f"one of: {', '.join(names)}")
     parser.add_argument("--gold", required=True, type=Path, help="the official gold (dev) file")
     parser.add_argument("--pred", required=True, type=Path, help="the prediction file, in the official format")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the official key names")
-    for option, tasks in _metric_options().values():
-        parser.add_argument(option.flag, type=option.type, metavar=option.type.__name__.upper(),
-                            help=f"{', '.join(tasks)} only: {option.help} (default {option.default})")
+    add_metric_arguments(parser)
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="also write DIR/metrics.json, for `longdoc leaderboard`")
     parser.add_argument("--split", help="split name recorded in metrics.json (with --out); a run without one "
@@ -37,7 +42,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", help="model name recorded in metrics.json (with --out)")
 
 
-def _task_options(args) -> dict:
+def task_metric_options(args) -> dict:
     """The chosen task's metric options: given on the command line, else the Task record's defaults."""
     task = get_task(args.task)
     own = {option.name for option in task.metric_options}
@@ -52,7 +57,7 @@ def _task_options(args) -> dict:
 def run(args) -> int:
     from longdoc.evaluate.leaderboard import write_metrics_json
 
-    options = _task_options(args)
+    options = task_metric_options(args)
     if (args.split or args.model) and not args.out:
         raise InputError("--split and --model are recorded in metrics.json: give --out DIR too")
     metrics = get_task(args.task).load("metric").evaluate_files(args.gold, args.pred, **options)

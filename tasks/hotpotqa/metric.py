@@ -30,7 +30,7 @@ from typing import Any
 from longdoc.data.records import read_json_list
 from longdoc.errors import InputError
 from longdoc.io import read_json
-from longdoc.evaluate.rouge import rouge_l
+from longdoc.evaluate.rouge import RougeScore, rouge_l
 
 OFFICIAL_KEYS = (
     "em", "f1", "prec", "recall",
@@ -134,11 +134,43 @@ def joint_scores(answer: MatchScores, support: MatchScores) -> MatchScores:
     return MatchScores(em=answer.em * support.em, prec=prec, recall=recall, f1=f1)
 
 
-def _add(sums: dict[str, float], prefix: str, scores: MatchScores) -> None:
-    sums[f"{prefix}em"] += scores.em
-    sums[f"{prefix}f1"] += scores.f1
-    sums[f"{prefix}prec"] += scores.prec
-    sums[f"{prefix}recall"] += scores.recall
+@dataclass(frozen=True)
+class ExampleScores:
+    """One gold example's figures against a prediction: `answer` None when the prediction has no
+    answer for it, `support` None when it has no supporting facts for it (both score 0, and so
+    does every joint figure); `unreadable_answer` when its answer is not text (scored as wrong)."""
+
+    answer: MatchScores | None
+    support: MatchScores | None
+    rouge: RougeScore | None
+    unreadable_answer: bool = False
+
+    def figures(self) -> dict[str, float]:
+        """Every key of `evaluate`'s output for this example alone (its mean over the gold is `evaluate`)."""
+        figures = dict.fromkeys(OFFICIAL_KEYS + ROUGE_KEYS, 0.0)
+        joint = None if self.answer is None or self.support is None else joint_scores(self.answer, self.support)
+        for prefix, scores in (("", self.answer), ("sp_", self.support), ("joint_", joint)):
+            if scores is not None:
+                figures.update({f"{prefix}em": scores.em, f"{prefix}f1": scores.f1, f"{prefix}prec": scores.prec,
+                                f"{prefix}recall": scores.recall})
+        if self.rouge is not None:
+            figures.update(rougeL_prec=self.rouge.precision, rougeL_recall=self.rouge.recall, rougeL_f1=self.rouge.f1)
+        return figures
+
+
+def example_scores(example: dict, answers: dict, facts: dict) -> ExampleScores:
+    """The figures of one parsed gold example against a prediction's "answer" and "sp" objects."""
+    example_id = example["_id"]
+    answer = rouge = None
+    unreadable = example_id in answers and not isinstance(answers[example_id], str)
+    if unreadable:
+        # The official script crashes on a non-text answer; we score it as a wrong answer.
+        answer = _ZERO
+    elif example_id in answers:
+        answer = answer_scores(answers[example_id], example["answer"])
+        rouge = rouge_l(answers[example_id], example["answer"])
+    support = supporting_fact_scores(facts[example_id], example["supporting_facts"]) if example_id in facts else None
+    return ExampleScores(answer, support, rouge, unreadable)
 
 
 def evaluate(gold_examples: list[dict], prediction: dict) -> dict[str, float]:
@@ -147,29 +179,13 @@ def evaluate(gold_examples: list[dict], prediction: dict) -> dict[str, float]:
     sums = dict.fromkeys(OFFICIAL_KEYS + ROUGE_KEYS, 0.0)
     missing_answers = missing_facts = unreadable_answers = 0
     for example in gold_examples:
-        example_id = example["_id"]
-        answer = support = None
-        if example_id not in answers:
-            missing_answers += 1
-        elif not isinstance(answers[example_id], str):
-            # The official script crashes on a non-text answer; we score it as a wrong answer.
-            unreadable_answers += 1
-            answer = _ZERO
-        else:
-            answer = answer_scores(answers[example_id], example["answer"])
-            rouge = rouge_l(answers[example_id], example["answer"])
-            sums["rougeL_prec"] += rouge.precision
-            sums["rougeL_recall"] += rouge.recall
-            sums["rougeL_f1"] += rouge.f1
-        if answer is not None:
-            _add(sums, "", answer)
-        if example_id not in facts:
-            missing_facts += 1
-        else:
-            support = supporting_fact_scores(facts[example_id], example["supporting_facts"])
-            _add(sums, "sp_", support)
-        if answer is not None and support is not None:
-            _add(sums, "joint_", joint_scores(answer, support))
+        scores = example_scores(example, answers, facts)
+        missing_answers += scores.answer is None
+        missing_facts += scores.support is None
+        unreadable_answers += scores.unreadable_answer
+        # Summed in gold order, as the official script sums (a missing figure adds 0.0: no change).
+        for key, value in scores.figures().items():
+            sums[key] += value
 
     gold_ids = {example["_id"] for example in gold_examples}
     extra = len((set(answers) | set(facts)) - gold_ids)
@@ -185,11 +201,11 @@ def evaluate(gold_examples: list[dict], prediction: dict) -> dict[str, float]:
     return {key: value / total for key, value in sums.items()}
 
 
-def _read_gold(path) -> list[dict]:
+def read_gold(path) -> list[dict]:
     return read_json_list(path, "HotpotQA gold", "_id", {"answer": str, "supporting_facts": list})
 
 
-def _read_prediction(path) -> dict:
+def read_prediction(path) -> dict:
     prediction = read_json(path)
     if not isinstance(prediction, dict):
         raise InputError(f"{path}: a HotpotQA prediction is one JSON object "
@@ -205,4 +221,4 @@ def _read_prediction(path) -> dict:
 
 def evaluate_files(gold_path, pred_path) -> dict[str, float]:
     """Score an official prediction file against the official dev (gold) file."""
-    return evaluate(_read_gold(gold_path), _read_prediction(pred_path))
+    return evaluate(read_gold(gold_path), read_prediction(pred_path))

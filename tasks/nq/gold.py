@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from longdoc.errors import InputError
 from longdoc.io import iter_jsonl
@@ -38,19 +38,21 @@ class Document:
     is_html: tuple[bool, ...]
     byte_offsets: tuple[tuple[int, int], ...] | None
 
-    def text(self, span: Span) -> str:
-        """The span's non-HTML tokens joined by spaces; token offsets first, else byte offsets."""
+    def token_indices(self, span: Span) -> Sequence[int]:
+        """The tokens a span covers: by its token offsets first, else by its byte offsets."""
         if span.has_tokens:
-            indices = _token_range(span.start_token, span.end_token, len(self.tokens))
-        elif span.has_bytes and self.byte_offsets is not None:
-            indices = [
+            return _token_range(span.start_token, span.end_token, len(self.tokens))
+        if span.has_bytes and self.byte_offsets is not None:
+            return [
                 i
                 for i, (start, end) in enumerate(self.byte_offsets)
                 if start >= span.start_byte and end <= span.end_byte
             ]
-        else:
-            indices = []
-        return " ".join(self.tokens[i] for i in indices if not self.is_html[i])
+        return []
+
+    def text(self, span: Span) -> str:
+        """The span's non-HTML tokens joined by spaces."""
+        return " ".join(self.tokens[i] for i in self.token_indices(span) if not self.is_html[i])
 
 
 def _token_range(start: float, end: float, length: int) -> range:

@@ -15,14 +15,20 @@ from longdoc.errors import InputError
 from longdoc.io import read_json
 
 
+def is_correct(example: dict, predictions: dict) -> bool | None:
+    """Whether the prediction for one parsed gold example is its answer; None when it has none."""
+    if example["id"] not in predictions:
+        return None
+    return predictions[example["id"]] == example["answer"]
+
+
 def evaluate(gold_examples: list[dict], predictions: dict) -> dict[str, float]:
     """Accuracy of parsed predictions {id: answer} over parsed gold examples [{id, answer}]."""
     correct = missing = 0
     for example in gold_examples:
-        if example["id"] not in predictions:
-            missing += 1
-        elif predictions[example["id"]] == example["answer"]:
-            correct += 1
+        judged = is_correct(example, predictions)
+        missing += judged is None
+        correct += judged is True
     total = len(gold_examples)
     extra = len(set(predictions) - {example["id"] for example in gold_examples})
     if missing:
@@ -32,11 +38,11 @@ def evaluate(gold_examples: list[dict], predictions: dict) -> dict[str, float]:
     return {"accuracy": correct / total}
 
 
-def _read_gold(path) -> list[dict]:
+def read_gold(path) -> list[dict]:
     return read_json_list(path, "WikiHop gold", "id", {"answer": str})
 
 
-def _read_predictions(path) -> dict:
+def read_predictions(path) -> dict:
     predictions = read_json(path)
     if not isinstance(predictions, dict):
         raise InputError(f"{path}: a WikiHop prediction file is one JSON object {{id: answer}}")
@@ -47,7 +53,7 @@ def evaluate_files(gold_path, pred_path) -> dict[str, float]:
     """Score a prediction file {id: answer} against the official gold file. A file none of whose
     ids is a gold question id is refused: it is another file (another split, another task's
     predictions), and scoring it 0.0 would say nothing true."""
-    gold, predictions = _read_gold(gold_path), _read_predictions(pred_path)
+    gold, predictions = read_gold(gold_path), read_predictions(pred_path)
     if predictions and not set(predictions) & {example["id"] for example in gold}:
         first = next(iter(predictions))
         raise InputError(f"{pred_path}: none of its {len(predictions)} ids is a question id of {gold_path} "

@@ -85,13 +85,13 @@ def _parse(argv):
 
 def test_nq_thresholds_default_to_two_and_pass_through():
     common = ["--gold", "g", "--pred", "p"]
-    assert evaluate_command._task_options(_parse(["nq", *common])) == {
+    assert evaluate_command.task_metric_options(_parse(["nq", *common])) == {
         "long_non_null_threshold": 2, "short_non_null_threshold": 2}
-    assert evaluate_command._task_options(_parse(["nq", *common, "--long-non-null-threshold", "3"])) == {
+    assert evaluate_command.task_metric_options(_parse(["nq", *common, "--long-non-null-threshold", "3"])) == {
         "long_non_null_threshold": 3, "short_non_null_threshold": 2}
-    assert evaluate_command._task_options(_parse(["openkp", *common])) == {}
+    assert evaluate_command.task_metric_options(_parse(["openkp", *common])) == {}
     with pytest.raises(InputError, match="--long-non-null-threshold does not apply to the openkp task"):
-        evaluate_command._task_options(_parse(["openkp", *common, "--long-non-null-threshold", "2"]))
+        evaluate_command.task_metric_options(_parse(["openkp", *common, "--long-non-null-threshold", "2"]))
 
 
 def test_malformed_json_is_a_clean_error(shared_data, tmp_path, capsys):

@@ -8,7 +8,7 @@ import pytest
 from longdoc.errors import InputError
 from longdoc.tasks.hotpotqa import TASK
 from longdoc.tasks.hotpotqa.metric import (
-    OFFICIAL_KEYS, MatchScores, answer_scores, evaluate, evaluate_files,
+    OFFICIAL_KEYS, MatchScores, answer_scores, evaluate, evaluate_files, example_scores,
     joint_scores, normalize_answer, supporting_fact_scores,
 )
 from tests.tasks.conftest import assert_reference_rows_fit
@@ -153,6 +153,19 @@ def test_answer_that_is_not_text_is_a_wrong_answer():
     assert metrics["em"] == pytest.approx(2 / 3)
     assert metrics["joint_f1"] == pytest.approx(2 / 3)
     assert metrics["sp_em"] == 1.0
+
+
+def test_one_examples_figures_are_what_it_adds_to_the_totals():
+    prediction = {"answer": {"g1": "Paris", "g2": 42}, "sp": {"g1": [["A", 0]], "g3": [["D", 2], ["E", 0]]}}
+    figures = [example_scores(example, prediction["answer"], prediction["sp"]).figures() for example in GOLD]
+    # g1 as in the macro-average test above; g2 a non-text answer (wrong) and no facts; g3 facts only.
+    assert (figures[0]["em"], figures[0]["sp_f1"], figures[0]["joint_recall"]) == (1.0, pytest.approx(2 / 3), 0.5)
+    assert figures[1]["em"] == figures[1]["sp_em"] == figures[1]["rougeL_f1"] == 0.0
+    assert (figures[2]["em"], figures[2]["sp_em"], figures[2]["joint_em"]) == (0.0, 1.0, 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        totals = evaluate(GOLD, prediction)
+    assert totals == {key: sum(f[key] for f in figures) / len(GOLD) for key in totals}
 
 
 def _write(path, value):

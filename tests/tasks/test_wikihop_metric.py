@@ -7,7 +7,7 @@ import pytest
 
 from longdoc.errors import InputError
 from longdoc.tasks.wikihop import TASK
-from longdoc.tasks.wikihop.metric import evaluate, evaluate_files
+from longdoc.tasks.wikihop.metric import evaluate, evaluate_files, is_correct
 from tests.tasks.conftest import assert_reference_rows_fit
 
 SAMPLE = "wikihop/wikihop_dev.first28.json"
@@ -40,6 +40,11 @@ def test_accuracy_counts_missing_and_mistyped_predictions_as_wrong():
 def _write(path, value):
     path.write_text(json.dumps(value))
     return path
+
+
+def test_one_question_is_right_wrong_or_unanswered():
+    predictions = {GOLD[0]["id"]: GOLD[0]["answer"], GOLD[1]["id"]: ["not", "text"]}
+    assert [is_correct(example, predictions) for example in GOLD[:3]] == [True, False, None]
 
 
 def test_evaluate_files_errors(tmp_path):

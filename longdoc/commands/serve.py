@@ -1,0 +1,99 @@
+"""`longdoc serve DOCS... [--model DIR]` and `longdoc serve --task TASK --gold FILE --pred FILE...`: a
+local web page and HTTP API to ask documents, or to browse a model's predictions beside the gold
+(longdoc.serve). Loopback by default; prints the address, serves until Ctrl-C."""
+
+import argparse
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
+from longdoc import inference
+from longdoc.commands.evaluate import add_metric_arguments, task_metric_options
+from longdoc.errors import InputError
+from longdoc.tasks import task_names
+
+HELP = "a local web page and HTTP API: ask your documents, or browse predictions beside the gold"
+INSTALL_HINT = 'longdoc serve needs the serve extra: pip install -e ".[serve]" (FastAPI and uvicorn)'
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="*", metavar="DOCS", help="documents to ask (files and folders, as `longdoc "
+                                                                 "ask` reads them)")
+    parser.add_argument("--model", type=Path, metavar="DIR",
+                        help="the reader, as `longdoc ask --model` takes it; without it, answers are sentences")
+    browse = parser.add_argument_group("prediction browser (instead of DOCS)")
+    names = task_names()
+    browse.add_argument("--task", choices=names, metavar="TASK", help=f"one of: {', '.join(names)}")
+    browse.add_argument("--gold", type=Path, metavar="FILE", help="the official gold (dev) file")
+    browse.add_argument("--pred", type=Path, action="append", default=[], metavar="FILE",
+                        help="a prediction file in the official format; twice to compare two runs side by side")
+    browse.add_argument("--runs", nargs="+", default=[], metavar="DIR",
+                        help="run folders (their metrics.json): the page shows their leaderboard, each run that "
+                             "records a prediction file on this gold one click away")
+    add_metric_arguments(browse)
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
+    inference.add_arguments(parser)  # the reader's; the MiniLM retriever runs on the CPU
+
+
+def _check_mode(args) -> None:
+    if args.task is None:
+        if not args.paths:
+            raise InputError("give documents to ask (longdoc serve DOCS...), or --task TASK --gold FILE --pred FILE "
+                             "to browse predictions")
+        stray = [flag for flag, value in (("--gold", args.gold), ("--pred", args.pred), ("--runs", args.runs)) if value]
+        if stray:
+            raise InputError(f"{', '.join(stray)} belong to the prediction browser: give --task TASK too")
+        return
+    if args.paths or args.model is not None:
+        raise InputError("either documents to ask (DOCS, --model) or a prediction browser (--task), not both")
+    if args.gold is None or not (args.pred or args.runs):
+        raise InputError(f"--task {args.task} needs --gold FILE and --pred FILE (or --runs DIR)")
+
+
+def _ask_service(args):
+    from longdoc.model.encoder_folder import describe_checkpoint
+    from longdoc.serve.asking import AskService, served_sources
+
+    if args.model is not None:  # a wrong folder is told before anything is served
+        if not args.model.is_dir():
+            raise InputError(f"{args.model}: no such folder (--model takes a reader, as `longdoc ask --model`)")
+        describe_checkpoint(args.model)
+    placement = inference.resolve_placement(args.device, args.dtype)
+    sources, errors = served_sources(args.paths)
+    for error in errors:
+        print(f"longdoc serve: error: {error}", file=sys.stderr)
+    if not sources:
+        raise InputError("no readable document to serve")
+    return AskService(sources, args.model, placement=placement)
+
+
+def run(args) -> int:
+    if find_spec("fastapi") is None or find_spec("uvicorn") is None:
+        raise InputError(INSTALL_HINT)
+    from longdoc.serve.app import create_app
+    from longdoc.serve.browser import PredictionBrowser
+    from longdoc.serve.server import allowed_hosts, is_loopback, listen
+    from longdoc.serve.server import run as serve
+
+    _check_mode(args)
+    listener = listen(args.host, args.port)  # a port in use is told before minutes of indexing
+    service = browser = None
+    if args.task is None:
+        service = _ask_service(args)
+    else:
+        browser = PredictionBrowser(args.task, args.gold, args.pred, task_metric_options(args), args.runs)
+    app = create_app(asking=service, browser=browser, allowed_hosts=allowed_hosts(args.host))
+    if not is_loopback(args.host):
+        print(f"longdoc serve: warning: listening on {args.host}, not loopback: the "
+              f"{'documents' if args.task is None else 'gold and prediction files'} become readable from the network",
+              file=sys.stderr)
+    print(f"longdoc serve: {listener.url}  (Ctrl-C to stop)", flush=True)
+    try:
+        serve(app, listener, log_level="warning" if args.progress else "error")
+    finally:
+        if service is not None:
+            service.close()
+    print("longdoc serve: stopped", file=sys.stderr)
+    return 0

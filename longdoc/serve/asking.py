@@ -1,0 +1,115 @@
+"""Asking over HTTP: the documents given to `longdoc serve`, indexed once, and one `AskSession`
+that answers every question in turn.
+
+The documents are those `longdoc ask` reads (`longdoc.ask.documents.load_sources`), less any file
+that a symbolic link inside a given folder brings in from outside it: the server serves the
+documents it was given and nothing else. Indexing runs once, in the background, one document at a
+time, so that the page can show its progress; the passage indexes land in `longdoc ask`'s cache,
+where the session then finds them. The reader (`--model`) and the MiniLM embedder are loaded once,
+in the session.
+
+One worker thread runs everything that touches the models: indexing, then each question in the
+order the requests came (a queue), so no model ever runs in two threads at once. Each question
+gets `longdoc ask`'s options (`longdoc.serve.options.AskOptions`); `passages` and `second_hop` are the session's
+settings, set for that question only, which is safe because only the worker runs questions.
+"""
+
+import asyncio
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Sequence
+
+from longdoc.ask.documents import SourceError, SourceText, load_sources
+from longdoc.serve.options import AskOptions
+
+
+class NotReady(Exception):
+    """The documents are still being indexed, or the session could not start."""
+
+
+def served_sources(paths: Sequence) -> tuple[list[SourceText], list[SourceError]]:
+    """The documents under `paths` as `longdoc ask` reads them, less the files that a link inside a
+    given folder brings in from outside it (each an error naming it)."""
+    sources, errors, seen = [], [], set()
+    for given in map(Path, paths):
+        found, problems = load_sources([given])
+        errors.extend(problems)
+        root = given.resolve()
+        for source in found:
+            real = Path(source.path).resolve()
+            if given.is_dir() and not real.is_relative_to(root):
+                errors.append(SourceError(source.path, f"links to {real}, outside {given}; not served"))
+            elif real not in seen:
+                seen.add(real)
+                sources.append(source)
+    return sources, errors
+
+
+class AskService:
+    def __init__(self, sources: Sequence[SourceText], model_dir=None, *, placement=None, log=sys.stderr):
+        self.sources = list(sources)
+        self.model_dir = model_dir
+        self.placement = placement
+        self.log = log
+        self.documents = [{"file": source.path, "bytes": os.path.getsize(source.path), "characters": len(source.text),
+                           "offsets_into": f"text extracted from {source.extracted_from}" if source.extracted
+                           else "decoded file text", "passages": None, "state": "waiting"}
+                          for source in self.sources]
+        self._by_file = {source.path: source for source in self.sources}
+        self.state, self.error, self.session = "indexing", None, None
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="longdoc-ask")
+        self.started = self._worker.submit(self._start)
+
+    def _start(self) -> None:
+        from longdoc.ask.embedding import SentenceEmbedder
+        from longdoc.ask.index import index_documents
+        from longdoc.ask.session import AskSession
+
+        try:
+            embedder = SentenceEmbedder()
+            for number, source in enumerate(self.sources):
+                self.documents[number]["state"] = "indexing"
+                [index] = index_documents([source], embedder, progress=False)
+                self.documents[number].update(state="indexed", passages=len(index.passages))
+            del embedder  # the session loads its own
+            self.state = "loading the reader" if self.model_dir is not None else "loading"
+            self.session = AskSession(self.sources, self.model_dir, progress=False, placement=self.placement)
+            self.state = "ready"
+            print(f"longdoc serve: {len(self.sources)} documents indexed; answering in {self.session.mode} mode",
+                  file=self.log, flush=True)
+        except Exception as error:  # shown on the page and told by every question, never a dead server
+            self.state, self.error = "failed", f"{type(error).__name__}: {error}"
+            print(f"longdoc serve: error: could not start answering: {self.error}", file=self.log, flush=True)
+
+    def status(self) -> dict:
+        """The documents, their sizes and index state, and how far the indexing is."""
+        characters = sum(document["characters"] for document in self.documents)
+        indexed = sum(document["characters"] for document in self.documents if document["state"] == "indexed")
+        return {"state": self.state, "error": self.error,
+                "mode": None if self.session is None else self.session.mode,
+                "indexed": sum(document["state"] == "indexed" for document in self.documents),
+                "total": len(self.documents), "fraction": indexed / characters if characters else 1.0,
+                "documents": self.documents}
+
+    def text(self, file: str) -> SourceText | None:
+        """A served document by the name it is listed under; None for any other name."""
+        return self._by_file.get(file)
+
+    async def ask(self, options: AskOptions) -> dict:
+        """What `longdoc ask --json` prints for the question, answered in turn by the worker."""
+        if self.state != "ready":
+            raise NotReady(f"cannot answer: {self.error}" if self.state == "failed" else
+                           f"{self.state}: {self.status()['indexed']} of {len(self.documents)} documents indexed")
+        return await asyncio.wrap_future(self._worker.submit(self._answer, options))
+
+    def _answer(self, options: AskOptions) -> dict:
+        session = self.session
+        session.passages, session.second_hop = options.passages, options.second_hop
+        return session.ask(options.question, top_k=options.top_k, min_score=options.min_score,
+                           min_evidence=options.min_evidence, max_answer_len=options.max_answer_len,
+                           handle_impossible=options.handle_impossible_answer)
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,88 @@
+"""What the prediction browser shows, as typed records: the contract between a task's browse module
+(`Task.browse`, tasks/NAME/browse.py) and `longdoc serve --task` (whose page renders these records
+and knows no task).
+
+A task's browse module defines `open_browser(gold_path, pred_paths, **metric_options) ->
+ExampleBrowser`: the gold file's examples in gold order, each with its figures against each
+prediction file as the task's official metric code computes them per example (so that their mean
+is the official total where the total is a mean), and `view(id)`, one example in full: its texts
+with the gold's and each prediction file's marks.
+"""
+
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Characters [start, end) of a text block, marked as what they are and whose."""
+
+    start: int
+    end: int
+    kind: str  # what is marked, in words: "answer", "support", "long answer", "keyphrase", ...
+    run: int | None  # None: the gold's; else the index of the prediction file that marks it
+    note: str = ""  # shown on hover: which annotator, which rank
+
+
+@dataclass(frozen=True)
+class TextBlock:
+    """A text of the example (a paragraph, a support document, a page) and its marks."""
+
+    title: str
+    text: str
+    marks: tuple[Mark, ...] = ()
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One example against one prediction file."""
+
+    prediction: str  # the prediction in one line; "" when the file has none for this example
+    right: bool | None  # as `ExampleBrowser.right_means` says; None when the file has no prediction for it
+    metrics: dict[str, float]  # the per-example figures, by the browser's `metric_keys`
+
+
+@dataclass(frozen=True)
+class ExampleRow:
+    """One example in the list: what is searched, filtered and sorted."""
+
+    id: str
+    question: str
+    gold: str  # the gold answer in one line
+    facets: dict[str, str]  # gold-side categories to filter by: answer type, level, ...
+    runs: tuple[RunResult, ...]  # one per prediction file, in the order given
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ExampleView:
+    """One example in full."""
+
+    id: str
+    fields: tuple[tuple[str, str], ...]  # (label, value) of the gold
+    run_fields: tuple[tuple[tuple[str, str], ...], ...]  # (label, value) per prediction file
+    tables: tuple[Table, ...]
+    texts: tuple[TextBlock, ...]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ExampleBrowser:
+    right_means: str  # what a right prediction is, in words ("answer exact match")
+    metric_keys: tuple[str, ...]  # the per-example figures, in display order
+    # Whether each official total is the mean over the gold examples of the per-example figure of
+    # the same key (HotpotQA, WikiHop, OpenKP); not for Natural Questions' threshold sweep.
+    totals_are_means: bool
+    rows: tuple[ExampleRow, ...]
+    view: Callable[[str], ExampleView]  # KeyError for an id the gold does not hold

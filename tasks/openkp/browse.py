@@ -1,0 +1,74 @@
+"""OpenKP examples and predictions as `longdoc serve --task openkp` shows them (longdoc.serve.views).
+
+Per page: the gold keyphrases and each prediction file's, ranked as the file lists them (the
+official file has no scores: its order is the ranking the metric cuts at 1, 3 and 5), the page's
+text with every occurrence of each phrase marked (its tokens, compared lowercased, as the metric
+normalises them) when the gold file holds the text (OpenKPDev.jsonl does; the metric's reference
+files hold only url and KeyPhrases), and the page's P, R and F1 at 1, 3 and 5 from
+`metric.document_scores` (their mean over the pages is what `longdoc evaluate` prints).
+"""
+
+from longdoc.data.text import token_char_spans
+from longdoc.io import iter_jsonl
+from longdoc.serve.views import ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, Table, TextBlock
+from longdoc.tasks.openkp.metric import CUTOFFS, document_scores, prepare_keyphrases, read_keyphrase_file
+
+METRIC_KEYS = tuple(f"{name}@{k}" for k in CUTOFFS for name in ("F1", "P", "R"))
+
+
+def _occurrences(text: str, phrase: str) -> list[tuple[int, int]]:
+    """Characters of every occurrence of a normalised phrase among the text's tokens (split on " ")."""
+    spans = token_char_spans(text)
+    lowered = [text[start:end].lower() for start, end in spans]
+    wanted = phrase.split(" ")
+    n = len(wanted)
+    return [(spans[i][0], spans[i + n - 1][1]) for i in range(len(spans) - n + 1) if lowered[i:i + n] == wanted]
+
+
+def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
+    """The pages of an OpenKP gold file against candidate files {"url", "KeyPhrases"} (JSON lines)."""
+    gold = read_keyphrase_file(gold_path)
+    predictions = [read_keyphrase_file(path) for path in pred_paths]
+    page_texts = {record["url"]: record["text"] for _, record in iter_jsonl(gold_path)
+             if isinstance(record, dict) and isinstance(record.get("text"), str)}
+    references = {url: prepare_keyphrases(record.phrases) for url, record in gold.items()}
+    candidates = [{url: prepare_keyphrases(record.phrases) for url, record in predicted.items()}
+                  for predicted in predictions]
+    rows = []
+    for url, phrases in references.items():
+        runs = []
+        for ranked in candidates:
+            if url not in ranked:
+                runs.append(RunResult("", None, dict.fromkeys(METRIC_KEYS, 0.0)))
+                continue
+            scores = document_scores(ranked[url], phrases)
+            runs.append(RunResult(prediction="; ".join(ranked[url]), right=scores[3].precision > 0,
+                                  metrics={f"{name}@{k}": getattr(scores[k], field) for k in CUTOFFS
+                                           for name, field in (("F1", "f1"), ("P", "precision"), ("R", "recall"))}))
+        rows.append(ExampleRow(id=url, question=url, gold="; ".join(phrases),
+                               facets={"gold keyphrases": str(len(phrases))}, runs=tuple(runs)))
+
+    def view(url: str) -> ExampleView:
+        phrases = references[url]
+        ranked = [run.get(url, []) for run in candidates]
+        every = list(dict.fromkeys(phrases + [phrase for run in ranked for phrase in run]))
+        table = Table(title="keyphrases",
+                      columns=("keyphrase", "gold", *(f"run {run + 1} rank" for run in range(len(ranked)))),
+                      rows=tuple((phrase, "gold" if phrase in phrases else "",
+                                  *(str(run.index(phrase) + 1) if phrase in run else "" for run in ranked))
+                                 for phrase in every))
+        blocks = ()
+        if url in page_texts:
+            text = page_texts[url]
+            marks = [Mark(start, end, "keyphrase", None) for phrase in phrases for start, end in _occurrences(text, phrase)]
+            marks += [Mark(start, end, "keyphrase", run, f"rank {rank}") for run, phrases_of_run in enumerate(ranked)
+                      for rank, phrase in enumerate(phrases_of_run, start=1) for start, end in _occurrences(text, phrase)]
+            blocks = (TextBlock("page text", text, tuple(marks)),)
+        return ExampleView(id=url, fields=(("url", url), ("keyphrases", "; ".join(phrases))),
+                           run_fields=tuple((("keyphrases", "; ".join(f"{rank}. {phrase}" for rank, phrase
+                                                                       in enumerate(run, start=1))),)
+                                            for run in ranked),
+                           tables=(table,), texts=blocks)
+
+    return ExampleBrowser(right_means="a gold keyphrase is among the first 3", metric_keys=METRIC_KEYS,
+                          totals_are_means=True, rows=tuple(rows), view=view)

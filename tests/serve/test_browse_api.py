@@ -1,0 +1,92 @@
+"""The prediction browser's API (`longdoc serve --task`) on a real server, for each task's real sample:
+its totals are what `longdoc evaluate --json` prints for the same files, every example is listed and
+served in full, an unknown id is 404, the leaderboard's rows link to their runs."""
+
+import json
+import urllib.parse
+import warnings
+
+import pytest
+
+from longdoc.cli import main
+from tests.serve.conftest import request, running
+from tests.tasks.predictions import MAKERS, prediction_files
+
+
+def _evaluate_json(task, gold, pred, options, capsys) -> dict:
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in options.items()]
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["evaluate", task, "--gold", str(gold), "--pred", str(pred), "--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _browser(task, gold, preds, options, run_dirs=()):
+    from longdoc.serve.app import create_app
+    from longdoc.serve.browser import PredictionBrowser
+
+    return create_app(browser=PredictionBrowser(task, gold, preds, options, run_dirs))
+
+
+@pytest.mark.parametrize("task", list(MAKERS))
+def test_totals_are_evaluates_and_every_example_is_served(task, shared_data, tmp_path, capsys):
+    gold, preds, options = prediction_files(task, shared_data, tmp_path)
+    with running(_browser(task, gold, preds, options)) as base:
+        status, info = request(f"{base}/api/info")
+        assert status == 200 and info["mode"] == "browse" and info["task"] == task
+        assert [run["totals"] for run in info["runs"]] == [_evaluate_json(task, gold, pred, options, capsys)
+                                                           for pred in preds]
+        status, listing = request(f"{base}/api/examples")
+        examples = listing["examples"]
+        assert status == 200 and len(examples) == info["examples"] >= 1
+        assert all(len(example["runs"]) == 2 and set(example["runs"][0]["metrics"]) == set(info["metric_keys"])
+                   for example in examples)
+        for example in examples:
+            status, full = request(f"{base}/api/examples/{urllib.parse.quote(example['id'], safe='')}")
+            assert status == 200, full
+            assert full["id"] == example["id"] and full["runs"] == example["runs"] and full["texts"]
+        status, error = request(f"{base}/api/examples/no-such-example")
+        assert (status, error["field"]) == (404, "id") and "no-such-example" in error["error"]
+
+
+def test_the_metrics_warnings_are_the_runs_notes(shared_data, tmp_path):
+    gold, preds, options = prediction_files("hotpotqa", shared_data, tmp_path)
+    with running(_browser("hotpotqa", gold, preds, options)) as base:
+        perturbed, perfect = request(f"{base}/api/info")[1]["runs"]
+    assert any("1 of 53 gold examples have no predicted answer" in note for note in perturbed["notes"])
+    assert perfect["notes"] == []
+
+
+def test_leaderboard_rows_link_to_their_runs(shared_data, tmp_path, capsys):
+    gold, preds, _ = prediction_files("hotpotqa", shared_data, tmp_path)
+    for name, pred in zip(("perturbed", "oracle"), preds):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert main(["evaluate", "hotpotqa", "--gold", str(gold), "--pred", str(pred), "--out",
+                         str(tmp_path / "runs" / name), "--split", "dev", "--model", name]) == 0
+    (tmp_path / "runs" / "elsewhere").mkdir()  # scored on another gold: shown, not browsable
+    other_gold = tmp_path / "other-gold.json"
+    other_gold.write_text(json.dumps(json.loads(gold.read_text(encoding="utf-8"))[:10]), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["evaluate", "hotpotqa", "--gold", str(other_gold), "--pred", str(preds[1]), "--out",
+                     str(tmp_path / "runs" / "elsewhere"), "--split", "dev", "--model", "ten"]) == 0
+    # Only the first run given by --pred; the oracle comes from the leaderboard.
+    with running(_browser("hotpotqa", gold, preds[:1], {}, [tmp_path / "runs"])) as base:
+        info = request(f"{base}/api/info")[1]
+    assert [run["name"] for run in info["runs"]] == [preds[0].name, "oracle"]
+    rows = {row["model"]: row for group in info["leaderboard"]["groups"] for row in group["rows"]}
+    assert rows["perturbed"]["run"] == 0 and rows["oracle"]["run"] == 1 and rows["ten"]["run"] is None
+    assert info["runs"][1]["totals"]["joint_f1"] == rows["oracle"]["metrics"]["joint_f1"] == 1.0
+
+
+def test_a_prediction_file_the_metric_refuses_is_refused(shared_data, tmp_path):
+    from longdoc.errors import InputError
+    from longdoc.serve.browser import PredictionBrowser
+
+    gold, preds, options = prediction_files("openkp", shared_data, tmp_path)
+    wrong = tmp_path / "other-urls.jsonl"
+    wrong.write_text(json.dumps({"url": "http://elsewhere.example/", "KeyPhrases": [["x"]]}) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match="must hold the same urls"):
+        PredictionBrowser("openkp", gold, [wrong], options)
