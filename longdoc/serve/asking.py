@@ -48,10 +48,11 @@ def served_sources(paths: Sequence) -> tuple[list[SourceText], list[SourceError]
 
 
 class AskService:
-    def __init__(self, sources: Sequence[SourceText], model_dir=None, *, placement=None, log=sys.stderr):
+    def __init__(self, sources: Sequence[SourceText], model_dir=None, *, placement=None, attention: str | None = None,
+                 log=sys.stderr):
         self.sources = list(sources)
         self.model_dir = model_dir
-        self.placement = placement
+        self.placement, self.attention = placement, attention
         self.log = log
         self.documents = [{"file": source.path, "bytes": os.path.getsize(source.path), "characters": len(source.text),
                            "offsets_into": f"text extracted from {source.extracted_from}" if source.extracted
@@ -75,7 +76,8 @@ class AskService:
                 self.documents[number].update(state="indexed", passages=len(index.passages))
             del embedder  # the session loads its own
             self.state = "loading the reader" if self.model_dir is not None else "loading"
-            self.session = AskSession(self.sources, self.model_dir, progress=False, placement=self.placement)
+            self.session = AskSession(self.sources, self.model_dir, progress=False, placement=self.placement,
+                                      attention=self.attention)
             self.state = "ready"
             print(f"longdoc serve: {len(self.sources)} documents indexed; answering in {self.session.mode} mode",
                   file=self.log, flush=True)
