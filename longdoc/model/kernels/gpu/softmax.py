@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from longdoc.model.backends.base import KernelSettings
+from longdoc.model.backends.base import KernelSettings, head_views
 from longdoc.model.backends.relative import relative_gradient
 from longdoc.model.dropout import kept_scale
 
@@ -159,14 +159,9 @@ class _Operands:
         return [self.num_queries, self.heads, self.head_size, self.window, self.first_width, self.width]
 
 
-def _head_views(projected: Tensor, heads: int, parts: int) -> tuple[Tensor, ...]:
-    """[B, N, parts * H] -> `parts` views [B, h, N, d] (q, k, v or k, v), rows at the input's stride."""
-    return projected.unflatten(-1, (parts, heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
-
-
 def _key_value_views(projected: Tensor, heads: int, hidden: int) -> tuple[Tensor, Tensor]:
     """Keys and values of a fused projection [B, N, 3H] or of a cross projection [B, N, 2H]."""
-    return _head_views(projected, heads, parts=projected.shape[-1] // hidden)[-2:]
+    return head_views(projected, heads, parts=projected.shape[-1] // hidden)[-2:]
 
 
 def _rows_in_place(tensor: Tensor) -> Tensor:
@@ -178,7 +173,7 @@ def _operands(own_qkv: Tensor, other: Tensor, relative: Tensor | None, carried: 
               settings: KernelSettings) -> _Operands:
     batch, num_queries, width3 = own_qkv.shape
     heads, hidden = settings.num_heads, width3 // 3
-    query, first_keys, first_values = _head_views(_rows_in_place(own_qkv), heads, parts=3)
+    query, first_keys, first_values = head_views(_rows_in_place(own_qkv), heads, parts=3)
     second_keys, second_values = _key_value_views(_rows_in_place(other), heads, hidden)
     relative = None if relative is None else _rows_in_place(relative)
     # Per-head tensors as [B, h, Nq, ...]; the ids and the mask, shared by the heads, as [B, Nq, N].
@@ -314,7 +309,7 @@ def run_backward(operands: _Operands, own_qkv: Tensor, other: Tensor, pre: Tenso
     tiles = tiles_for(o.num_queries, o.width, o.head_size, o.heads, talking)
     grad_own = torch.zeros(own_qkv.shape, dtype=torch.float32, device=own_qkv.device)
     grad_other = torch.zeros(other.shape, dtype=torch.float32, device=other.device)
-    grad_query, grad_first_keys, grad_first_values = _head_views(grad_own, o.heads, parts=3)
+    grad_query, grad_first_keys, grad_first_values = head_views(grad_own, o.heads, parts=3)
     grad_second_keys, grad_second_values = _key_value_views(grad_other, o.heads, own_qkv.shape[-1] // 3)
     grad_scores = torch.empty(o.scores_shape, dtype=own_qkv.dtype, device=own_qkv.device) if want_scores else None
     grad_out = grad_context.transpose(1, 2)  # [B, h, Nq, d]
@@ -384,7 +379,7 @@ class TritonSoftmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, own_qkv: Tensor, other: Tensor, relative: Tensor | None, carried: Tensor | None,
-                pre: Tensor | None, post: Tensor | None, settings):
+                pre: Tensor | None, post: Tensor | None, settings: KernelSettings):
         if (relative is None) != (settings.kernel_ids is None):
             raise ValueError("relative terms and their ids come together: "
                              f"relative {'given' if relative is not None else 'None'}, kernel_ids "
