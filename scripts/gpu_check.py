@@ -362,7 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=10, help="softmax: timed runs per measurement")
     args = parser.parse_args(argv)
     try:
-        tables = _run(args)
+        if args.part == "environment":
+            check_environment(args.out)
+            return 0
+        require_cuda()
+        tables = _run(args, torch.device("cuda"))
     except Refusal as refusal:
         print(f"gpu_check {args.part}: {refusal}", file=sys.stderr)
         return 2
@@ -372,16 +376,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run(args) -> list[Table]:
-    if args.part == "environment":
-        table = environment_table()
-        missing = missing_modules(table)
-        if missing:
-            raise Refusal(f"missing {', '.join(missing)}: put their wheels in a folder and run with WHEELS=that folder")
-        require_cuda()
-        return [table]
+def check_environment(out: Path) -> None:
+    """The environment table (written where there is a GPU to head it with); Refusal if a required
+    module is missing or there is no CUDA GPU."""
+    table = environment_table()
+    if torch.cuda.is_available():
+        print(f"wrote {table.write(Machine.here(), out)}")
+    missing = missing_modules(table)
+    if missing:
+        raise Refusal(f"missing {', '.join(missing)}: put their wheels in a folder and run with WHEELS=that folder")
     require_cuda()
-    device = torch.device("cuda")
+
+
+def _run(args, device: torch.device) -> list[Table]:
     if args.part == "tests":
         if args.junit is None or not args.junit.is_file():
             raise Refusal(f"--junit: pytest's JUnit XML file not found: {args.junit}")
@@ -389,7 +396,6 @@ def _run(args) -> list[Table]:
     if args.part == "etc":
         return [etc_table(device)]
     return [softmax_table(device, repeats=args.repeats)]
-
 
 if __name__ == "__main__":
     sys.exit(main())
