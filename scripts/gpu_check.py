@@ -13,9 +13,9 @@ headed with the GPU's name, torch's and Triton's versions and the date.
                                             forward+backward
 
 Parts to come (see PARTS): `longdoc bench --device cuda` against Longformer, BigBird and BERT, and a
-training step of each task. Every part but `environment` refuses to run without a CUDA GPU (one line,
-exit 2); the functions behind them take a device, so the tests run them on CPU tensors in the gpu
-backend's interpreter mode (tests/scripts/test_gpu_check.py).
+training step of each task. Every part refuses to run without a CUDA GPU (one line, exit 2); the
+functions behind them take a device, so the tests run them on CPU tensors in the gpu backend's
+interpreter mode (tests/scripts/test_gpu_check.py).
 """
 
 import argparse
