@@ -22,6 +22,13 @@ if "TRITON_INTERPRET" not in os.environ:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
+@pytest.fixture
+def without_triton_interpreter(monkeypatch):
+    """A user's environment, without the TRITON_INTERPRET=1 set above: there the gpu attention backend
+    refuses CPU tensors (with it, its interpreter mode runs them: longdoc/model/backends/gpu.py)."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """../shared/data beside the checkout. Absent in a user's clone: skip; absent under CI: fail."""

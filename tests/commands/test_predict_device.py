@@ -88,7 +88,8 @@ def test_a_model_whose_weights_are_on_meta_is_refused(trained, tmp_path, capsys,
     (("--attention", "cpu", "--bf16"), "--attention cpu: attention backend 'cpu' cannot run on cpu in bfloat16: the "
                                        "C++ kernels run on the CPU in float32 only; there eager, dense can"),
 ])
-def test_an_attention_backend_that_cannot_run_exits_2_with_one_line(trained, tmp_path, capsys, options, message):
+def test_an_attention_backend_that_cannot_run_exits_2_with_one_line(trained, tmp_path, capsys, options, message,
+                                                                    without_triton_interpreter):
     assert _predict(trained, tmp_path / "pred.json", "--device", "cpu", *options) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"longdoc predict: error: {message}") and err.count("\n") == 1 and "Traceback" not in err

@@ -107,7 +107,8 @@ def test_a_model_on_meta_is_refused_before_it_runs(tiny_model_config):
     assert "tensors on the meta device, e.g. encoder." in str(refused.value)
 
 
-def test_place_model_sets_the_attention_backend_or_refuses_one_that_cannot_run(tiny_model_config):
+def test_place_model_sets_the_attention_backend_or_refuses_one_that_cannot_run(tiny_model_config,
+                                                                               without_triton_interpreter):
     cpu = torch.device("cpu")
     model = place_model(WikiHopModel(tiny_model_config), cpu, torch.float32, "tiny", attention="dense")
     assert model.encoder.attention_backend == "dense" and model.config.attention_backend == "auto"

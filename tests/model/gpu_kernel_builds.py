@@ -81,8 +81,7 @@ def main() -> int:
     JITFunction.__getitem__ = build_instead_of_launching
     gpu_softmax._check_device = lambda tensor: None  # (CPU tensors: only their dtypes and strides matter here)
     for case, dtype, drop_probability in CONFIGURATIONS:
-        ops = operands(case)
-        ops.settings.drop_probability = drop_probability
+        ops = operands(case).with_dropout(drop_probability)
         context, summed = TritonSoftmax.apply(*ops.inputs(dtype, "cpu"), ops.settings_for(dtype, "cpu"))
         (context.float().sum() + (0 if summed is None else summed.float().sum())).backward()
     return 0

@@ -1,6 +1,7 @@
 """One softmax of the global-local attention, as TritonSoftmax (longdoc.model.kernels.gpu) takes it:
 random operands with the masks and relative ids the model builds (`operands`), and a dense float64
-reference of it written from DESIGN.md's rules, sections 1-3 (`reference`)."""
+reference of it written from DESIGN.md's rules, sections 1-3 (`reference`). The settings are the
+record the gpu backend passes (longdoc.model.backends.base.KernelSettings)."""
 
 import math
 from dataclasses import dataclass, replace
@@ -8,26 +9,10 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from longdoc.model.backends.base import KernelSettings
 from longdoc.model.inputs import check_and_collect
-from longdoc.model.side_inputs import RelativeIdLayout, build_side_inputs
+from longdoc.model.side_inputs import build_side_inputs
 from tests.model.conftest import make_inputs, tiny_config
-
-
-@dataclass
-class Settings:
-    """What TritonSoftmax reads of a softmax's settings (the attention layer passes its own record)."""
-
-    num_heads: int
-    block_size: int
-    mask_bias: Tensor
-    relative_ids: Tensor | None
-    links: Tensor | None
-    layout: RelativeIdLayout | None
-    scale: float = 1.0
-    keep_summed: bool = True
-    drop_probability: float = 0.0
-    key_ranges: Tensor | None = None
-    records_graph: bool = True
 
 
 @dataclass(frozen=True)
@@ -59,7 +44,7 @@ class Operands:
     carried: Tensor | None
     pre: Tensor | None
     post: Tensor | None
-    settings: Settings
+    settings: KernelSettings
 
     def tensors(self) -> list[Tensor | None]:
         return [self.own_qkv, self.other, self.relative, self.carried, self.pre, self.post]
@@ -68,11 +53,15 @@ class Operands:
         """Copies in `dtype` on `device` that require grad."""
         return [None if t is None else t.detach().to(device, dtype).requires_grad_() for t in self.tensors()]
 
-    def settings_for(self, dtype: torch.dtype, device: str) -> Settings:
+    def settings_for(self, dtype: torch.dtype, device: str) -> KernelSettings:
         s = self.settings
         mask = s.mask_bias.clamp(min=torch.finfo(dtype).min / 2).to(device, dtype)
         on_device = lambda t: None if t is None else t.to(device)
-        return replace(s, mask_bias=mask, relative_ids=on_device(s.relative_ids), links=on_device(s.links))
+        return replace(s, mask_bias=mask, relative_ids=on_device(s.relative_ids), kernel_ids=on_device(s.kernel_ids),
+                       links=on_device(s.links))
+
+    def with_dropout(self, drop_probability: float) -> "Operands":
+        return replace(self, settings=replace(self.settings, drop_probability=drop_probability))
 
 
 def operands(case: Case, seed: int = 0) -> Operands:
@@ -101,15 +90,17 @@ def operands(case: Case, seed: int = 0) -> Operands:
         other = random(*other.shape[:2], 2 * hidden)
     scores_shape = (batch, heads, *mask.shape[2:])
     mixes = [torch.eye(heads, dtype=torch.float64) + 0.3 * random(heads, heads) for _ in range(2)]
-    settings = Settings(heads, block, mask, ids if case.relative else None, side.links, side.relative_layout,
-                        scale=case.scale, keep_summed=case.residual)
+    ids = ids if case.relative else None
+    settings = KernelSettings(heads, block, mask, ids, None if ids is None else ids.to(torch.int32), side.links,
+                              side.relative_layout, scale=case.scale, keep_summed=case.residual, keep_weights=False,
+                              drop_probability=0.0, key_ranges=None, records_graph=True)
     return Operands(own, other, random(*scores_shape[:-1], config.relative_vocab_size) if case.relative else None,
                     random(*scores_shape) if case.residual else None, *(mixes if case.talking else (None, None)),
                     settings)
 
 
 def reference(own_qkv: Tensor, other: Tensor, relative: Tensor | None, carried: Tensor | None, pre: Tensor | None,
-              post: Tensor | None, settings: Settings, keep: Tensor | None = None,
+              post: Tensor | None, settings: KernelSettings, keep: Tensor | None = None,
               keep_scale: float = 1.0) -> tuple[Tensor, Tensor]:
     """One softmax, dense, per query row: its keys are those of the first piece (with a window of
     block b: keys (i - 1) b .. (i + 2) b - 1 of query block i, zero outside the input; else all), then
@@ -121,7 +112,7 @@ def reference(own_qkv: Tensor, other: Tensor, relative: Tensor | None, carried: 
     hidden, size = width3 // 3, width3 // 3 // heads
     query, first_keys, first_values = own_qkv.unflatten(-1, (3, heads, size)).permute(2, 0, 3, 1, 4)
     second_keys, second_values = other.unflatten(-1, (-1, heads, size)).permute(2, 0, 3, 1, 4)[-2:]
-    b, count = settings.block_size, first_keys.shape[2]
+    b, count = settings.window_block, first_keys.shape[2]
     if b:
         index = (torch.arange(num_queries)[:, None] // b - 1) * b + torch.arange(3 * b)  # [Nq, 3b]
         inside = ((index >= 0) & (index < count)).unsqueeze(-1)

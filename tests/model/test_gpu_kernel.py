@@ -1,7 +1,7 @@
 """The GPU attention kernels (longdoc.model.kernels.gpu) against a dense float64 reference of one
 softmax written here from DESIGN.md's rules (sections 1-3), over both softmaxes, masks, packed rows,
-cross projections, talking heads, residual scores and dropout; and a tiny model on them against
-tests/model/dense_reference.py.
+cross projections, talking heads, residual scores and dropout. (A model on them, the gpu backend,
+against tests/model/dense_reference.py: tests/model/backends/test_backends.py.)
 
 Without a CUDA GPU, Triton's interpreter runs them on CPU tensors (tests/conftest.py sets
 TRITON_INTERPRET=1 before Triton is imported); on a GPU the same tests run the compiled kernels.
@@ -20,13 +20,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from longdoc.model import attention as attention_module
-from longdoc.model import kernels as cpu_kernels
 from longdoc.model.kernels.gpu import TritonSoftmax, softmax as gpu_softmax, triton_available
-from tests.model.conftest import make_inputs, tiny_config
-from tests.model.dense_reference import dense_forward
 from tests.model.one_softmax import Case, Operands, operands, reference
-from tests.model.test_attention import make_model
 
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 SEED = 2**40 + 17  # dropout's, where a test fixes it
@@ -98,8 +93,7 @@ def assert_kernel_matches_reference(case: Case, dtype: torch.dtype, atol: float,
                                     drop_probability: float = 0.0) -> None:
     """TritonSoftmax's outputs and gradients against `reference`'s, on `case`'s operands; with dropout,
     the reference applies the keep mask the kernels draw for their seed (fixed here)."""
-    ops = operands(case)
-    ops.settings.drop_probability = drop_probability
+    ops = operands(case).with_dropout(drop_probability)
     loss_weights = (torch.randn(*ops.own_qkv.shape[:2], ops.own_qkv.shape[2] // 3, dtype=torch.float64),
                     torch.randn(2, case.heads, *ops.settings.mask_bias.shape[2:], dtype=torch.float64))
     dropout = dict(keep=None)
@@ -198,8 +192,7 @@ def test_dropout_keeps_the_expected_share_of_weights_independently_per_seed_and_
 
 
 def test_dropout_seeds_come_from_torch_generator(triton_kernels):
-    ops = operands(Case("long"))
-    ops.settings.drop_probability = 0.3
+    ops = operands(Case("long")).with_dropout(0.3)
 
     def run(seed: int) -> Tensor:
         torch.manual_seed(seed)
@@ -238,49 +231,6 @@ def test_a_nan_score_reaches_the_output_as_in_the_reference(triton_kernels, talk
         context, _ = TritonSoftmax.apply(*arguments(ops))
     assert expected.isnan().any() and not expected.isnan().all()
     assert torch.equal(context.isnan().cpu(), expected.isnan())
-
-
-MODEL_CONFIGS = {
-    "residual": dict(residual_attention=True),
-    "residual-mean,hard-l2g": dict(residual_attention=True, residual_attention_mean=True, hard_l2g=True),
-    "talking-heads": dict(talking_heads=True),
-    "cross-kv": dict(cross_kv_projections=True),
-    "absolute-positions,packed": dict(position_embedding_type="absolute"),
-}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("overrides", MODEL_CONFIGS.values(), ids=MODEL_CONFIGS.keys())
-def test_a_model_on_the_gpu_kernels_equals_the_dense_reference(triton_kernels, monkeypatch, overrides):
-    # The attention layer's compiled-softmax call site, on TritonSoftmax: outputs and every
-    # parameter's gradient of a 3-layer model against tests/model/dense_reference.py.
-    monkeypatch.setattr(attention_module, "CompiledSoftmax", TritonSoftmax)
-    monkeypatch.setattr(cpu_kernels, "available_for", lambda tensor: True)
-    absolute = overrides.get("position_embedding_type") == "absolute"
-    inputs = make_inputs(2, 13, 4, padding=True, structure=True, packed=absolute)  # (and packed rows)
-    long_mask, global_mask = inputs["long_attention_mask"].bool(), inputs["global_attention_mask"].bool()
-    weights = torch.randn(2, 13, 16, dtype=torch.float64), torch.randn(2, 4, 16, dtype=torch.float64)
-
-    def gradients(model, forward) -> tuple[list, dict]:
-        long_hidden, global_hidden = forward(model)
-        outputs = [long_hidden.double().cpu()[long_mask], global_hidden.double().cpu()[global_mask]]
-        (outputs[0] * weights[0][long_mask]).sum().add((outputs[1] * weights[1][global_mask]).sum()).backward()
-        return [output.detach() for output in outputs], {
-            name: parameter.grad.double().cpu() for name, parameter in model.named_parameters()
-            if parameter.grad is not None}
-
-    def on_kernels(model):
-        output = model(**{name: tensor.to(DEVICE) for name, tensor in inputs.items()})
-        return output.long_hidden_state, output.global_hidden_state
-
-    kernel_outputs, kernel_gradients = gradients(make_model(tiny_config(**overrides)).float().to(DEVICE), on_kernels)
-    dense_outputs, dense_gradients = gradients(make_model(tiny_config(**overrides)),
-                                               lambda model: dense_forward(model, inputs))
-    for got, expected in zip(kernel_outputs, dense_outputs):
-        torch.testing.assert_close(got, expected, atol=2e-5, rtol=0)
-    assert kernel_gradients.keys() == dense_gradients.keys()
-    for name in kernel_gradients:
-        torch.testing.assert_close(kernel_gradients[name], dense_gradients[name], atol=1e-4, rtol=1e-3, msg=name)
 
 
 # An H100's shared memory per block (227 KB; a block may not take more)
@@ -322,13 +272,13 @@ def test_without_triton_the_kernels_say_what_is_missing(monkeypatch):
 
 def test_operands_that_do_not_fit_together_are_refused(triton_kernels):
     *inputs, settings = arguments(operands(Case("global")))
-    with pytest.raises(ValueError, match="relative terms and relative_ids come together: relative given, "
-                                         "relative_ids None"):
-        TritonSoftmax.apply(*inputs, replace(settings, relative_ids=None))
+    with pytest.raises(ValueError, match="relative terms and their ids come together: relative given, "
+                                         "kernel_ids None"):
+        TritonSoftmax.apply(*inputs, replace(settings, kernel_ids=None))
     narrow = settings.mask_bias[..., :-1]
     with pytest.raises(ValueError, match=r"mask_bias has 24 keys per query, the keys give 25 \(first piece 5, "
                                          r"second 20\)"):
-        TritonSoftmax.apply(*inputs, replace(settings, mask_bias=narrow, relative_ids=settings.relative_ids[..., :-1]))
+        TritonSoftmax.apply(*inputs, replace(settings, mask_bias=narrow, kernel_ids=settings.kernel_ids[..., :-1]))
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="CPU tensors outside the interpreter")

@@ -195,7 +195,8 @@ def test_rerun_after_the_end_only_evaluates_again(reference, data, tmp_path):
     assert (out / "train_log.jsonl").read_text() == before  # the final evaluation's line replaced, not repeated
 
 
-def test_attention_runs_the_backend_named_for_this_run_only(data, reference, tmp_path, monkeypatch, capsys):
+def test_attention_runs_the_backend_named_for_this_run_only(data, reference, tmp_path, monkeypatch, capsys,
+                                                          without_triton_interpreter):
     # --attention dense: the run computes its attention in the dense float64 reference (the same
     # training, within float32's rounding), and the model it saves keeps the --init encoder's backend.
     from longdoc.model.backends.dense import DenseBackend

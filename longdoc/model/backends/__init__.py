@@ -6,11 +6,12 @@ a name: `config.attention_backend` (saved with the model), which `set_attention_
 run time and the commands' `--attention` set.
 - eager: blocked PyTorch ops, the specification (longdoc.model.backends.eager);
 - cpu: the compiled C++ kernels, CPU float32 (longdoc.model.backends.cpu);
-- gpu: the fused Triton kernel, CUDA (longdoc.model.backends.gpu);
+- gpu: the fused Triton kernels, CUDA (CPU tensors in its interpreter mode, TRITON_INTERPRET=1:
+  longdoc.model.backends.gpu);
 - dense: a float64 reference over full rows, slow (longdoc.model.backends.dense);
 - auto: cpu on the CPU in float32 where the kernels build (unless LONGDOC_KERNELS=0), gpu on CUDA
-  where its kernel is available, else eager; eager while torch.compile or export traces the model
-  (the kernels are opaque to tracing).
+  in bfloat16, float16 or float32 where Triton imports, else eager; eager while torch.compile or
+  export traces the model (the kernels are opaque to tracing).
 A backend named where it cannot run is refused (`AttentionBackendError`, one line naming the
 backend, the device, the dtype and what runs there). The interface: longdoc.model.backends.base;
 the choice: longdoc.model.backends.resolution. This module imports nothing (the command line reads

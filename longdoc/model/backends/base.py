@@ -90,6 +90,16 @@ class SoftmaxOperands:
         second_keys, second_values = head_views(self.other, self.num_heads, second_parts)[-2:]
         return query, first_keys, first_values, second_keys, second_values
 
+    def relative_terms_by_id(self) -> Tensor | None:
+        """For kernels that pick each pair's relative term themselves: the terms of all R ids for every
+        query, [B, h, ..., Nq, R] (blocked like the scores), from the unscaled queries (the kernels
+        scale q.k); None without relative positions."""
+        if self.relative_ids is None:
+            return None
+        query = self.heads()[0]  # [B, h, Nq, d]
+        blocked = query if self.window_block == 0 else query.unflatten(2, (-1, self.window_block))
+        return relative_terms(blocked, self.relative_key, self.relative_bias, self.query_scale)
+
 
 @dataclass(frozen=True)
 class SoftmaxResult:
@@ -101,6 +111,38 @@ class SoftmaxResult:
     context: Tensor
     summed: Tensor | None = None
     weights: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    """What the compiled backends' autograd functions (cpu: CompiledSoftmax, gpu: TritonSoftmax) take
+    besides their tensors: the settings and side inputs of one softmax (SoftmaxOperands' fields of
+    the same names) and what a backend derives for its kernel."""
+
+    num_heads: int
+    window_block: int
+    mask_bias: Tensor
+    relative_ids: Tensor | None  # int64 (the gradient's index type)
+    kernel_ids: Tensor | None  # the same, int32 (the kernels')
+    links: Tensor | None
+    layout: RelativeIdLayout | None
+    scale: float
+    keep_summed: bool
+    keep_weights: bool
+    drop_probability: float
+    key_ranges: Tensor | None  # [B, Nq, 2] int32: the second keys each query may see (cpu only)
+    # The caller's grad mode: autograd marks inputs that require grad in ctx.needs_input_grad under
+    # no_grad and inference_mode too, so only this says whether a backward can follow.
+    records_graph: bool
+
+    @classmethod
+    def of(cls, operands: SoftmaxOperands, kernel_ids: Tensor | None,
+           key_ranges: Tensor | None = None) -> "KernelSettings":
+        """The settings of `operands`, read in the caller's grad mode."""
+        o = operands
+        return cls(o.num_heads, o.window_block, o.mask_bias, o.relative_ids, kernel_ids, o.links, o.relative_layout,
+                   o.scale, o.keep_summed, o.keep_weights, o.drop_probability, key_ranges,
+                   records_graph=torch.is_grad_enabled())
 
 
 class AttentionBackend:

@@ -11,37 +11,14 @@ sentence's global token its own tokens), so that the kernel skips the rest.
 
 import functools
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from longdoc.model.backends.base import AttentionBackend, SoftmaxOperands, SoftmaxResult, head_views, relative_terms
+from longdoc.model.backends.base import AttentionBackend, KernelSettings, SoftmaxOperands, SoftmaxResult, head_views
 from longdoc.model.backends.relative import relative_gradient
 from longdoc.model.dropout import keep_mask, kept_scale
 from longdoc.model.kernels import cpu as kernels
-from longdoc.model.side_inputs import RelativeIdLayout
-
-
-@dataclass
-class _KernelSettings:
-    """What `CompiledSoftmax` needs besides its tensors: the settings of one softmax and its side inputs."""
-
-    num_heads: int
-    window_block: int  # b: the first keys are a window of 3b around each block of b queries; 0: all of them
-    mask_bias: Tensor  # [B, 1, ..., Nq, N]
-    relative_ids: Tensor | None  # int64 (the gradient's index type)
-    kernel_ids: Tensor | None  # the same, int32 (the kernel's)
-    links: Tensor | None
-    layout: RelativeIdLayout | None
-    scale: float  # of the summed scores in the softmax (the running mean's)
-    keep_summed: bool  # residual attention: return the summed scores
-    keep_weights: bool  # return the weights
-    drop_probability: float  # attention dropout, applied to the weights that multiply the values
-    key_ranges: Tensor | None  # [B, Nq, 2] int32: the second keys each query may see (global_key_ranges)
-    # The caller's grad mode: autograd marks inputs that require grad in ctx.needs_input_grad under
-    # no_grad and inference_mode too, so only this says whether a backward can follow.
-    records_graph: bool
 
 
 def _query_rows(tensor: Tensor | None, batch: int, num_queries: int) -> Tensor | None:
@@ -75,7 +52,7 @@ class CompiledSoftmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, own: Tensor, other: Tensor, relative: Tensor | None, carried: Tensor | None,
-                pre: Tensor | None, post: Tensor | None, settings: _KernelSettings):
+                pre: Tensor | None, post: Tensor | None, settings: KernelSettings):
         batch, num_queries, width = own.shape
         heads, talking = settings.num_heads, pre is not None
         for_backward = settings.records_graph and any(ctx.needs_input_grad[:6])
@@ -177,24 +154,13 @@ class CpuBackend(AttentionBackend):
         return None if failure is None else f"the C++ kernels could not be built here ({failure})"
 
     def attend(self, operands: SoftmaxOperands) -> SoftmaxResult:
-        b = operands.window_block
-        relative = None
-        if operands.relative_ids is not None:
-            query = operands.heads()[0]  # [B, h, Nq, d], unscaled: the kernel scales q.k
-            blocked_query = query if b == 0 else query.unflatten(2, (-1, b))
-            relative = relative_terms(blocked_query, operands.relative_key, operands.relative_bias,
-                                      operands.query_scale)
         first_keys = operands.own.shape[1]
-        settings = _KernelSettings(
-            operands.num_heads, b, operands.mask_bias, operands.relative_ids,
-            self.derived(operands.relative_ids, "int32", lambda ids: ids.to(torch.int32)),
-            operands.links, operands.relative_layout, scale=operands.scale, keep_summed=operands.keep_summed,
-            keep_weights=operands.keep_weights, drop_probability=operands.drop_probability,
-            key_ranges=None if b else self.derived(operands.mask_bias, "ranges",
-                                                 lambda mask: global_key_ranges(mask, first_keys)),
-            records_graph=torch.is_grad_enabled(),
+        settings = KernelSettings.of(
+            operands, self.derived(operands.relative_ids, "int32", lambda ids: ids.to(torch.int32)),
+            key_ranges=None if operands.window_block else self.derived(
+                operands.mask_bias, "ranges", lambda mask: global_key_ranges(mask, first_keys)),
         )
         context, summed, weights = CompiledSoftmax.apply(
-            operands.own, operands.other, relative, operands.carried, operands.talking_heads_pre,
-            operands.talking_heads_post, settings)
+            operands.own, operands.other, operands.relative_terms_by_id(), operands.carried,
+            operands.talking_heads_pre, operands.talking_heads_post, settings)
         return SoftmaxResult(context, summed, weights)

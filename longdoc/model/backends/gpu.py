@@ -1,37 +1,29 @@
-"""The gpu backend: each softmax in the fused Triton kernel of longdoc.model.kernels.gpu (CUDA).
+"""The gpu backend: each softmax in the fused Triton kernels of longdoc.model.kernels.gpu
+(`TritonSoftmax`), CUDA tensors in bfloat16, float16 or float32, forward and backward.
 
-An adapter only: the kernel module provides `attention(**arguments)`, an autograd-aware function
-taking the operands by the names of the C++ kernels' entry points (`kernel_keys`: query,
-query_scale, first_keys, first_values, window_block, second_keys, second_values, as views [B, h,
-N, d] where the projections wrote them; relative [B, h, Nq, R] and ids (int32) [B, Nq, N], or None;
-carried [B, h, Nq, N] or None; mask_bias [B, Nq, N]; scale; pre and post [h, h] or None; key_ranges
-None) and the settings drop_probability, keep_summed and keep_weights, and returning (context [B,
-Nq, H], summed [B, h, Nq, N] or None, weights [B, h, Nq, N] or None). Until the module exists the
-backend is refused with the reason, and `auto` does not pick it.
+The kernels read q, k and v where the projections wrote them and keep nothing score-sized but the
+summed scores residual attention carries: the backward recomputes the weights from each row's
+statistics, as flash attention does. What they need beyond the operands is derived here once per
+forward pass: the relative ids as int32.
+
+Weights on request (`keep_weights`, for inspection) are computed apart, by the eager backend from
+the same operands without autograd: a second computation of each softmax, only when asked.
+
+Interpreter mode: with TRITON_INTERPRET=1 in the environment before Triton is imported, Triton's
+interpreter runs the kernels on CPU tensors (float32 and float16; it multiplies bfloat16 wrongly,
+triton-lang/triton#11584), so the backend runs on the CPU too, slowly: for checks without a GPU
+(the tests do). `auto` never picks it there.
 """
 
-import functools
-import importlib
-from types import ModuleType
+from dataclasses import replace
 
 import torch
 
-from longdoc.model.backends.base import AttentionBackend, SoftmaxOperands, SoftmaxResult, relative_terms
-from longdoc.model.backends.cpu import kernel_keys
+from longdoc.model.backends.base import AttentionBackend, KernelSettings, SoftmaxOperands, SoftmaxResult
+from longdoc.model.backends.eager import EagerBackend
+from longdoc.model.kernels.gpu import TritonSoftmax, interpreting, triton_failure
 
-KERNEL_MODULE = "longdoc.model.kernels.gpu"
-
-
-@functools.cache
-def kernel_module() -> tuple[ModuleType | None, str | None]:
-    """(the GPU kernel's module, None), or (None, why it is not available)."""
-    try:
-        module = importlib.import_module(KERNEL_MODULE)
-    except ImportError as error:  # the module, or Triton, missing
-        return None, f"{KERNEL_MODULE} cannot be imported ({error})"
-    if not callable(getattr(module, "attention", None)):
-        return None, f"{KERNEL_MODULE} has no attention() entry point"
-    return module, None
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 class GpuBackend(AttentionBackend):
@@ -39,29 +31,31 @@ class GpuBackend(AttentionBackend):
 
     @classmethod
     def refusal(cls, device: torch.device, dtype: torch.dtype) -> str | None:
-        if device.type != "cuda":
+        interpreted = device.type == "cpu" and interpreting()
+        if device.type != "cuda" and not interpreted:
             return "the GPU kernel runs on CUDA tensors only"
-        module, why = kernel_module()
-        return None if module is not None else f"the GPU attention kernel is not available: {why}"
+        if dtype not in DTYPES:
+            return "the GPU kernel takes bfloat16, float16 or float32 tensors"
+        if interpreted and dtype == torch.bfloat16:
+            return "Triton's interpreter (TRITON_INTERPRET=1) multiplies bfloat16 wrongly: float16 or float32 there"
+        why = triton_failure()
+        if why is not None:
+            return f"the GPU kernel needs Triton: {why}"
+        if (dtype == torch.bfloat16 and device.type == "cuda" and torch.cuda.is_available()
+                and torch.cuda.get_device_capability(device) < (8, 0)):  # (bfloat16 tensor cores: Ampere's)
+            return "the GPU kernel takes bfloat16 on GPUs of compute capability 8.0 or more: float16 or float32 here"
+        return None
 
     def attend(self, operands: SoftmaxOperands) -> SoftmaxResult:
-        batch, num_queries, _ = operands.own.shape
-        b = operands.window_block
-        rows = lambda tensor: None if tensor is None else tensor.reshape(batch, -1, num_queries, tensor.shape[-1])
-        relative = ids = None
-        if operands.relative_ids is not None:
-            query = operands.heads()[0]  # unscaled: the kernel scales q.k
-            relative = relative_terms(query if b == 0 else query.unflatten(2, (-1, b)), operands.relative_key,
-                                      operands.relative_bias, operands.query_scale)
-            ids = self.derived(operands.relative_ids, "int32", lambda ids: ids.to(torch.int32))
-            ids = ids.view(batch, num_queries, -1)
-        context, summed, weights = kernel_module()[0].attention(
-            **kernel_keys(operands.own, operands.other, operands.num_heads, b), relative=rows(relative), ids=ids,
-            carried=rows(operands.carried), mask_bias=operands.mask_bias.view(batch, num_queries, -1),
-            scale=operands.scale, pre=operands.talking_heads_pre, post=operands.talking_heads_post, key_ranges=None,
-            drop_probability=operands.drop_probability, keep_summed=operands.keep_summed,
-            keep_weights=operands.keep_weights,
-        )
-        shape = operands.scores_shape
-        return SoftmaxResult(context, None if summed is None else summed.view(shape),
-                             None if weights is None else weights.view(shape))
+        settings = KernelSettings.of(
+            operands, self.derived(operands.relative_ids, "int32", lambda ids: ids.to(torch.int32)))
+        context, summed = TritonSoftmax.apply(
+            operands.own, operands.other, operands.relative_terms_by_id(), operands.carried,
+            operands.talking_heads_pre, operands.talking_heads_post, settings)
+        weights = None
+        if operands.keep_weights:
+            with torch.no_grad():  # (weights are for inspection: no gradient flows through them)
+                weights = EagerBackend().attend(
+                    replace(operands, drop_probability=0.0, keep_summed=False)).weights
+        return SoftmaxResult(context, summed, weights)
+

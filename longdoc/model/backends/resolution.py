@@ -27,7 +27,7 @@ def _auto(device: torch.device, dtype: torch.dtype) -> type[AttentionBackend]:
         return EagerBackend
     if cpu_kernels.enabled() and CpuBackend.refusal(device, dtype) is None:
         return CpuBackend
-    if GpuBackend.refusal(device, dtype) is None:
+    if device.type == "cuda" and GpuBackend.refusal(device, dtype) is None:  # (never the interpreter mode)
         return GpuBackend
     return EagerBackend
 

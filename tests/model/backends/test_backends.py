@@ -1,7 +1,11 @@
 """Every attention backend against the float64 dense reference (tests/model/dense_reference.py) over
 masks, packed rows, cross projections, talking heads, residual attention on and off and its running
 mean, forward and gradients; the weights they return on request; how `auto` chooses and how a backend
-that cannot run is refused."""
+that cannot run is refused.
+
+The gpu backend runs on a CUDA GPU, or without one in its interpreter mode (TRITON_INTERPRET=1, which
+tests/conftest.py sets where there is no CUDA GPU): Triton's interpreter runs its kernels on CPU tensors.
+"""
 
 import pytest
 import torch
@@ -13,6 +17,7 @@ from longdoc.model.backends.eager import EagerBackend
 from longdoc.model.backends.gpu import GpuBackend
 from longdoc.model.backends.resolution import BACKENDS, refusal, resolve_backend
 from longdoc.model.kernels import cpu as cpu_kernels
+from longdoc.model.kernels.gpu import interpreting, triton_failure
 from tests.model.conftest import make_inputs, tiny_config
 from tests.model.dense_reference import dense_forward
 from tests.model.test_attention import make_model
@@ -21,7 +26,16 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 # Where each backend runs in these tests, and how close to the float64 reference it comes there: the
 # outputs' absolute tolerance, the gradients' absolute and relative ones.
 PLACES = {"eager": (CPU, torch.float64, 1e-10, (1e-9, 1e-7)), "dense": (CPU, torch.float64, 1e-10, (1e-9, 1e-7)),
-          "cpu": (CPU, torch.float32, 2e-5, (1e-4, 1e-3)), "gpu": (CUDA, torch.float32, 1e-4, (1e-4, 1e-3))}
+          "cpu": (CPU, torch.float32, 2e-5, (1e-4, 1e-3)),
+          "gpu": (CPU if interpreting() else CUDA, torch.float32, 2e-5, (1e-4, 1e-3))}
+
+
+def backends(*names: str) -> list:
+    """`names` as test parameters, the gpu backend's marked slow in its interpreter mode (a model's
+    forward pass takes seconds there; its kernels' own tests, tests/model/test_gpu_kernel.py, are fast)."""
+    return [pytest.param(name, marks=pytest.mark.slow) if name == "gpu" and interpreting() else name
+            for name in names]
+
 CONFIGS = {
     "residual": dict(residual_attention=True),
     "plain": dict(residual_attention=False),
@@ -51,7 +65,7 @@ def on(device, inputs: dict) -> dict:
     return {name: value.to(device) for name, value in inputs.items()}
 
 
-@pytest.mark.parametrize("backend", list(PLACES))
+@pytest.mark.parametrize("backend", backends(*PLACES))
 @pytest.mark.parametrize("overrides", CONFIGS.values(), ids=CONFIGS.keys())
 @pytest.mark.parametrize("packed", [False, True], ids=["one-example", "packed"])
 def test_every_backend_equals_the_dense_reference(backend, overrides, packed):
@@ -69,10 +83,10 @@ def test_every_backend_equals_the_dense_reference(backend, overrides, packed):
                                    global_reference[global_mask], atol=tolerance, rtol=0)
 
 
-GRADIENT_CONFIGS = ("residual", "running-mean", "talking-heads", "cross-kv")
+GRADIENT_CONFIGS = ("residual", "running-mean", "talking-heads", "cross-kv", "hard-l2g,within-paragraph,no-hard-g2l")
 
 
-@pytest.mark.parametrize("backend", list(PLACES))
+@pytest.mark.parametrize("backend", backends(*PLACES))
 @pytest.mark.parametrize("overrides", [CONFIGS[name] for name in GRADIENT_CONFIGS], ids=GRADIENT_CONFIGS)
 def test_every_backends_gradients_equal_the_dense_references(backend, overrides):
     model = model_on(backend, overrides)
@@ -98,7 +112,7 @@ def test_every_backends_gradients_equal_the_dense_references(backend, overrides)
         torch.testing.assert_close(got[name], expected[name], atol=atol, rtol=rtol, msg=name)
 
 
-@pytest.mark.parametrize("backend", ["eager", "cpu", "dense"])
+@pytest.mark.parametrize("backend", backends("eager", "cpu", "dense", "gpu"))
 @pytest.mark.parametrize("talking_heads", [False, True], ids=["plain", "talking-heads"])
 def test_weights_on_request_are_softmax_rows_equal_to_the_dense_backends(backend, talking_heads):
     # The weights of every layer and softmax: 0 where the mask forbids, rows of 1 for every query
@@ -106,9 +120,10 @@ def test_weights_on_request_are_softmax_rows_equal_to_the_dense_backends(backend
     inputs = make_inputs(2, 17, 6, padding=True, structure=True)
     overrides = dict(talking_heads=talking_heads)
     model = model_on(backend, overrides)
-    assert model(**inputs).attention_weights is None  # not asked for
+    device = PLACES[backend][0]
+    assert model(**on(device, inputs)).attention_weights is None  # not asked for
     model.keep_attention_weights()
-    output = model(**inputs)
+    output = model(**on(device, inputs))
     reference = model_on("dense", overrides)
     reference.keep_attention_weights()
     expected = reference(**inputs).attention_weights
@@ -116,8 +131,8 @@ def test_weights_on_request_are_softmax_rows_equal_to_the_dense_backends(backend
     long_mask, global_mask = mask_biases(model.config, inputs)
     for got, want in zip(output.attention_weights, expected):
         assert got.block_size == want.block_size == 4
-        for weights, reference_weights, mask_bias in ((got.long, want.long, long_mask),
-                                                      (got.global_, want.global_, global_mask)):
+        for weights, reference_weights, mask_bias in ((got.long.cpu(), want.long, long_mask),
+                                                      (got.global_.cpu(), want.global_, global_mask)):
             assert weights.shape == reference_weights.shape == (2, 4, *mask_bias.shape[2:])
             allowed = (mask_bias == 0).expand_as(weights)
             real_queries = allowed.any(-1)  # (a padding query may attend to nothing)
@@ -145,42 +160,45 @@ def test_auto_picks_by_device_and_dtype(monkeypatch):
     built = cpu_kernels.compiled() is not None
     assert resolve_backend("auto", CPU, torch.float32) is (CpuBackend if built else EagerBackend)
     assert resolve_backend("auto", CPU, torch.bfloat16) is EagerBackend
-    # Without the GPU kernel's module, CUDA tensors run the eager backend.
-    assert resolve_backend("auto", CUDA, torch.float16) is (EagerBackend if GpuBackend.refusal(CUDA, torch.float16)
-                                                            else GpuBackend)
+    # CUDA tensors in the kernel's dtypes run it where Triton imports, the eager backend otherwise.
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        assert resolve_backend("auto", CUDA, dtype) is (GpuBackend if triton_failure() is None else EagerBackend)
+    assert resolve_backend("auto", CUDA, torch.float64) is EagerBackend
     assert resolve_backend("auto", torch.device("mps"), torch.float32) is EagerBackend
     monkeypatch.setenv(cpu_kernels.ENVIRONMENT_VARIABLE, "0")  # auto keeps off the kernels; asked by name, they run
     assert resolve_backend("auto", CPU, torch.float32) is EagerBackend
     if built:
         assert resolve_backend("cpu", CPU, torch.float32) is CpuBackend
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the gpu backend's interpreter mode only runs when named
+    assert resolve_backend("gpu", CPU, torch.float32) is GpuBackend
+    for dtype in (torch.float32, torch.float16):
+        assert resolve_backend("auto", CPU, dtype) is EagerBackend
     for name, backend in BACKENDS.items():
         assert backend.name == name and name in BACKEND_NAMES
 
 
 @pytest.mark.parametrize("name,device,dtype,message", [
     ("cpu", CUDA, torch.bfloat16, "attention backend 'cpu' cannot run on cuda in bfloat16: the C++ kernels run on "
-                                  "the CPU in float32 only; there eager, dense can (or auto, which picks one)"),
+                                  "the CPU in float32 only; there eager, {gpu}dense can (or auto, which picks one)"),
     ("cpu", CPU, torch.bfloat16, "attention backend 'cpu' cannot run on cpu in bfloat16: the C++ kernels run on "
                                  "the CPU in float32 only; there eager, dense can (or auto, which picks one)"),
     ("gpu", CPU, torch.float32, "attention backend 'gpu' cannot run on cpu in float32: the GPU kernel runs on CUDA "
                                 "tensors only; there eager, {cpu}dense can (or auto, which picks one)"),
+    ("gpu", CUDA, torch.float64, "attention backend 'gpu' cannot run on cuda in float64: the GPU kernel takes "
+                                 "bfloat16, float16 or float32 tensors; there eager, dense can (or auto, which picks "
+                                 "one)"),
 ])
-def test_a_backend_that_cannot_run_is_refused_in_one_line_saying_what_can(name, device, dtype, message):
-    message = message.format(cpu="cpu, " if cpu_kernels.compiled() is not None else "")
+def test_a_backend_that_cannot_run_is_refused_in_one_line_saying_what_can(name, device, dtype, message,
+                                                                         without_triton_interpreter):
+    message = message.format(cpu="cpu, " if cpu_kernels.compiled() is not None else "",
+                             gpu="gpu, " if triton_failure() is None else "")
     assert refusal(name, device, dtype) == message
     with pytest.raises(AttentionBackendError) as refused:
         resolve_backend(name, device, dtype)
     assert str(refused.value) == message and "\n" not in message
 
 
-def test_the_gpu_backend_without_its_kernel_says_why():
-    why = GpuBackend.refusal(CUDA, torch.float32)
-    if why is None:
-        pytest.skip("the GPU kernel's module is importable here")
-    assert why.startswith("the GPU attention kernel is not available: longdoc.model.kernels.gpu")
-
-
-def test_the_backend_is_chosen_by_config_and_overridden_at_run_time(monkeypatch):
+def test_the_backend_is_chosen_by_config_and_overridden_at_run_time(monkeypatch, without_triton_interpreter):
     # The config's choice, saved with the model; set_attention_backend overrides it without changing it.
     chosen = []
     for backend in BACKENDS.values():

@@ -15,7 +15,8 @@ from tests.model.conftest import make_inputs, tiny_config
 from tests.model.test_attention import make_model
 
 
-def test_a_kernel_that_cannot_be_built_warns_once_and_the_eager_path_serves(monkeypatch, tmp_path):
+def test_a_kernel_that_cannot_be_built_warns_once_and_the_eager_path_serves(monkeypatch, tmp_path,
+                                                                           without_triton_interpreter):
     from torch.utils import cpp_extension
 
     def no_compiler(**kwargs):  # what torch raises when ninja cannot run the compiler (its command line first)

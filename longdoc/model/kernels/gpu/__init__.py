@@ -1,11 +1,12 @@
 """The fused GPU attention: each softmax of the global-local attention in Triton kernels, forward
-and backward (`TritonSoftmax`, called like longdoc.model.attention.CompiledSoftmax).
+and backward (`TritonSoftmax`, an autograd function, which the gpu backend calls:
+longdoc.model.backends.gpu).
 
-One softmax, as longdoc.model.attention._attend specifies it: queries q [B, h, Nq, d] over a row of
-N keys, [first piece | second piece]. The first piece is the queries' own keys: with a window of
-blocks of b queries (the long softmax), block i's 3b keys (i - 1) b .. (i + 2) b - 1, zero outside
-the input; otherwise all of them (the global softmax). The second is every key of the other stream
-(or of a cross projection). Per pair:
+One softmax, as the eager backend specifies it (longdoc.model.backends.eager): queries q [B, h,
+Nq, d] over a row of N keys, [first piece | second piece]. The first piece is the queries' own keys:
+with a window of blocks of b queries (the long softmax), block i's 3b keys (i - 1) b .. (i + 2) b -
+1, zero outside the input; otherwise all of them (the global softmax). The second is every key of
+the other stream (or of a cross projection). Per pair:
 
     summed  = q.k / sqrt(d) + relative[ids] + carried      (written: residual attention's carry)
     weights = post @ softmax(scale * (pre @ summed) + mask)  (pre, post: talking heads' mixes)
@@ -30,7 +31,7 @@ The kernels (forward.py, backward.py; shared tiles in tiles.py):
   them where the forward wrote them (the next layer keeps them anyway, as its carried scores; the
   forward's softmax reads them as stored, rounded to their dtype, as the eager path and the next
   layer do). Per tile they write the gradient of the summed scores (that of the carried scores,
-  and of the picked relative terms: attention.relative_gradient sums it by the ids' structure),
+  and of the picked relative terms: backends.relative.relative_gradient sums it by the ids' structure),
   store the queries' gradient (a program holds all of its queries' keys) and add the keys' and
   values' atomically (float32): the windows of neighbouring tiles overlap and every query reads the
   second piece. Without talking heads each row's delta = sum(weights * their gradient) is
@@ -61,6 +62,6 @@ pair and head for the mixes (GEMMs with K = h, small for the tensor cores) and h
 tiles, more than the registers take (their sm_90 builds spill): expect them to be the slowest.
 """
 
-from longdoc.model.kernels.gpu.softmax import TritonSoftmax, triton_available
+from longdoc.model.kernels.gpu.softmax import TritonSoftmax, interpreting, triton_available, triton_failure
 
-__all__ = ["TritonSoftmax", "triton_available"]
+__all__ = ["TritonSoftmax", "interpreting", "triton_available", "triton_failure"]

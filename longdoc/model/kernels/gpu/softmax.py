@@ -1,8 +1,10 @@
 """`TritonSoftmax`: one softmax of the global-local attention, forward and backward, on the Triton
 kernels (forward.py, backward.py; the scheme is in longdoc.model.kernels.gpu). This module imports
-no Triton until a kernel runs.
+no Triton until a kernel runs (or `triton_failure` is asked).
 """
 
+import contextlib
+import functools
 import importlib.util
 import math
 import os
@@ -11,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from longdoc.model.backends.base import KernelSettings, head_views
+from longdoc.model.backends.relative import relative_gradient
 from longdoc.model.dropout import kept_scale
 
 # Dropout's keep decisions compare 24 random bits with the drop probability times 2^24 (tiles.dropped).
@@ -19,6 +23,25 @@ DROP_BITS = 24
 
 def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
+
+
+@functools.cache
+def triton_failure() -> str | None:
+    """Why Triton cannot be imported here (None: it can). Imports it: for the backend's choice, on
+    CUDA tensors or in the interpreter mode, where a kernel is about to run."""
+    if not triton_available():
+        return "Triton is not installed (CUDA builds of torch ship it; else `pip install triton`, Linux x86_64)"
+    try:
+        importlib.import_module("triton")
+    except Exception as error:  # (an install that does not import fails in many ways)
+        return f"Triton cannot be imported ({type(error).__name__}: {error})"
+    return None
+
+
+def interpreting() -> bool:
+    """Whether Triton's interpreter runs the kernels (TRITON_INTERPRET=1, set before Triton is
+    imported): then they take CPU tensors, for checks without a GPU."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 def _kernels():
@@ -136,14 +159,9 @@ class _Operands:
         return [self.num_queries, self.heads, self.head_size, self.window, self.first_width, self.width]
 
 
-def _head_views(projected: Tensor, heads: int, parts: int) -> tuple[Tensor, ...]:
-    """[B, N, parts * H] -> `parts` views [B, h, N, d] (q, k, v or k, v), rows at the input's stride."""
-    return projected.unflatten(-1, (parts, heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
-
-
 def _key_value_views(projected: Tensor, heads: int, hidden: int) -> tuple[Tensor, Tensor]:
     """Keys and values of a fused projection [B, N, 3H] or of a cross projection [B, N, 2H]."""
-    return _head_views(projected, heads, parts=projected.shape[-1] // hidden)[-2:]
+    return head_views(projected, heads, parts=projected.shape[-1] // hidden)[-2:]
 
 
 def _rows_in_place(tensor: Tensor) -> Tensor:
@@ -152,18 +170,18 @@ def _rows_in_place(tensor: Tensor) -> Tensor:
 
 
 def _operands(own_qkv: Tensor, other: Tensor, relative: Tensor | None, carried: Tensor | None,
-              settings) -> _Operands:
+              settings: KernelSettings) -> _Operands:
     batch, num_queries, width3 = own_qkv.shape
     heads, hidden = settings.num_heads, width3 // 3
-    query, first_keys, first_values = _head_views(_rows_in_place(own_qkv), heads, parts=3)
+    query, first_keys, first_values = head_views(_rows_in_place(own_qkv), heads, parts=3)
     second_keys, second_values = _key_value_views(_rows_in_place(other), heads, hidden)
     relative = None if relative is None else _rows_in_place(relative)
     # Per-head tensors as [B, h, Nq, ...]; the ids and the mask, shared by the heads, as [B, Nq, N].
     rows = lambda tensor: None if tensor is None else tensor.reshape(batch, heads, num_queries, tensor.shape[-1])
     shared = lambda tensor: None if tensor is None else tensor.reshape(batch, num_queries, -1).contiguous()
     operands = _Operands(query, first_keys, first_values, second_keys, second_values, rows(relative),
-                         shared(settings.relative_ids), shared(settings.mask_bias),
-                         None if carried is None else rows(carried).contiguous(), settings.block_size, heads)
+                         shared(settings.kernel_ids), shared(settings.mask_bias),
+                         None if carried is None else rows(carried).contiguous(), settings.window_block, heads)
     if operands.mask.shape[-1] != operands.width:
         raise ValueError(f"mask_bias has {operands.mask.shape[-1]} keys per query, the keys give {operands.width} "
                          f"(first piece {operands.first_width}, second {second_keys.shape[2]})")
@@ -224,7 +242,7 @@ def _precision(dtype: torch.dtype) -> str:
 
 
 def _check_device(tensor: Tensor) -> None:
-    if tensor.device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") != "1":
+    if tensor.device.type != "cuda" and not interpreting():
         raise ValueError(f"the GPU attention kernels take CUDA tensors, not {tensor.device} ones "
                          "(CPU tensors run only under Triton's interpreter, TRITON_INTERPRET=1)")
 
@@ -291,7 +309,7 @@ def run_backward(operands: _Operands, own_qkv: Tensor, other: Tensor, pre: Tenso
     tiles = tiles_for(o.num_queries, o.width, o.head_size, o.heads, talking)
     grad_own = torch.zeros(own_qkv.shape, dtype=torch.float32, device=own_qkv.device)
     grad_other = torch.zeros(other.shape, dtype=torch.float32, device=other.device)
-    grad_query, grad_first_keys, grad_first_values = _head_views(grad_own, o.heads, parts=3)
+    grad_query, grad_first_keys, grad_first_values = head_views(grad_own, o.heads, parts=3)
     grad_second_keys, grad_second_values = _key_value_views(grad_other, o.heads, own_qkv.shape[-1] // 3)
     grad_scores = torch.empty(o.scores_shape, dtype=own_qkv.dtype, device=own_qkv.device) if want_scores else None
     grad_out = grad_context.transpose(1, 2)  # [B, h, Nq, d]
@@ -327,44 +345,45 @@ def run_backward(operands: _Operands, own_qkv: Tensor, other: Tensor, pre: Tenso
     return _Gradients(grad_own, grad_other, grad_scores, grad_pre, grad_post)
 
 
-def _relative_gradient(grad_scores: Tensor, operands: _Operands, settings, relative_shape: torch.Size) -> Tensor:
-    """The gradient of the relative terms [B, h, ..., Nq, R] from that of the summed scores
-    [B, h, Nq, N]: by the ids' structure (longdoc.model.attention.relative_gradient) where their
-    layout is given, else by a scatter over the ids."""
-    if settings.layout is None:
-        grad = grad_scores.new_zeros(*grad_scores.shape[:3], relative_shape[-1])
-        index = operands.ids.long().unsqueeze(1).expand(grad_scores.shape)
-        return grad.scatter_add_(-1, index, grad_scores).view(relative_shape)
-    from longdoc.model.attention import relative_gradient  # (imported here: attention imports this module)
+def _device_of(tensor: Tensor):
+    """Triton launches on the current CUDA device: make it the tensors' (a no-op on the CPU)."""
+    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()
 
+
+def _relative_gradient(grad_scores: Tensor, operands: _Operands, settings: KernelSettings,
+                       relative_shape: torch.Size) -> Tensor:
+    """The gradient of the relative terms [B, h, ..., Nq, R] from that of the summed scores
+    [B, h, Nq, N], summed by the ids' structure (longdoc.model.backends.relative)."""
     blocked = grad_scores.view(operands.batch, operands.heads, *settings.mask_bias.shape[2:])
     return relative_gradient(blocked, settings.relative_ids, settings.links, settings.layout,
-                             settings.block_size or None, relative_shape)
+                             settings.window_block or None, relative_shape)
 
 
 class TritonSoftmax(torch.autograd.Function):
     """One softmax from projections to context on the GPU kernels, called as
-    `CompiledSoftmax.apply(own_qkv, other, relative, carried, pre, post, settings)`
-    (longdoc.model.attention): the queries of `own_qkv` [B, Nq, 3H] over the first keys (its own:
-    with settings.block_size b > 0 the window of 3b keys around each block of b queries, else all)
-    and the second keys (all of `other`'s: [B, N2, 3H] the other stream's fused projection, or
-    [B, N2, 2H] a cross projection); `relative` [B, h, ..., Nq, R], `carried` scores [B, h, ..., Nq,
-    N], the talking-heads mixes `pre`, `post` [h, h] (any may be None). Returns (context [B, Nq, H],
-    the summed scores [B, h, ..., Nq, N] or None).
+    `TritonSoftmax.apply(own_qkv, other, relative, carried, pre, post, settings)` (as the gpu backend,
+    longdoc.model.backends.gpu, does): the queries of `own_qkv` [B, Nq, 3H] over the first keys (its
+    own: with settings.window_block b > 0 the window of 3b keys around each block of b queries, else
+    all) and the second keys (all of `other`'s: [B, N2, 3H] the other stream's fused projection, or
+    [B, N2, 2H] a cross projection); `relative` [B, h, ..., Nq, R] the relative terms of every id,
+    `carried` scores [B, h, ..., Nq, N], the talking-heads mixes `pre`, `post` [h, h] (any may be
+    None). Returns (context [B, Nq, H], the summed scores [B, h, ..., Nq, N] or None).
 
-    `settings` is read for num_heads, block_size, mask_bias [B, 1, ..., Nq, N], relative_ids (int32,
-    like the mask), links and layout (the relative terms' gradient), scale (the running mean's),
-    keep_summed (residual attention: return the summed scores), drop_probability and records_graph
-    (the caller's grad mode); key_ranges is not used (every key is scored).
+    `settings` (longdoc.model.backends.base.KernelSettings) is read for num_heads, window_block,
+    mask_bias [B, 1, ..., Nq, N], kernel_ids (the relative ids as the kernels read them, int32, like
+    the mask), relative_ids, links and layout (the relative terms' gradient), scale (the running
+    mean's), keep_summed (residual attention: return the summed scores), drop_probability and
+    records_graph (the caller's grad mode). keep_weights and key_ranges are not read: the kernels
+    keep no weights (the gpu backend computes them where asked), and score every key.
     """
 
     @staticmethod
     def forward(ctx, own_qkv: Tensor, other: Tensor, relative: Tensor | None, carried: Tensor | None,
-                pre: Tensor | None, post: Tensor | None, settings):
-        if (relative is None) != (settings.relative_ids is None):
-            raise ValueError("relative terms and relative_ids come together: "
-                             f"relative {'given' if relative is not None else 'None'}, relative_ids "
-                             f"{'given' if settings.relative_ids is not None else 'None'}")
+                pre: Tensor | None, post: Tensor | None, settings: KernelSettings):
+        if (relative is None) != (settings.kernel_ids is None):
+            raise ValueError("relative terms and their ids come together: "
+                             f"relative {'given' if relative is not None else 'None'}, kernel_ids "
+                             f"{'given' if settings.kernel_ids is not None else 'None'}")
         operands = _operands(own_qkv, other, relative, carried, settings)
         for_backward = settings.records_graph and any(ctx.needs_input_grad[:6])
         summed = None
@@ -374,9 +393,10 @@ class TritonSoftmax(torch.autograd.Function):
             summed = carried if reuse else own_qkv.new_empty(
                 (operands.batch, operands.heads, *settings.mask_bias.shape[2:]))
         dropout = dropout_for(settings.drop_probability)
-        context, row_max, row_sum = run_forward(
-            operands, pre, post, settings.scale, None if summed is None else summed.view(operands.scores_shape),
-            dropout)
+        with _device_of(own_qkv):
+            context, row_max, row_sum = run_forward(
+                operands, pre, post, settings.scale, None if summed is None else summed.view(operands.scores_shape),
+                dropout)
         if for_backward:
             # With residual attention the backward reads the summed scores (which the next layer
             # keeps as its carried ones) instead of computing them again from these.
@@ -398,12 +418,13 @@ class TritonSoftmax(torch.autograd.Function):
         want_relative = ctx.relative_shape is not None and needs[2]
         want_carried = ctx.carried_shape is not None and needs[3]
         rows = operands.scores_shape
-        gradients = run_backward(
-            operands, own_qkv, other, pre, post, None if summed is None else summed.view(rows),
-            None if context is None else context.view(*own_qkv.shape[:2], operands.heads, -1), row_max, row_sum,
-            grad_context.contiguous().view(*own_qkv.shape[:2], operands.heads, -1),
-            None if grad_summed is None else grad_summed.reshape(rows).contiguous(), settings.scale, ctx.dropout,
-            want_relative or want_carried)
+        with _device_of(own_qkv):
+            gradients = run_backward(
+                operands, own_qkv, other, pre, post, None if summed is None else summed.view(rows),
+                None if context is None else context.view(*own_qkv.shape[:2], operands.heads, -1), row_max, row_sum,
+                grad_context.contiguous().view(*own_qkv.shape[:2], operands.heads, -1),
+                None if grad_summed is None else grad_summed.reshape(rows).contiguous(), settings.scale, ctx.dropout,
+                want_relative or want_carried)
         grad_relative = grad_carried = None
         if want_relative:
             grad_relative = _relative_gradient(gradients.scores, operands, settings, ctx.relative_shape)

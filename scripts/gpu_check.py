@@ -1,0 +1,401 @@
+"""The device check of the GPU attention, one part per subcommand; scripts/gpu_check.sh runs them all
+on a CUDA GPU. Each part writes a Markdown table into the output folder (--out, default gpu-check/),
+headed with the GPU's name, torch's and Triton's versions and the date.
+
+  python scripts/gpu_check.py environment   what this machine has and lacks (exit 2: no CUDA GPU, or a
+                                            module the check needs is missing)
+  python scripts/gpu_check.py tests --junit FILE
+                                            pytest's results on the GPU (its JUnit XML) as a table
+  python scripts/gpu_check.py etc           the converted ETC fixtures (tests/fixtures/etc) on the GPU
+                                            against CPU float32 on the same inputs, float32 and bfloat16
+  python scripts/gpu_check.py softmax       one layer's two softmaxes (ETC-base sizes), the gpu against
+                                            the eager backend: time and peak memory, forward and
+                                            forward+backward
+
+Parts to come (see PARTS): `longdoc bench --device cuda` against Longformer, BigBird and BERT, and a
+training step of each task. Every part refuses to run without a CUDA GPU (one line, exit 2); the
+functions behind them take a device, so the tests run them on CPU tensors in the gpu backend's
+interpreter mode (tests/scripts/test_gpu_check.py).
+"""
+
+import argparse
+import copy
+import datetime
+import importlib
+import importlib.metadata
+import statistics
+import sys
+import xml.etree.ElementTree as ElementTree
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+ETC_FIXTURES = REPOSITORY / "tests" / "fixtures" / "etc"
+DEFAULT_OUT = Path("gpu-check")
+# Modules the check imports (module -> its distribution on PyPI), and those it does without.
+REQUIRED = {"torch": "torch", "triton": "triton", "transformers": "transformers", "numpy": "numpy",
+            "safetensors": "safetensors", "tqdm": "tqdm", "pytest": "pytest", "google_crc32c": "google-crc32c"}
+OPTIONAL = {"xdist": ("pytest-xdist", "the tests run in one process"),
+            "ninja": ("ninja", "the C++ kernels are not built: their tests skip")}
+# Outputs within tolerance * (1 + |reference|) of CPU float32's, element by element.
+TOLERANCES = {torch.float32: 1e-4, torch.bfloat16: 1e-2}
+
+
+class Refusal(Exception):
+    """The check cannot run here: one line for the user, exit status 2."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What every table is headed with."""
+
+    gpu: str
+    torch: str
+    triton: str
+    date: str
+
+    @classmethod
+    def here(cls) -> "Machine":
+        return cls(torch.cuda.get_device_name(), torch.__version__, _version("triton") or "not installed",
+                   datetime.date.today().isoformat())
+
+
+@dataclass(frozen=True)
+class Table:
+    """One part's result: written as OUT/`name`.md."""
+
+    name: str
+    title: str
+    columns: tuple[str, ...]
+    rows: list[tuple]
+    notes: str = ""
+
+    def markdown(self, machine: Machine) -> str:
+        lines = [f"# {self.title}", "",
+                 f"{machine.gpu}; torch {machine.torch}, Triton {machine.triton}; {machine.date}", ""]
+        if self.notes:
+            lines += [self.notes, ""]
+        lines += ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
+        lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in self.rows]
+        return "\n".join(lines) + "\n"
+
+    def write(self, machine: Machine, out: Path) -> Path:
+        from longdoc.io import atomic_write_text
+
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"{self.name}.md"
+        atomic_write_text(path, self.markdown(machine))
+        return path
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if value and (abs(value) < 1e-2 or abs(value) >= 1e4) else f"{value:.4g}"
+    return "-" if value is None else str(value).replace("|", "\\|")
+
+
+def _version(module: str) -> str | None:
+    try:
+        return importlib.metadata.version(module)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def require_cuda() -> None:
+    if not torch.cuda.is_available():
+        raise Refusal(f"no CUDA GPU here (torch {torch.__version__}): the check runs on one")
+
+
+# --- environment ---------------------------------------------------------------------------------
+
+def environment_table() -> Table:
+    """Each module the check uses: its version, or missing (and what that costs)."""
+    rows = []
+    for module, distribution in REQUIRED.items():
+        rows.append((module, _module_version(module, distribution) or "missing", "required"))
+    for module, (distribution, without) in OPTIONAL.items():
+        rows.append((module, _module_version(module, distribution) or "missing", f"optional: without it {without}"))
+    return Table("environment", "What the check needs", ("module", "version", "role"), rows,
+                 notes=f"Python {sys.version.split()[0]}; CUDA {torch.version.cuda}")
+
+
+def _module_version(module: str, distribution: str) -> str | None:
+    try:
+        imported = importlib.import_module(module)
+    except ImportError:
+        return None
+    return _version(distribution) or getattr(imported, "__version__", "installed")
+
+
+def missing_modules(table: Table) -> list[str]:
+    return [f"{module} ({REQUIRED[module]})" for module, version, role in table.rows
+            if role == "required" and version == "missing"]
+
+
+# --- tests -----------------------------------------------------------------------------------------
+
+def tests_table(junit: Path) -> Table:
+    """pytest's JUnit XML -> per test file: passed, failed, skipped; then each failure's first line."""
+    counts: dict[str, Counter] = {}
+    failures = []
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        where = case.get("classname", "").replace(".", "/") + ".py"
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed"
+                message = (child.get("message") or "").splitlines()
+                failures.append(f"- `{case.get('name')}` ({where}): {message[0] if message else child.tag}")
+            elif child.tag == "skipped":
+                outcome = "skipped"
+        counts.setdefault(where, Counter())[outcome] += 1
+    rows = [(where, c["passed"], c["failed"], c["skipped"]) for where, c in sorted(counts.items())]
+    rows.append(("all", *(sum(c[outcome] for c in counts.values()) for outcome in ("passed", "failed", "skipped"))))
+    notes = "Compiled kernels (TRITON_INTERPRET unset)." + ("\n\nFailures:\n" + "\n".join(failures) if failures else "")
+    return Table("tests", "The attention's tests on the GPU", ("test file", "passed", "failed", "skipped"), rows, notes)
+
+
+# --- the converted ETC fixtures ------------------------------------------------------------------
+
+def etc_table(device: torch.device, cases: list[Path] | None = None, backends=("gpu", "eager"),
+              dtypes=(torch.float32, torch.bfloat16)) -> Table:
+    """Each converted ETC fixture's long and global outputs at real tokens on `device`, per dtype and
+    backend, against the same model's on the CPU in float32 (the eager backend) on the same inputs."""
+    import numpy as np
+
+    from longdoc.convert.etc import LengthOptions, etcmodel_inputs, read_etc
+
+    rows = []
+    for case in cases or sorted(path for path in ETC_FIXTURES.iterdir() if path.is_dir()):
+        model = read_etc(case, LengthOptions(long_max_len=64, global_max_len=8)).model.eval()
+        valid = np.load(case / "outputs.npz")
+        inputs = etcmodel_inputs(np.load(case / "inputs.npz"), valid["long_valid"], valid["global_valid"])
+        real = [torch.from_numpy(valid[name].astype(bool)) for name in ("long_valid", "global_valid")]
+        reference = _etc_outputs(model, "eager", inputs, real)
+        for dtype in dtypes:
+            for backend in backends:
+                outputs = _etc_outputs(copy.deepcopy(model).to(device, dtype), backend, inputs, real)
+                gaps = [(got - want).abs() for got, want in zip(outputs, reference)]
+                share = max(float((gap / (TOLERANCES[dtype] * (1 + want.abs()))).max())
+                            for gap, want in zip(gaps, reference))
+                rows.append((case.name, str(dtype).removeprefix("torch."), backend, float(gaps[0].max()),
+                             float(gaps[1].max()), share, "yes" if share <= 1 else "NO"))
+    return Table("etc", "Converted ETC fixtures: GPU against CPU float32", (
+        "case", "dtype", "backend", "max abs diff, long", "max abs diff, global", "largest diff / tolerance",
+        "within"), rows, notes=(
+        "Outputs at real tokens of each `tests/fixtures/etc` case converted with `read_etc` (long 64, global 8), "
+        "on the GPU with the attention backend named, against the same model on the CPU in float32 (eager "
+        "backend), same inputs. Tolerance per element: t * (1 + |CPU output|), t = "
+        + ", ".join(f"{t:g} in {str(d).removeprefix('torch.')}" for d, t in TOLERANCES.items())
+        + "; the eager rows show what the dtype alone costs."))
+
+
+def _etc_outputs(model, backend: str, inputs: dict, real: list) -> list:
+    """The model's long and global outputs at real tokens, float32 on the CPU."""
+    model.set_attention_backend(backend)
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        output = model(**{name: tensor.to(device) for name, tensor in inputs.items()})
+    return [hidden.float().cpu()[mask] for hidden, mask in zip(
+        (output.long_hidden_state, output.global_hidden_state), real)]
+
+
+# --- one layer's two softmaxes, timed ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SoftmaxShape:
+    """One layer's softmaxes at ETC-base sizes: B, L long and G global tokens (a sentence of
+    L / G tokens per global token, hard g2l), h heads of d, local radius r, relative distance k."""
+
+    batch: int = 8
+    length: int = 4096
+    globals_: int = 256
+    heads: int = 12
+    head_size: int = 64
+    radius: int = 84
+    max_distance: int = 12
+
+    def describe(self) -> str:
+        return (f"B={self.batch}, L={self.length}, G={self.globals_}, h={self.heads}, d={self.head_size}, "
+                f"r={self.radius}, k={self.max_distance}")
+
+
+def layer_operands(shape: SoftmaxShape, device: torch.device, dtype: torch.dtype, residual: bool, talking: bool,
+                   train: bool) -> tuple[list, list]:
+    """The long and the global softmax's operands of one layer, random, with the masks and relative ids
+    the model builds; and, if `train`, the gradients of their outputs for a backward."""
+    from longdoc.model.backends.base import SoftmaxOperands
+    from longdoc.model.config import GlobalLocalConfig
+    from longdoc.model.inputs import check_and_collect
+    from longdoc.model.side_inputs import build_side_inputs
+
+    config = GlobalLocalConfig(hidden_size=shape.heads * shape.head_size, num_attention_heads=shape.heads,
+                               long_max_len=shape.length, global_max_len=shape.globals_, local_radius=shape.radius,
+                               max_relative_distance=shape.max_distance)
+    sentence = max(1, shape.length // max(shape.globals_, 1))
+    ids = lambda count: torch.ones(shape.batch, count, dtype=torch.long, device=device)  # noqa: E731
+    structure = check_and_collect(config, dict(
+        long_input_ids=ids(shape.length), global_input_ids=ids(shape.globals_),
+        sentence_ids=(torch.arange(shape.length, device=device) // sentence).clamp(max=shape.globals_ - 1).expand(
+            shape.batch, -1)))
+    side = build_side_inputs(structure, local_radius=shape.radius, max_relative_distance=shape.max_distance,
+                             hard_g2l=True, hard_l2g=False, local_attention_within_paragraph=False, dtype=dtype)
+    hidden, heads, vocabulary = shape.heads * shape.head_size, shape.heads, config.relative_vocab_size
+
+    def leaf(*size: int, scale: float = 1.0, identity: bool = False) -> torch.Tensor:
+        values = scale * torch.randn(*size, device=device) + (torch.eye(*size, device=device) if identity else 0)
+        return values.to(dtype).requires_grad_(train)
+
+    long_qkv = leaf(shape.batch, side.padded_length, 3 * hidden)
+    global_qkv = leaf(shape.batch, shape.globals_, 3 * hidden)
+    operands, gradients = [], []
+    for own, other, block, mask, relative_ids in (
+            (long_qkv, global_qkv, side.block_size, side.long_mask_bias, side.long_relative_ids),
+            (global_qkv, long_qkv, 0, side.global_mask_bias, side.global_relative_ids)):
+        scores = (shape.batch, heads, *mask.shape[2:])
+        mixes = [leaf(heads, heads, scale=0.1, identity=True) if talking else None for _ in range(2)]
+        operands.append(SoftmaxOperands(
+            own, other, heads, block, mask, relative_ids, leaf(vocabulary, heads, shape.head_size, scale=0.5),
+            leaf(vocabulary, heads, scale=0.5), side.relative_layout, side.links,
+            leaf(*scores) if residual else None, *mixes, keep_summed=residual))
+        if train:
+            gradients.append((torch.randn(*own.shape[:2], hidden, device=device, dtype=dtype),
+                              torch.randn(*scores, device=device, dtype=dtype) if residual else None))
+    return operands, gradients
+
+
+def softmax_step(backend_name: str, operands: list, gradients: list) -> Callable[[], None]:
+    """One layer's two softmaxes on backend `backend_name`: a forward without autograd, or with the
+    outputs' gradients a forward and a backward (the inputs' gradients then dropped)."""
+    from longdoc.model.backends.resolution import BACKENDS
+
+    backend_class = BACKENDS[backend_name]
+    if not gradients:
+        def forward() -> None:
+            with torch.no_grad():
+                backend = backend_class(reuse_buffers=True)
+                for one in operands:
+                    backend.attend(one)
+        return forward
+
+    def forward_backward() -> None:
+        backend = backend_class()
+        outputs, output_gradients = [], []
+        for one, (grad_context, grad_summed) in zip(operands, gradients):
+            result = backend.attend(one)
+            outputs.append(result.context)
+            output_gradients.append(grad_context)
+            if result.summed is not None:
+                outputs.append(result.summed)
+                output_gradients.append(grad_summed)
+        torch.autograd.backward(outputs, output_gradients)
+        for one in operands:
+            for tensor in (one.own, one.relative_key, one.relative_bias, one.talking_heads_pre, one.talking_heads_post):
+                if tensor is not None:
+                    tensor.grad = None
+    return forward_backward
+
+
+def softmax_table(device: torch.device, shape: SoftmaxShape = SoftmaxShape(), dtype: torch.dtype = torch.bfloat16,
+                  repeats: int = 10, warmups: int = 2, backends=("gpu", "eager")) -> Table:
+    """Median seconds and peak memory of one layer's two softmaxes per (residual, talking heads,
+    mode, backend), and each backend's time as a ratio to the last one's (eager)."""
+    rows = []
+    for residual in (True, False):
+        for talking in (False, True):
+            for mode, train in (("forward", False), ("forward+backward", True)):
+                measured = {backend: _measure(backend, shape, device, dtype, residual, talking, train, repeats,
+                                              warmups) for backend in backends}
+                baseline = measured[backends[-1]][0]
+                for backend, (seconds, peak_mib) in measured.items():
+                    rows.append(("on" if residual else "off", "on" if talking else "off", mode, backend,
+                                 seconds * 1e3, seconds / baseline, peak_mib))
+    return Table("softmax", "One layer's two softmaxes: gpu against eager backend", (
+        "residual", "talking heads", "mode", "backend", "median ms", f"time / {backends[-1]}", "peak MiB"), rows,
+        notes=(f"{shape.describe()}, {str(dtype).removeprefix('torch.')}; the long softmax's queries in blocks of "
+               f"r + 1 over [3(r + 1) window keys | G globals], the global softmax's over [G | all long keys], hard "
+               f"g2l. Median of {repeats} after {warmups} warm-up runs; forward without autograd, forward+backward "
+               "with the outputs' gradients given; peak memory above the inputs."))
+
+
+def _measure(backend: str, shape: SoftmaxShape, device: torch.device, dtype: torch.dtype, residual: bool,
+             talking: bool, train: bool, repeats: int, warmups: int) -> tuple[float, float | None]:
+    """(median seconds, peak MiB) of softmax_step's step on fresh operands."""
+    from longdoc.bench.memory import PeakMemory
+    from longdoc.bench.worker import timed
+
+    torch.manual_seed(0)
+    operands, gradients = layer_operands(shape, device, dtype, residual, talking, train)
+    # Without autograd the summed scores are written over the carried ones: each step gets a copy.
+    step = lambda: softmax_step(backend, _fresh_carried(operands), gradients)  # noqa: E731
+    for _ in range(warmups):  # (the first builds the kernels)
+        timed(step(), device)
+    seconds = statistics.median(timed(step(), device) for _ in range(repeats))
+    prepared = step()
+    with PeakMemory(str(device)) as peak:
+        prepared()
+    return seconds, peak.peak_mib
+
+
+def _fresh_carried(operands: list) -> list:
+    return [one if one.carried is None else replace(one, carried=one.carried.detach().clone().requires_grad_(
+        one.carried.requires_grad)) for one in operands]
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+# Parts to come: "bench" (`longdoc bench --device cuda` against Longformer, BigBird and BERT) and
+# "train" (a training step of each task), each a function returning Tables, added here and run by
+# scripts/gpu_check.sh after `softmax`.
+PARTS = ("environment", "tests", "etc", "softmax")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu_check", description=__doc__.splitlines()[0])
+    parser.add_argument("part", choices=PARTS)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the folder of the tables (default gpu-check/)")
+    parser.add_argument("--junit", type=Path, help="tests: pytest's --junitxml file")
+    parser.add_argument("--repeats", type=int, default=10, help="softmax: timed runs per measurement")
+    args = parser.parse_args(argv)
+    try:
+        if args.part == "environment":
+            check_environment(args.out)
+            return 0
+        require_cuda()
+        tables = _run(args, torch.device("cuda"))
+    except Refusal as refusal:
+        print(f"gpu_check {args.part}: {refusal}", file=sys.stderr)
+        return 2
+    machine = Machine.here()
+    for table in tables:
+        print(f"wrote {table.write(machine, args.out)}")
+    return 0
+
+
+def check_environment(out: Path) -> None:
+    """The environment table (written where there is a GPU to head it with); Refusal if a required
+    module is missing or there is no CUDA GPU."""
+    table = environment_table()
+    if torch.cuda.is_available():
+        print(f"wrote {table.write(Machine.here(), out)}")
+    missing = missing_modules(table)
+    if missing:
+        raise Refusal(f"missing {', '.join(missing)}: put their wheels in a folder and run with WHEELS=that folder")
+    require_cuda()
+
+
+def _run(args, device: torch.device) -> list[Table]:
+    if args.part == "tests":
+        if args.junit is None or not args.junit.is_file():
+            raise Refusal(f"--junit: pytest's JUnit XML file not found: {args.junit}")
+        return [tests_table(args.junit)]
+    if args.part == "etc":
+        return [etc_table(device)]
+    return [softmax_table(device, repeats=args.repeats)]
+
+if __name__ == "__main__":
+    sys.exit(main())

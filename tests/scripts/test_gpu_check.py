@@ -1,0 +1,101 @@
+"""scripts/gpu_check.py and .sh, the device check, without a GPU: its tables, its refusal where there is
+no CUDA GPU (one line, exit 2), and its parts run on CPU tensors in the gpu backend's interpreter mode
+(tiny sizes: that they run and what they report, not how fast)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from scripts import gpu_check
+from scripts.gpu_check import Machine, SoftmaxShape, Table
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+MACHINE = Machine("NVIDIA H100 80GB HBM3", "2.11.0+cu130", "3.6.0", "2026-12-01")
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a CUDA GPU")
+
+
+def test_a_table_is_markdown_headed_with_the_gpu_the_versions_and_the_date(tmp_path):
+    table = Table("softmax", "One layer", ("backend", "median ms", "peak MiB"),
+                  [("gpu", 12.3456, 1024.0), ("eager", 0.00123, None)], notes="B=8 | bf16")
+    path = table.write(MACHINE, tmp_path / "out")
+    assert path == tmp_path / "out" / "softmax.md"
+    assert path.read_text() == (
+        "# One layer\n\nNVIDIA H100 80GB HBM3; torch 2.11.0+cu130, Triton 3.6.0; 2026-12-01\n\nB=8 | bf16\n\n"
+        "| backend | median ms | peak MiB |\n|---|---|---|\n| gpu | 12.35 | 1024 |\n| eager | 0.00123 | - |\n")
+
+
+def test_the_tests_table_counts_each_files_outcomes_and_names_the_failures(tmp_path):
+    junit = tmp_path / "pytest.xml"
+    junit.write_text(
+        '<?xml version="1.0"?><testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.model.test_gpu_kernel" name="test_a"/>'
+        '<testcase classname="tests.model.test_gpu_kernel" name="test_b"><failure message="AssertionError: off by 1&#10;'
+        'more">trace</failure></testcase>'
+        '<testcase classname="tests.model.backends.test_cpu" name="test_c"><skipped message="no compiler"/></testcase>'
+        '</testsuite></testsuites>')
+    table = gpu_check.tests_table(junit)
+    assert table.rows == [("tests/model/backends/test_cpu.py", 0, 0, 1), ("tests/model/test_gpu_kernel.py", 1, 1, 0),
+                          ("all", 1, 1, 1)]
+    assert table.notes.endswith("Failures:\n- `test_b` (tests/model/test_gpu_kernel.py): AssertionError: off by 1")
+
+
+@no_gpu
+@pytest.mark.parametrize("part", ["environment", "tests", "etc", "softmax"])
+def test_without_a_cuda_gpu_each_part_exits_2_with_one_line(tmp_path, capsys, part):
+    assert gpu_check.main([part, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"gpu_check {part}: no CUDA GPU here (torch {torch.__version__}): the check runs on one\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_module_is_named_with_its_distribution(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(gpu_check.REQUIRED, "no_such_module_here", "no-such-distribution")
+    assert gpu_check.main(["environment", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == ("gpu_check environment: missing no_such_module_here (no-such-distribution): "
+                                       "put their wheels in a folder and run with WHEELS=that folder\n")
+
+
+@no_gpu
+@pytest.mark.slow  # (a fresh interpreter imports torch)
+def test_the_shell_script_stops_at_its_first_step_without_a_cuda_gpu(tmp_path):
+    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    run = subprocess.run(["bash", str(REPOSITORY / "scripts" / "gpu_check.sh")], capture_output=True, text=True,
+                         env={**environment, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}, timeout=300)
+    assert run.returncode == 2
+    assert run.stderr.splitlines()[-1] == (f"gpu_check environment: no CUDA GPU here (torch {torch.__version__}): the "
+                                           "check runs on one")
+
+
+@pytest.fixture
+def interpreter_mode(monkeypatch):
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the interpreter mode is set before Triton is imported (tests/conftest.py, without a CUDA GPU)")
+
+
+@pytest.mark.slow
+def test_the_softmax_timing_runs_both_backends_in_every_setting(interpreter_mode):
+    shape = SoftmaxShape(batch=1, length=8, globals_=2, heads=2, head_size=4, radius=1, max_distance=1)
+    table = gpu_check.softmax_table(torch.device("cpu"), shape, torch.float32, repeats=1, warmups=0)
+    assert [row[:4] for row in table.rows[:4]] == [("on", "off", "forward", "gpu"), ("on", "off", "forward", "eager"),
+                                                   ("on", "off", "forward+backward", "gpu"),
+                                                   ("on", "off", "forward+backward", "eager")]
+    assert len(table.rows) == 16 and {row[:2] for row in table.rows} == {("on", "off"), ("on", "on"), ("off", "off"),
+                                                                        ("off", "on")}
+    for *_, milliseconds, ratio, _ in table.rows:
+        assert milliseconds > 0 and ratio > 0
+    assert [row[5] for row in table.rows if row[3] == "eager"] == [1.0] * 8
+    assert table.notes.startswith("B=1, L=8, G=2, h=2, d=4, r=1, k=1, float32;")
+
+
+@pytest.mark.slow
+def test_the_etc_comparison_reports_each_backends_gap_against_its_tolerance(interpreter_mode):
+    case = gpu_check.ETC_FIXTURES / "padding"
+    table = gpu_check.etc_table(torch.device("cpu"), [case], dtypes=(torch.float32,))
+    (_, _, gpu, *gpu_gaps, gpu_within), (_, _, eager, *eager_gaps, eager_within) = table.rows
+    assert (gpu, eager) == ("gpu", "eager") and table.rows[0][:2] == ("padding", "float32")
+    assert eager_gaps == [0.0, 0.0, 0.0] and eager_within == "yes"  # (the reference itself)
+    assert 0 < gpu_gaps[2] <= 1 and gpu_within == "yes" and max(gpu_gaps[:2]) < 1e-4
