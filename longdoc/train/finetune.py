@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from longdoc.errors import InputError
-from longdoc.tasks import Task
+from longdoc.task import Task
 from longdoc.train.options import ENCODER_SWITCHES, options_json
 
 DEV_PREDICTIONS_FILE = "dev_predictions.json"

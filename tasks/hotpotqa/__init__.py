@@ -1,6 +1,7 @@
 """HotpotQA (distractor setting). Published figures: published.json."""
 
-from longdoc.tasks import Option, Task
+from longdoc.options import Option
+from longdoc.task import Task
 
 TASK = Task.in_package(
     __name__, model_class="HotpotQAModel", headline_metric="joint_f1",

@@ -1,6 +1,7 @@
 """Natural Questions (original and simplified formats). Published figures: published.json."""
 
-from longdoc.tasks import Option, Task
+from longdoc.options import Option
+from longdoc.task import Task
 
 TASK = Task.in_package(
     __name__, model_class="NQModel", headline_metric="long-best-threshold-f1",

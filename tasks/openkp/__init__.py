@@ -1,6 +1,7 @@
 """OpenKP (MS MARCO keyphrase extraction). Published figures: published.json."""
 
-from longdoc.tasks import Option, Task
+from longdoc.options import Option
+from longdoc.task import Task
 
 TASK = Task.in_package(__name__, model_class="OpenKPModel", headline_metric="F1@3",
                        description="keyphrases of a web page, with its visual DOM",

@@ -29,7 +29,9 @@ from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.inputs import InputSpec
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.task_model import TaskModel
-from longdoc.tasks import Option, Task, register, unregister
+from longdoc.options import Option
+from longdoc.task import Task
+from longdoc.tasks import register, unregister
 
 WORDS = [f"w{i}" for i in range(40)]
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]"]
