@@ -15,7 +15,10 @@ class InputError(ValueError):
 class ModelFolderError(InputError):
     """A model folder of another kind than the one wanted: `holds` is None for a folder that is not
     a longdoc model, "" for a bare encoder, else the task of the trained model in it; `wanted` is ""
-    for an encoder to start from, else the task of the trained model wanted."""
+    for an encoder to start from, READER for a model that `ask` reads with, else the task of the
+    trained model wanted."""
+
+    READER = "reader"
 
     def __init__(self, message: str, directory: str | Path, holds: str | None, wanted: str):
         super().__init__(message)

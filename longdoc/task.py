@@ -210,7 +210,8 @@ class SpanAnswerReading(Protocol):
 
     def feature_settings(self, config) -> "FeatureSettings": ...
 
-    def window_inputs(self, example: "StructuredExample", features: "Features") -> dict[str, Any]: ...
+    def window_inputs(self, example: "StructuredExample", window: "Features") -> dict[str, Any]:
+        """The model inputs of one window of the example (no labels)."""
 
     def collate(self, rows: Sequence[dict], pad_token_id: int) -> dict[str, "Tensor"]: ...
 

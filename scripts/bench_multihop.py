@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.convert.pretrained import default_model_path, lifted_minilm
     from longdoc.cpu_memory import configure_allocator
-    from longdoc.demo import DemoData, run_options, timed_training, write_data
+    from longdoc.tasks.multihop.demo import DemoData, run_options, timed_training, write_data
     from longdoc.io import read_json
     from longdoc.tasks.multihop.generator import RELATION_SHARE, guessing_f1
     from longdoc.tasks import get_task

@@ -18,6 +18,14 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="session")
+def tokenizer():
+    """MiniLM's uncased WordPiece tokenizer (the default one), loaded once."""
+    from longdoc.convert.pretrained import default_tokenizer
+
+    return default_tokenizer()
+
+
 @pytest.fixture
 def linear_backend(monkeypatch):
     """A function that forces LONGDOC_GEMM for the test: the choice is cached per process, so the

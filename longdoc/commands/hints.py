@@ -14,6 +14,9 @@ def with_hint(error: InputError) -> str:
         return str(error)
     holds, wanted = error.holds, error.wanted
     train = f"train one with `longdoc train {wanted} --init ENCODER_DIR --out DIR`"
+    if wanted == ModelFolderError.READER:
+        train = ("--model takes a reader: an extractive QA checkpoint lifted with `longdoc lift --from QA_CHECKPOINT "
+                 "--out DIR`, or a model trained with `longdoc train hotpotqa|multihop`")
     if holds is None:
         hint = "turn a BERT-family checkpoint into a longdoc encoder with `longdoc lift --from DIR --out DIR`"
     elif not wanted:

@@ -519,8 +519,8 @@ def _start(job: TrainingJob, info: ProcessInfo) -> _Run:
         if info.is_main:
             print(f"longdoc train: resuming from {where} (step {start_step} of {total_steps})", file=sys.stderr)
     else:
-        # The task name this run's config.json will hold: the model's (multihop trains HotpotQA's
-        # model, which saves "hotpotqa"), else the job's.
+        # The task name this run's config.json will hold: the model's (a task that runs another's
+        # pipeline trains, and saves, that task's model), else the job's.
         _check_final_model(out_dir, getattr(getattr(model, "config", None), "task", None) or job.name)
     if info.is_main:
         atomic_write_json(out_dir / RESOLVED_OPTIONS_FILE, options_json(options))

@@ -4,7 +4,7 @@ from longdoc.options import Option
 from longdoc.task import Task
 
 TASK = Task.in_package(
-    __name__, model_class="HotpotQAModel", headline_metric="joint_f1",
+    __name__, model_class="HotpotQAModel", headline_metric="joint_f1", ask=f"{__name__}.ask",
     description="answer span / yes / no and supporting facts over ten Wikipedia paragraphs",
     train_options=(
         Option("stride", int, 128, "overlap in wordpieces between windows of a context longer than long_max_len"),

@@ -392,7 +392,7 @@ def guessing_f1(records: Sequence[dict]) -> float:
     for a file: with relation distractors, reading a "based in" sentence is easy and finding the
     right one is the task (about 1 / the world's cities at 2048 wordpieces); without them (the
     demo's setting) the only "based in" sentence is the answer's, and guessing is reading far enough."""
-    from longdoc.tasks.hotpotqa.metric import answer_scores
+    from longdoc.evaluate.answers import answer_scores
 
     based_in = re.compile(re.escape(BASED_IN).replace(r"\{company\}", ".+").replace(r"\{city\}", "(.+)"))
     total = 0.0

@@ -238,7 +238,7 @@ def test_a_folder_of_txt_md_and_html_reads_both_facts_of_each_question_and_refus
     # The demo's first three held-out documents (its generator settings, seed 1) as .txt, .md and
     # .html: 2,300 wordpieces, read from retrieved passages. The .md question's answer passage was
     # missed when the second hop's candidates were ranked by cosines across queries.
-    from longdoc.demo import write_document
+    from longdoc.tasks.multihop.demo import write_document
     from longdoc.tasks.multihop.generator import make_examples
 
     monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))

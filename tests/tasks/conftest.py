@@ -1,11 +1,10 @@
-"""Helpers shared by the task tests: MiniLM's tokenizer, tiny random encoders, published rows."""
+"""Helpers shared by the task tests: tiny random encoders, published rows (MiniLM's tokenizer is
+tests/conftest.py's `tokenizer`)."""
 
 from pathlib import Path
 
-import pytest
 import torch
 
-from longdoc.convert.pretrained import default_tokenizer
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 
@@ -13,11 +12,6 @@ from longdoc.model.modeling import GlobalLocalModel
 TINY_ENCODER = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, local_radius=16,
                     max_relative_distance=4, relative_vocab_size=16, hidden_dropout_prob=0.0,
                     attention_probs_dropout_prob=0.0)
-
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    return default_tokenizer()
 
 
 def write_encoder(folder: Path, tokenizer, **config) -> Path:

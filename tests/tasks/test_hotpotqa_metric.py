@@ -7,10 +7,8 @@ import pytest
 
 from longdoc.errors import InputError
 from longdoc.tasks.hotpotqa import TASK
-from longdoc.tasks.hotpotqa.metric import (
-    OFFICIAL_KEYS, MatchScores, answer_scores, evaluate, evaluate_files,
-    joint_scores, normalize_answer, supporting_fact_scores,
-)
+from longdoc.evaluate.answers import MatchScores, answer_scores, normalize_answer
+from longdoc.tasks.hotpotqa.metric import OFFICIAL_KEYS, evaluate, evaluate_files, joint_scores, supporting_fact_scores
 from tests.tasks.conftest import assert_reference_rows_fit
 
 SAMPLE = "hotpotqa/hotpot_dev_distractor_v1.first53.json"

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from longdoc.errors import InputError
+from longdoc.model.cache import cache_dir
+from longdoc.task import TaskLookup
 
 TASK_NAME = "multihop"
 CONFIG_NAME = "demo"  # tasks/multihop/configs/demo.json: the training options
@@ -38,6 +40,11 @@ FULL_RUN = "full"
 RESTRICTED_RUN = "first-{length}"
 # After answer F1 (the headline): what the demo's questions test (`longdoc leaderboard` shows all).
 LEADERBOARD_COLUMNS = ["em", "sp_f1", "joint_f1"]
+
+
+def default_model_dir() -> Path:
+    """Where `longdoc demo` saves its trained multi-hop model, for `longdoc ask --model`."""
+    return cache_dir() / "models" / "multihop"
 
 
 @dataclass(frozen=True)
@@ -251,23 +258,22 @@ def evaluate_restricted(task, model_dir: Path, dev: Path, out: Path, restricted_
     return metrics
 
 
-def run_demo(out: Path, data: DemoData = DemoData(), overrides: Mapping[str, Any] | None = None,
+def run_demo(tasks: TaskLookup, out: Path, data: DemoData = DemoData(), overrides: Mapping[str, Any] | None = None,
              config: str | Path | None = CONFIG_NAME, model_dir: Path | None = None,
              progress: bool = True) -> DemoResult:
     """Steps 1-5 of the module docstring in `out` (data/, full/, first-N/; the whole-document model
-    copied to `model_dir` when given); `overrides` are engine options over the config's (as on
-    `longdoc train`'s command line). Rerun on the same `out`, a finished run is only evaluated
-    again (the engine resumes from its folder)."""
+    copied to `model_dir` when given), with the multihop task of `tasks` (the registry); `overrides`
+    are engine options over the config's (as on `longdoc train`'s command line). Rerun on the same
+    `out`, a finished run is only evaluated again (the engine resumes from its folder)."""
     from longdoc.convert.pretrained import default_model_path
     from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, leaderboards_markdown
     from longdoc.io import read_json
-    from longdoc.tasks import get_task
     from longdoc.train.finetune import train_task
 
     out = Path(out)
     (out / "data").mkdir(parents=True, exist_ok=True)
-    task = get_task(TASK_NAME)
+    task = tasks.get(TASK_NAME)
     overrides = dict(overrides or {})
     tokenizer = read_tokenizer(overrides.get("init") or default_model_path())
     paths = write_data(out / "data", data, tokenizer, progress, cut=("dev",))  # the model trains on whole documents
@@ -285,7 +291,8 @@ def run_demo(out: Path, data: DemoData = DemoData(), overrides: Mapping[str, Any
           "document", file=sys.stderr)
     result.metrics[restricted] = evaluate_restricted(task, out / FULL_RUN, paths["dev-restricted"], out / restricted,
                                                      data.restricted_length)
-    result.leaderboard = leaderboards_markdown(build_leaderboards(find_runs(result.runs.values()), LEADERBOARD_COLUMNS))
+    result.leaderboard = leaderboards_markdown(build_leaderboards(find_runs(result.runs.values(), tasks), tasks,
+                                                                  LEADERBOARD_COLUMNS))
     if model_dir is not None:
         publish_model(result.runs[FULL_RUN], model_dir)
     first = read_json(paths["dev"])[0]
