@@ -11,14 +11,17 @@ longdoc.tasks) whose `__init__.py` defines `TASK`, a `Task` record naming its pa
                                            collate(rows, pad_token_id) -> dict[str, Tensor], a batch that
                                              goes straight into model(**batch)
   model     encoder + heads + loss         "module:Class", a TaskModel subclass (longdoc.model.task_model)
-  decode    logits -> official file        predict(model, data_path, out_path, *, tokenizer, options,
+  decode    logits -> official file        predict(model, data_path, out_path, *, tokenizer, options, tune,
                                                    batch_size, progress=True) -> PredictionFile
   ask       reading passages for `ask`     a module with the functions of `SpanAnswerReading` (optional:
                                              a task without one answers no `longdoc ask`)
   configs   shipped hyperparameters        a folder of NAME.json files, training options by long name
 
 The protocols below state each part's functions; one test checks every registered task against
-them. `options` is the resolved training options, which include the task's own `train_options`.
+them. `options` is the task's options record (`Task.options`, a frozen dataclass of
+`longdoc.options` fields, e.g. the window stride): `longdoc train TASK` offers its fields as flags,
+the model keeps those it stores in its config, and the decoder reads them (`Task.options_for(model)`
+gives a trained model's).
 
 A task may run another task's pipeline on data of its own (the built-in multihop generator writes
 HotpotQA's format): `Task(name=..., pipeline_of="other", ...)` names the other task, and the
@@ -39,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
-from longdoc.options import Option
+from longdoc.options import Option, option_names, options_of
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -61,9 +64,10 @@ class Task:
     # published figures: {"name", "source", "measured_on": {"set", "files", "examples"}, "metrics": {key: value}}
     reference_rows: tuple[dict, ...] = ()
     metric_options: tuple[Option, ...] = ()  # evaluate_files' keywords, offered by `longdoc evaluate`
-    # The task's own training/feature options, offered by `longdoc train`; those its model takes as
-    # task_options are stored in the trained model's config.json, so prediction uses the same values.
-    train_options: tuple[Option, ...] = ()
+    # The task's options record (a frozen dataclass of longdoc.options fields), offered by `longdoc
+    # train`; those its model stores are kept in the trained model's config.json, so that prediction
+    # uses the same values.
+    options: type | None = None
     # The pipeline, as each task's lands (None: this task cannot be trained or predicted yet).
     features: str | None = None  # module path
     model: str | None = None  # "module.path:ClassName"
@@ -97,8 +101,18 @@ class Task:
         module = importlib.import_module(module_name)
         return getattr(module, attribute) if attribute else module
 
-    def train_defaults(self) -> dict[str, Any]:
-        return {option.name: option.default for option in self.train_options}
+    @property
+    def train_options(self) -> tuple[Option, ...]:
+        """The fields of the task's options record, as options."""
+        return () if self.options is None else options_of(self.options)
+
+    def options_for(self, model=None) -> Any:
+        """The task's options record: its defaults, with the values `model` stores in its config
+        (`task_options`) over them when a trained model is given; None for a task without options."""
+        if self.options is None:
+            return None
+        stored = {} if model is None else model.config.task_options
+        return self.options(**{name: stored[name] for name in option_names(self.options) if name in stored})
 
     def metric_defaults(self) -> dict[str, Any]:
         return {option.name: option.default for option in self.metric_options}
@@ -187,16 +201,20 @@ class MetricPart(Protocol):
 
 @runtime_checkable
 class FeaturesPart(Protocol):
-    def training_features(self, path, tokenizer, config, options, progress: bool = True) -> Sequence[dict]: ...
+    def training_features(self, path, tokenizer, config, options=None, progress: bool = True) -> Sequence[dict]:
+        """Every training row of the file `path`; `options`: the task's options record (None: its defaults)."""
 
     def collate(self, rows: Sequence[dict], pad_token_id: int) -> dict[str, "Tensor"]: ...
 
 
 @runtime_checkable
 class DecodePart(Protocol):
-    def predict(self, model, data_path, out_path, *, tokenizer, options=None, batch_size: int = 8,
-                progress: bool = True) -> "PredictionFile":
-        """The official prediction file of `data_path`, written to `out_path`."""
+    def predict(self, model, data_path, out_path, *, tokenizer, options=None, tune: bool = False,
+                batch_size: int = 8, progress: bool = True) -> "PredictionFile":
+        """The official prediction file of `data_path`, written to `out_path`. `options`: the task's
+        options record (None: the model's, `Task.options_for(model)`); `tune`: the file has gold labels
+        and the decoder may choose its settings on them (the dev file of a training run); what it
+        chose is in the result's `chosen`, for the caller to keep."""
 
 
 @runtime_checkable

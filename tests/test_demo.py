@@ -45,9 +45,9 @@ def test_first_tokens_keeps_a_prefix_within_the_limit_and_never_both_facts(token
 def test_restricted_length_must_leave_the_facts_apart():
     from longdoc.tasks.multihop.demo import DemoData
 
-    with pytest.raises(InputError, match="--min-distance 300 must be at least --restricted-length 512"):
+    with pytest.raises(InputError, match="min_distance 300 must be at least restricted_length 512"):
         DemoData(min_distance=300)
-    with pytest.raises(InputError, match="--restricted-length 512 must be below --length 512"):
+    with pytest.raises(InputError, match="restricted_length 512 must be below length 512"):
         DemoData(length=512)
 
 

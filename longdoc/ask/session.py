@@ -36,8 +36,6 @@ from longdoc.task import SpanAnswerReading, TaskLookup
 
 PASSAGES_READ = 8
 MIN_EVIDENCE = 0.5  # calibrated on generated documents (docs/ask.md)
-SENTENCE_MODE_NOTE = ("answering with sentences (no reader given); for answer spans, lift an extractive QA "
-                      "checkpoint: `longdoc lift --from QA_CHECKPOINT --out READER`, then `longdoc ask --model READER`")
 
 
 class Reader:

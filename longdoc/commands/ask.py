@@ -18,6 +18,8 @@ from longdoc import inference
 from longdoc.errors import InputError
 
 SUPPORT_SHOWN = 3  # supporting sentences printed per answer (--json has all)
+SENTENCE_MODE_NOTE = ("answering with sentences (no reader given); for answer spans, lift an extractive QA "
+                      "checkpoint: `longdoc lift --from QA_CHECKPOINT --out READER`, then `longdoc ask --model READER`")
 
 HELP = "answer questions from long documents (.txt, .md, .html, folders) with the answer's exact location"
 
@@ -109,7 +111,7 @@ def _questions(interactive: bool):
 
 def run(args: argparse.Namespace) -> int:
     from longdoc.ask.documents import load_sources
-    from longdoc.ask.session import SENTENCE_MODE_NOTE, AskSession
+    from longdoc.ask.session import AskSession
     from longdoc.model.encoder_folder import describe_checkpoint
     from longdoc.tasks import REGISTRY
 

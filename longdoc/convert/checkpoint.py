@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionError
 from longdoc.model.encoder_folder import readable_weights
 
 # The fields of a BERT-family config that give a GlobalLocalConfig its shapes, under the same names.
@@ -128,18 +128,17 @@ def locate_checkpoint(source: str) -> Path:
     if path.is_dir():
         return path
     if path.exists():
-        raise InputError(f"--from {source}: not a directory (give the folder that holds config.json)")
+        raise OptionError("{from} {source}: not a directory (give the folder that holds config.json)", source=source)
     # A hub id is "name" or "owner/name"; anything else was meant as a local path.
     if path.is_absolute() or source.startswith((".", "~")) or source.count("/") > 1:
-        raise InputError(f"--from {source}: no such directory")
+        raise OptionError("{from} {source}: no such directory", source=source)
     from huggingface_hub import snapshot_download
 
     try:
         fetched = snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"])
     except Exception as error:  # offline, unknown id, malformed id: all mean "cannot use this source"
-        raise InputError(
-            f"--from {source}: no such directory, and the hub could not provide it ({type(error).__name__}: {error})"
-        ) from None
+        raise OptionError("{from} {source}: no such directory, and the hub could not provide it ({kind}: {error})",
+                          source=source, kind=type(error).__name__, error=error) from None
     return Path(fetched)
 
 

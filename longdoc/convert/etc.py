@@ -29,7 +29,7 @@ from longdoc.convert.tf_conversion import (
     fill, fused_bias,
     fused_weight, model_card,
 )
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionError
 from longdoc.io import read_json
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
@@ -309,7 +309,7 @@ class ConvertedEtc:
 # checkpoint are unknown: they are an error (a converter must not forget a tensor silently) unless
 # the user asks for the encoder alone.
 OUTSIDE_THE_ENCODER = Dropped(rf"(?!{ETC_SCOPE}).*", f"outside the encoder ({ETC_SCOPE}): a pretraining head "
-                                                     "etcmodel's released code does not name, dropped by --encoder-only")
+                                                     "etcmodel's released code does not name, dropped as asked (encoder only)")
 
 
 def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progress: bool = False,
@@ -327,8 +327,8 @@ def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progr
     except UnreadVariables as error:
         if all(name.startswith(ETC_SCOPE) for name in error.names):
             raise
-        raise InputError(f"{error}; to convert the encoder alone and drop what lies outside {ETC_SCOPE}, "
-                         "give --encoder-only") from None
+        raise OptionError("{error}; to convert the encoder alone and drop what lies outside {scope}, give "
+                          "{encoder_only}", error=error, scope=ETC_SCOPE) from None
     model.load_state_dict(conversion.state, strict=True)
     return ConvertedEtc(model, conversion, checkpoint, source_config)
 

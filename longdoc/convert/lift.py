@@ -36,7 +36,7 @@ from longdoc.convert.checkpoint import (
     BERT_SHAPE_FIELDS, READER_HEAD, BertCheckpoint, locate_checkpoint, read_checkpoint, read_tokenizer,
 )
 from longdoc.convert.model_folder import refuse_existing, write_model_folder
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.span_reader import SpanReader
@@ -111,7 +111,8 @@ class LiftResult:
 def lifted_config(checkpoint: BertCheckpoint, options: LiftOptions) -> GlobalLocalConfig:
     """The GlobalLocalConfig with the source's shapes and the lift options."""
     if options.positions not in POSITION_CHOICES:
-        raise InputError(f"--positions must be one of {', '.join(POSITION_CHOICES)}, got {options.positions!r}")
+        raise OptionError("{positions} must be one of {choices}, got {got!r}", choices=", ".join(POSITION_CHOICES),
+                          got=options.positions)
     source = checkpoint.config
     try:
         return GlobalLocalConfig(

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from longdoc.errors import InputError
+from longdoc.errors import OptionError
 
 
 def write_model_folder(out: Path, write: Callable[[Path], None]) -> Path:
@@ -30,7 +30,8 @@ def write_model_folder(out: Path, write: Callable[[Path], None]) -> Path:
 
 def refuse_existing(out: Path) -> None:
     if out.exists() and not (out.is_dir() and not any(out.iterdir())):
-        raise InputError(f"--out {out}: already exists and is not an empty folder; choose another or remove it")
+        raise OptionError("{out} {path}: already exists and is not an empty folder; choose another or remove it",
+                          path=out)
 
 
 def _readable_by_all(folder: Path) -> None:

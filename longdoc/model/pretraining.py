@@ -37,7 +37,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.encoder_folder import EncoderWithHeads, readable_weights
 from longdoc.model.inputs import encoder_inputs
@@ -177,18 +177,20 @@ class GlobalLocalForPretraining(EncoderWithHeads):
 
         path = Path(directory) / "model.safetensors"
         if not path.is_file():
-            raise InputError(f"--mlm-head-from {directory}: no model.safetensors")
+            raise OptionError("{mlm_head_from} {directory}: no model.safetensors", directory=directory)
         with readable_weights(path), safe_open(str(path), "pt") as weights:
             available = set(weights.keys())
             missing = [source for source in _BERT_MLM_NAMES.values() if source not in available]
             if missing:
-                raise InputError(f"--mlm-head-from {directory}: no MLM head weights ({', '.join(missing)} missing)")
+                raise OptionError("{mlm_head_from} {directory}: no MLM head weights ({missing} missing)",
+                                  directory=directory, missing=", ".join(missing))
             state = {target: weights.get_tensor(source) for target, source in _BERT_MLM_NAMES.items()}
         current = self.state_dict()
         for name, value in state.items():
             if value.shape != current[name].shape:
-                raise InputError(f"--mlm-head-from {directory}: {_BERT_MLM_NAMES[name]} has shape "
-                                 f"{tuple(value.shape)}, the encoder needs {tuple(current[name].shape)}")
+                raise OptionError("{mlm_head_from} {directory}: {name} has shape {shape}, the encoder needs {needed}",
+                                  directory=directory, name=_BERT_MLM_NAMES[name], shape=tuple(value.shape),
+                                  needed=tuple(current[name].shape))
         self.load_state_dict(state, strict=False)
 
     def write_encoder_folder(self, folder: str | Path, state_dict: dict[str, Tensor] | None = None,

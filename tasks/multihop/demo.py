@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from longdoc.errors import InputError
+from longdoc.errors import OptionError
 from longdoc.model.cache import cache_dir
 from longdoc.task import TaskLookup
 
@@ -65,11 +65,12 @@ class DemoData:
 
     def __post_init__(self):
         if self.restricted_length >= self.length:
-            raise InputError(f"--restricted-length {self.restricted_length} must be below --length {self.length}")
+            raise OptionError("{restricted_length} {restricted} must be below {length} {whole}",
+                              restricted=self.restricted_length, whole=self.length)
         if self.min_distance < self.restricted_length:
             # Otherwise the first `restricted_length` tokens could hold both facts.
-            raise InputError(f"--min-distance {self.min_distance} must be at least --restricted-length "
-                             f"{self.restricted_length}")
+            raise OptionError("{min_distance} {distance} must be at least {restricted_length} {restricted}",
+                              distance=self.min_distance, restricted=self.restricted_length)
 
 
 @dataclass
@@ -164,12 +165,12 @@ def publish_model(run_dir: Path, target: Path) -> Path:
     return target
 
 
-def run_options(task, given: Mapping[str, Any], config: str | Path | None = CONFIG_NAME) -> dict[str, Any]:
-    """The resolved options of `longdoc train multihop --config demo` with `given` on the command line."""
-    from longdoc.train.options import ENGINE_OPTIONS, TrainOption, resolve_options
+def run_options(task, given: Mapping[str, Any], config: str | Path | None = CONFIG_NAME) -> tuple:
+    """The resolved options (the engine's, the task's) of `longdoc train multihop --config demo` with
+    `given` on the command line."""
+    from longdoc.train.options import resolve_task_options
 
-    own = [TrainOption(option.name, option.type, option.default, option.help) for option in task.train_options]
-    return resolve_options(given, (*ENGINE_OPTIONS, *own), config, task.configs)
+    return resolve_task_options(task, given, config)
 
 
 @dataclass
@@ -182,8 +183,8 @@ class CurvePoint:
     metrics: dict[str, float]
 
 
-def timed_training(task, options: Mapping[str, Any], minutes: float) -> list[CurvePoint]:
-    """`longdoc train` of `task` with resolved `options` (evaluating every `eval_steps`) stopped
+def timed_training(task, options, task_options, minutes: float) -> list[CurvePoint]:
+    """`longdoc train` of `task` with resolved `options` and `task_options` (evaluating every `eval_steps`) stopped
     after `minutes` of training time, or at `max_steps`, whichever comes first; the learning curve.
 
     The engine's own job and loop (`build_task_job`, `run_training`): its evaluation is wrapped to
@@ -200,10 +201,11 @@ def timed_training(task, options: Mapping[str, Any], minutes: float) -> list[Cur
     from longdoc.train.engine import run_training
     from longdoc.train.finetune import build_task_job
 
-    out = Path(options["out"])
+    out = Path(options.out)
     if (out / "checkpoints").exists():
-        raise InputError(f"{out} holds checkpoints of an earlier run: a timed run starts afresh; give another --out")
-    job = build_task_job(task, options)
+        raise OptionError("{out} {path} holds checkpoints of an earlier run: a timed run starts afresh; give another "
+                          "{out}", path=out)
+    job = build_task_job(task, options, task_options)
     evaluate, collate = job.evaluate, job.collate
     clock = {"start": None, "evaluating": 0.0, "batches": 0, "stopping": False}
     points: list[CurvePoint] = []
@@ -213,7 +215,7 @@ def timed_training(task, options: Mapping[str, Any], minutes: float) -> list[Cur
 
     def timed_evaluate(model, folder: Path) -> dict[str, float]:
         began = time.perf_counter()
-        at = CurvePoint(clock["batches"] // options["grad_accum"], training_minutes(), {})
+        at = CurvePoint(clock["batches"] // options.grad_accum, training_minutes(), {})
         at.metrics = evaluate(model, folder)
         clock["evaluating"] += time.perf_counter() - began
         points.append(at)
@@ -281,9 +283,9 @@ def run_demo(tasks: TaskLookup, out: Path, data: DemoData = DemoData(), override
     result = DemoResult(runs={FULL_RUN: out / FULL_RUN, restricted: out / restricted})
     print(f"longdoc demo: training on documents of up to {data.length} wordpieces in {out / FULL_RUN}",
           file=sys.stderr)
-    options = run_options(task, {**overrides, "train": paths["train"], "dev": paths["dev"], "out": out / FULL_RUN,
-                                 "long_max_len": data.length}, config)
-    trained = train_task(task, options)
+    options, task_options = run_options(task, {**overrides, "train": paths["train"], "dev": paths["dev"],
+                                               "out": out / FULL_RUN, "long_max_len": data.length}, config)
+    trained = train_task(task, options, task_options)
     if trained.interrupted:
         raise KeyboardInterrupt
     result.metrics[FULL_RUN] = trained.metrics

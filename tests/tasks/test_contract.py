@@ -86,18 +86,19 @@ def test_the_metric_takes_its_options_and_the_model_is_a_task_model_of_its_optio
 
 
 def test_the_checker_finds_what_a_caller_could_not_pass():
-    def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size=8, progress=True):
+    def predict(model, data_path, out_path, *, tokenizer, options=None, tune=False, batch_size=8, progress=True):
         """(as the tasks write it)"""
 
-    def predict_missing_progress(model, data_path, out_path, *, tokenizer, options=None, batch_size=8):
+    def predict_missing_progress(model, data_path, out_path, *, tokenizer, options=None, tune=False, batch_size=8):
         """"""
 
-    def predict_extra_required(model, data_path, out_path, *, tokenizer, options, batch_size, progress, seed):
+    def predict_extra_required(model, data_path, out_path, *, tokenizer, options, tune, batch_size, progress, seed):
         """"""
 
     expected = protocol_functions(PART_PROTOCOLS["decode"])["predict"]
     assert callable_as(predict, expected) == []
     assert callable_as(predict_missing_progress, expected) == ["no keyword parameter progress"]
     assert callable_as(predict_extra_required, expected) == [
-        "options is optional in the protocol, required here", "batch_size is optional in the protocol, required here",
-        "progress is optional in the protocol, required here", "requires seed, which the protocol never passes"]
+        "options is optional in the protocol, required here", "tune is optional in the protocol, required here",
+        "batch_size is optional in the protocol, required here", "progress is optional in the protocol, required here",
+        "requires seed, which the protocol never passes"]

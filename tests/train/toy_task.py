@@ -29,7 +29,7 @@ from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.inputs import InputSpec
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.task_model import TaskModel
-from longdoc.options import Option
+from longdoc.options import option, stored_defaults
 from longdoc.task import Task
 from longdoc.tasks import register, unregister
 
@@ -93,7 +93,7 @@ def _row(example, tokenizer, config) -> dict:
             "global_input_ids": [tokenizer.cls_token_id], "global_attention_mask": [1], "global_sees_all": [True]}
 
 
-def training_features(path, tokenizer, config, options, progress=True):
+def training_features(path, tokenizer, config, options=None, progress=True):
     return [{**_row(example, tokenizer, config), "labels": example["label"]} for example in read_examples(path)]
 
 
@@ -122,9 +122,14 @@ class ToyOutput(ModelOutput):
     logits: Tensor | None = None
 
 
+@dataclass(frozen=True)
+class ToyOptions:
+    label_smoothing: float = option(0.0, "label smoothing of the toy loss")
+
+
 class ToyModel(TaskModel):
     task_name = "toy"
-    default_task_options = {"label_smoothing": 0.0}
+    default_task_options = stored_defaults(ToyOptions)
 
     def __init__(self, config):
         super().__init__(config)
@@ -144,7 +149,7 @@ class OtherToyModel(ToyModel):
 
 
 # decode
-def predict(model, data_path, out_path, *, tokenizer, options, batch_size, progress=True):
+def predict(model, data_path, out_path, *, tokenizer, options=None, tune=False, batch_size=8, progress=True):
     examples = list(read_examples(data_path))
     outputs = model.forward_rows([_row(example, tokenizer, model.config) for example in examples], collate,
                                  batch_size, progress=False)
@@ -164,7 +169,7 @@ def _task(name: str, model: str) -> Task:
     return Task(name=name, description="toy classification for the engine tests", reader=__name__,
                 metric=__name__, headline_metric="accuracy", features=__name__, model=f"{__name__}:{model}",
                 decode=__name__, configs=Path(__file__).parent / "toy_configs",
-                train_options=(Option("label_smoothing", float, 0.0, "label smoothing of the toy loss"),))
+                options=ToyOptions)
 
 
 # "toy-alias" trains the "toy" model under another name, as multihop trains HotpotQA's model.
