@@ -50,14 +50,14 @@ def load_reader(model_dir, tasks: TaskLookup | None) -> Reader:
     """The reader in `model_dir`: a lifted extractive QA reader, or a trained model of a task of `tasks`
     that reads passages; InputError saying what the folder is otherwise (a damaged weights file
     included: TaskModel.from_pretrained reads it through readable_weights)."""
-    from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.model.encoder_folder import describe_checkpoint
     from longdoc.model.span_reader import SpanReader
+    from longdoc.model_folder import load_model
 
     model_dir = Path(model_dir)
     task_name = describe_checkpoint(model_dir).get("task")
     if task_name == SpanReader.task_name:
-        return Reader(SpanReader.from_pretrained(model_dir).eval(), read_tokenizer(model_dir), None)
+        return Reader(*load_model(model_dir, SpanReader), None)
     if not task_name:
         raise ModelFolderError(f"{model_dir}: is a bare encoder (GlobalLocalModel, no task head), not a reader",
                                model_dir, "", ModelFolderError.READER)
@@ -67,8 +67,7 @@ def load_reader(model_dir, tasks: TaskLookup | None) -> Reader:
     if task.ask is None:
         raise InputError(f"{model_dir}: holds a trained {task_name} model; the {task_name} task does not read "
                          "passages for ask (its answers are not spans of the text)")
-    model = task.load("model").from_pretrained(model_dir).eval()
-    return Reader(model, read_tokenizer(model_dir), task.load("ask"))
+    return Reader(*load_model(model_dir, task.load("model")), task.load("ask"))
 
 
 class AskSession:

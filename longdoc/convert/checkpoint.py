@@ -88,8 +88,6 @@ CONVERT_TO_SAFETENSORS = (
     "metadata={'format': 'pt'})\""
 )
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
-
 
 @dataclass
 class BertCheckpoint:
@@ -180,36 +178,6 @@ def read_checkpoint(directory: str | Path) -> BertCheckpoint:
         )
     return BertCheckpoint(directory, config, weights, sorted(unused), position_offset, weight_files, architecture,
                           span_head)
-
-
-def read_tokenizer(directory: Path):
-    """The checkpoint's own tokenizer (a transformers tokenizer), loaded from local files only.
-
-    The class tokenizer_config.json names is loaded directly: AutoTokenizer would also read
-    config.json to guess it, and warn that transformers does not know a longdoc folder's model_type
-    (`longdoc-global-local`). A BERT folder without that name is left to AutoTokenizer (its config's
-    model_type says which tokenizer)."""
-    from transformers import AutoTokenizer
-    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
-
-    directory = Path(directory)
-    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
-        raise InputError(f"{directory}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)})")
-    tokenizer_class = AutoTokenizer
-    config_path = directory / "tokenizer_config.json"
-    if config_path.is_file():
-        try:
-            class_name = json.loads(config_path.read_text(encoding="utf-8")).get("tokenizer_class")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as error:
-            raise InputError(f"{config_path}: not a JSON object ({error})") from None
-        if class_name:
-            tokenizer_class = tokenizer_class_from_name(class_name)
-            if tokenizer_class is None:
-                raise InputError(f"{config_path}: tokenizer_class {class_name!r} is not a transformers tokenizer")
-    try:
-        return tokenizer_class.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError) as error:
-        raise InputError(f"{directory}: the tokenizer could not be loaded: {error}") from None
 
 
 def _read_config(directory: Path) -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from longdoc.convert.tf_checkpoint import TFCheckpoint, find_checkpoint
-from longdoc.convert.model_folder import refuse_existing
+from longdoc.model_folder import refuse_existing
 from longdoc.convert.tf_conversion import (
     ACTIVATIONS, OPTIMIZER_STATE, Conversion, Dropped, Rule, UnreadVariables, conversion_summary, copy, dense_weight,
     fill, fused_bias,

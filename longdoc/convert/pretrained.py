@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from longdoc.errors import InputError
-from longdoc.model.cache import cache_dir  # (the one rule for the cache folder)
+from longdoc.model.cache import cache_dir
 
 
 def minilm_path() -> Path:

@@ -24,7 +24,7 @@ import torch
 
 from longdoc.convert.checkpoint import BERT_SHAPE_FIELDS
 from longdoc.convert.etc import BERT_CONFIG_FILE, open_checkpoint
-from longdoc.convert.model_folder import refuse_existing
+from longdoc.model_folder import refuse_existing
 from longdoc.convert.tf_conversion import (
     ACTIVATIONS, OPTIMIZER_STATE, Dropped, Rule, conversion_summary, copy, dense_weight, fill, fused_bias, fused_weight,
     model_card,

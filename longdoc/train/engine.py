@@ -337,28 +337,17 @@ def _load_optimizer_state(wrapped: nn.Module, optimizer, state: dict, fsdp: bool
         optimizer.load_state_dict(state)
 
 
-def _default_save_model(model: nn.Module, folder: Path, state_dict: dict) -> None:
-    model.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
-
-
 def _save_final_model(job: TrainingJob, model: nn.Module, state_dict: dict) -> None:
-    """The final model into out_dir, file by file atomically (written beside, then renamed over)."""
-    import os
-    import shutil
+    """The final model into out_dir, file by file atomically (longdoc.model_folder.write_into)."""
+    from longdoc.model_folder import save_model, write_into
 
-    staging = job.out_dir / f".final-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        (job.save_model or _default_save_model)(model, staging, state_dict)
-        for path in sorted(staging.rglob("*")):
-            if path.is_file():
-                target = job.out_dir / path.relative_to(staging)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with open(path, "rb") as handle:
-                    os.fsync(handle.fileno())
-                os.replace(path, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    def write(folder: Path) -> None:
+        if job.save_model is None:
+            save_model(folder, model, state_dict=state_dict)
+        else:
+            job.save_model(model, folder, state_dict)
+
+    write_into(job.out_dir, write)
 
 
 class _TrainLog:

@@ -44,7 +44,7 @@ def build_task_job(task: Task, options: TrainingOptions, task_options: Any = Non
     (None: its defaults); `progress`: show the training and dev prediction progress bars."""
     import torch
 
-    from longdoc.convert.checkpoint import read_tokenizer
+    from longdoc.model_folder import read_tokenizer, save_model
     from longdoc.convert.pretrained import initial_weights
     from longdoc.options import record_values
     from longdoc.train.engine import TrainingJob
@@ -73,12 +73,11 @@ def build_task_job(task: Task, options: TrainingOptions, task_options: Any = Non
                                      task_options, tune=True, batch_size=options.eval_batch_size or options.batch_size,
                                      progress=progress)
 
-    def save_model(trained, folder: Path, state_dict: dict) -> None:
-        trained.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
-        tokenizer.save_pretrained(folder)
+    def save(trained, folder: Path, state_dict: dict) -> None:
+        save_model(folder, trained, tokenizer, state_dict=state_dict)
 
     return TrainingJob(name=task.name, model=model, rows=rows, collate=collate, out_dir=Path(options.out),
-                       options=options, evaluate=evaluate, save_model=save_model, progress=progress,
+                       options=options, evaluate=evaluate, save_model=save, progress=progress,
                        task_options=task_options)
 
 

@@ -24,7 +24,7 @@ from longdoc.data.pretraining_corpus import (
 )
 from longdoc.errors import OptionWarning
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.pretraining import GlobalLocalForPretraining
+from longdoc.model.pretraining import HEADS_FILE, GlobalLocalForPretraining
 from longdoc.train.options import PretrainingOptions
 
 
@@ -103,7 +103,7 @@ def build_pretraining_job(options: PretrainingOptions, progress: bool = True):
     """The TrainingJob of `longdoc pretrain` with resolved options: the engine's and the corpus and
     masking ones; `progress`: show the training bar."""
     from longdoc.io import atomic_write_json
-    from longdoc.convert.checkpoint import read_tokenizer
+    from longdoc.model_folder import read_tokenizer
     from longdoc.convert.pretrained import initial_weights
     from longdoc.train.engine import TrainingJob
     init_dir = initial_weights(options)
@@ -133,12 +133,21 @@ def build_pretraining_job(options: PretrainingOptions, progress: bool = True):
         atomic_write_json(folder / EVALUATION_FILE, metrics)
         return metrics
 
-    def save_model(trained: GlobalLocalForPretraining, folder: Path, state_dict: dict) -> None:
-        trained.write_encoder_folder(folder, state_dict, tokenizer)
+    def save(trained: GlobalLocalForPretraining, folder: Path, state_dict: dict) -> None:
+        save_encoder(folder, trained, tokenizer, state_dict)
 
     return TrainingJob(name=PRETRAINING_NAME, model=model, rows=rows, collate=collate, out_dir=Path(options.out),
-                       options=options, evaluate=evaluate, save_model=save_model, logged_outputs=LOGGED_OUTPUTS,
+                       options=options, evaluate=evaluate, save_model=save, logged_outputs=LOGGED_OUTPUTS,
                        progress=progress)
+
+
+def save_encoder(folder: Path, model: GlobalLocalForPretraining, tokenizer=None, state_dict: dict | None = None) -> None:
+    """The bare encoder (GlobalLocalModel: config.json, model.safetensors) that `--init` takes, its
+    tokenizer and the pretraining heads (HEADS_FILE) into `folder` (longdoc.model_folder)."""
+    from longdoc.model_folder import save_model
+
+    encoder_state, heads = model.split_state_dict(state_dict)
+    save_model(folder, model.encoder, tokenizer, state_dict=encoder_state, extra_weights={HEADS_FILE: heads})
 
 
 def pretrain(options: PretrainingOptions, progress: bool = True):

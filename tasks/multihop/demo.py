@@ -143,28 +143,6 @@ def write_document(record: dict, path: Path) -> Path:
     return path
 
 
-def publish_model(run_dir: Path, target: Path) -> Path:
-    """The final model of a run (its weights, config and tokenizer: no checkpoints, predictions or
-    logs) copied to `target`, replacing what was there only once the copy is whole."""
-    import shutil
-
-    target = Path(target)
-    staging = target.with_name(f".{target.name}.staging")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for path in Path(run_dir).iterdir():
-        if path.is_file() and (path.suffix == ".safetensors" or path.name == "config.json"
-                               or path.name.startswith(("tokenizer", "special_tokens", "vocab"))):
-            shutil.copy2(path, staging / path.name)
-    previous = target.with_name(f".{target.name}.previous")
-    shutil.rmtree(previous, ignore_errors=True)
-    if target.exists():
-        target.rename(previous)
-    staging.rename(target)
-    shutil.rmtree(previous, ignore_errors=True)
-    return target
-
-
 def run_options(task, given: Mapping[str, Any], config: str | Path | None = CONFIG_NAME) -> tuple:
     """The resolved options (the engine's, the task's) of `longdoc train multihop --config demo` with
     `given` on the command line."""
@@ -247,13 +225,13 @@ def timed_training(task, options, task_options, minutes: float) -> list[CurvePoi
 def evaluate_restricted(task, model_dir: Path, dev: Path, out: Path, restricted_length: int) -> dict[str, float]:
     """The trained model of `model_dir` predicting on the cut dev file `dev`, scored by the task's
     official metric; predictions and metrics.json written in `out` (a leaderboard row)."""
-    from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.evaluate.leaderboard import write_metrics_json
+    from longdoc.model_folder import load_model
     from longdoc.train.finetune import DEV_PREDICTIONS_FILE, predict_and_score
 
     out.mkdir(parents=True, exist_ok=True)
-    model = task.load("model").from_pretrained(model_dir).eval()
-    metrics = predict_and_score(task, model, dev, out / DEV_PREDICTIONS_FILE, read_tokenizer(model_dir))
+    model, tokenizer = load_model(model_dir, task.load("model"))
+    metrics = predict_and_score(task, model, dev, out / DEV_PREDICTIONS_FILE, tokenizer)
     write_metrics_json(out, task=task.name, split="dev", model=f"{model_dir} (first {restricted_length} wordpieces)",
                        config={"model": str(model_dir), "dev": str(dev), "restricted_length": restricted_length},
                        metrics=metrics, gold=dev)
@@ -268,9 +246,9 @@ def run_demo(tasks: TaskLookup, out: Path, data: DemoData = DemoData(), override
     are engine options over the config's (as on `longdoc train`'s command line). Rerun on the same
     `out`, a finished run is only evaluated again (the engine resumes from its folder)."""
     from longdoc.convert.pretrained import default_model_path
-    from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, leaderboards_markdown
     from longdoc.io import read_json
+    from longdoc.model_folder import copy_model, read_tokenizer
     from longdoc.train.finetune import train_task
 
     out = Path(out)
@@ -296,7 +274,7 @@ def run_demo(tasks: TaskLookup, out: Path, data: DemoData = DemoData(), override
     result.leaderboard = leaderboards_markdown(build_leaderboards(find_runs(result.runs.values(), tasks), tasks,
                                                                   LEADERBOARD_COLUMNS))
     if model_dir is not None:
-        publish_model(result.runs[FULL_RUN], model_dir)
+        copy_model(result.runs[FULL_RUN], model_dir)
     first = read_json(paths["dev"])[0]
     result.question, result.document = first["question"], write_document(first, out / "data" / "document.txt")
     return result

@@ -23,6 +23,8 @@ from longdoc.data.pretraining_corpus import (
     read_corpus,
 )
 from longdoc.model.pretraining import HEADS_FILE, GlobalLocalForPretraining
+from longdoc.model_folder import write_new_folder
+from longdoc.train.pretraining import save_encoder
 
 NAMES = "alice bob carol dave erin frank grace henry irene jack kate liam mary nick olga paul rose sam tina victor".split()
 CITIES = "paris berlin rome madrid oslo vienna london dublin prague warsaw".split()
@@ -238,7 +240,7 @@ def test_model_losses_tied_decoder_and_saved_encoder(tmp_path, tokenizer):
     # Chance level at the start: the CPC loss is about log(number of candidates).
     assert abs(float(output.cpc_loss) - torch.log(output.cpc_sentences.float())) < 1.5
 
-    out = model.save_encoder(tmp_path / "pretrained", tokenizer)
+    out = write_new_folder(tmp_path / "pretrained", lambda folder: save_encoder(folder, model, tokenizer))
     assert (out / "model.safetensors").is_file() and (out / HEADS_FILE).is_file()
     encoder = GlobalLocalModel.from_pretrained(out).eval()
     inputs_only = {k: v for k, v in batch.items() if not k.startswith(("cpc_", "mlm_"))}
