@@ -1,5 +1,6 @@
-"""Shared fixtures: the real data samples in ../shared/data and the MiniLM checkpoint."""
+"""Shared fixtures and helpers: the real data samples in ../shared/data, MiniLM's tokenizer, a run's logged losses."""
 
+import json
 import os
 from pathlib import Path
 
@@ -24,6 +25,12 @@ def tokenizer():
     from longdoc.convert.pretrained import default_tokenizer
 
     return default_tokenizer()
+
+
+def logged_losses(out: Path) -> list[float]:
+    """The training losses a run logged in its train_log.jsonl, in order."""
+    return [record["loss"] for record in map(json.loads, (out / "train_log.jsonl").read_text().splitlines())
+            if "loss" in record]
 
 
 @pytest.fixture

@@ -3,7 +3,9 @@
 The job it builds: tokenizer and encoder from `init` (default: the packaged MiniLM lifted with
 `init_positions`), the encoder switches of this run (residual attention, talking heads, lengths)
 applied at `Class.from_encoder`, the task's options that its model stores kept in its config; rows
-from `features.training_features(train, tokenizer, model.config, task_options)`; evaluation as
+from `features.training_features(train, tokenizer, model.config, task_options)`, built once and
+reused by later runs with the same data, tokenizer and settings (`training_rows`, through
+longdoc.data.feature_cache, under `cache_dir()/features`); evaluation as
 `decode.predict` on the dev file (tuning what the decoder chooses there, which the model then keeps)
 followed by the task's official metric. At the end the output folder holds the final model and its
 tokenizer (`longdoc predict TASK --model OUT`), `dev_predictions.json`, `metrics.json`,
@@ -39,6 +41,35 @@ def predict_and_score(task: Task, model, dev: Path, predictions_path: Path, toke
     return task.load("metric").evaluate_files(dev, predictions.path, **task.metric_defaults())
 
 
+def training_rows(task: Task, path: Path, tokenizer, config, task_options: Any = None, progress: bool = True):
+    """The task's training rows of the file `path` (`features.training_features`), from the feature
+    cache when a run built the same ones before; says on stderr which."""
+    import longdoc.data
+    import longdoc.model.inputs
+    from longdoc.data.feature_cache import (
+        FeatureKey, cached_rows, config_values, data_digest, source_digest, tokenizer_digest,
+    )
+    from longdoc.options import json_values, record_values
+
+    features = task.load("features")
+    # The code that builds rows: the task's package, the library's data package, the input schema.
+    sources = (Path(features.__file__).parent, Path(longdoc.data.__file__).parent,
+               Path(longdoc.model.inputs.__file__))
+    key = FeatureKey(task=task.features, data=data_digest(path), tokenizer=tokenizer_digest(tokenizer),
+                     config=config_values(config),
+                     options={} if task_options is None else json_values(record_values(task_options)),
+                     code=source_digest(sources))
+    return cached_rows(lambda: features.training_features(path, tokenizer, config, task_options, progress=progress),
+                       key, feature_cache_folder(), describe=f"longdoc train: {path}")
+
+
+def feature_cache_folder() -> Path:
+    """Where training rows are cached: `cache_dir()/features` ($LONGDOC_CACHE, else ~/.cache/longdoc)."""
+    from longdoc.model.cache import cache_dir
+
+    return cache_dir() / "features"
+
+
 def build_task_job(task: Task, options: TrainingOptions, task_options: Any = None, progress: bool = True):
     """The TrainingJob of `longdoc train TASK` with resolved `options` and the task's options record
     (None: its defaults); `progress`: show the training and dev prediction progress bars."""
@@ -62,7 +93,7 @@ def build_task_job(task: Task, options: TrainingOptions, task_options: Any = Non
     model_options = {name: value for name, value in stored.items() if name in model_class.default_task_options}
     torch.manual_seed(options.seed)  # the fresh heads: the same on every process and every rerun
     model = model_class.from_encoder(init, encoder_config=options.encoder_settings(), **model_options)
-    rows = features.training_features(options.train, tokenizer, model.config, task_options, progress=progress)
+    rows = training_rows(task, options.train, tokenizer, model.config, task_options, progress)
     collate = functools.partial(features.collate, pad_token_id=model.config.pad_token_id)
 
     evaluate = None

@@ -29,7 +29,7 @@ def trained(shared_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("wikihop")
     encoder = write_encoder(root / "encoder", default_tokenizer(), **ENCODER)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # supports cut at 256 wordpieces (tests/tasks/test_wikihop_pipeline.py)
+        warnings.simplefilter("ignore")  # supports cut at 256 wordpieces (tests/tasks/wikihop/test_pipeline.py)
         assert main(["--quiet", "train", "wikihop", "--config", "cpu", "--train", str(shared_data / TRAIN),
                      "--out", str(root / "run"), "--init", str(encoder), "--long-max-len", "256",
                      "--global-max-len", "128", "--max-steps", "40", "--batch-size", "4", "--lr", "1e-3",
@@ -120,7 +120,13 @@ def test_quiet_hides_the_prediction_bar_that_is_shown_without_it(trained, tmp_pa
     assert "wikihop predict" not in hidden and TQDM_BAR not in hidden and hidden.startswith("wrote ")
 
 
-def test_quiet_hides_the_training_bar(shared_data, tmp_path, capsys):
+def test_quiet_hides_the_training_bar(shared_data, tmp_path, capsys, monkeypatch):
+    import itertools
+
+    from longdoc.train import finetune
+
+    runs = itertools.count()  # each run its own feature cache, so both read the training file
+    monkeypatch.setattr(finetune, "feature_cache_folder", lambda: tmp_path / f"features-{next(runs)}")
     encoder = write_encoder(tmp_path / "encoder", default_tokenizer(), **ENCODER)
     argv = ["train", "wikihop", "--config", "cpu", "--train", str(shared_data / TRAIN), "--init", str(encoder),
             "--long-max-len", "256", "--global-max-len", "128", "--max-steps", "2", "--batch-size", "2"]

@@ -35,7 +35,7 @@ def test_default_model_is_minilm_lifted_once_with_tiled_absolute_positions(cache
     monkeypatch.setattr(lift_module, "lift", no_second_lift)
     assert pretrained.lifted_minilm(positions="absolute") == path
     assert pretrained.default_model_path() == path
-    assert pretrained.initial_weights({"init": None}) == path
+    assert pretrained.initial_weights(TrainingOptions(train=Path("train.json"), out=Path("out"))) == path
 
 
 def test_default_lift_is_etc_base_with_absolute_positions_in_its_own_folder(cache):
