@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, Callable, Iterable, Mapping
 
-from longdoc.errors import InputError
+from longdoc.commands.task_flags import flags_by_task, refuse_other_tasks_flags
 from longdoc.options import Option
 from longdoc.tasks import get_task, task_names
 from longdoc.train.options import ENGINE_OPTIONS, resolve_task_options
@@ -15,14 +15,8 @@ HELP = "train a task model (resumes from --out; runs data-parallel under torchru
 INTERRUPTED_EXIT = 130  # the shell's status for a run stopped by Ctrl-C
 
 
-def _task_options() -> dict[str, tuple[Option, tuple[str, ...]]]:
-    """Each task option's flag, once, with the tasks that take it (from the Task records' options)."""
-    found: dict[str, tuple[Option, tuple[str, ...]]] = {}
-    for name in task_names():
-        for option in get_task(name).train_options:
-            known, tasks = found.get(option.name, (option, ()))
-            found[option.name] = (known, tasks + (name,))
-    return found
+def _train_options(task):
+    return task.train_options
 
 
 def add_option_arguments(parser, options: Iterable[Option], only_for: Mapping[str, str] | None = None) -> None:
@@ -53,7 +47,7 @@ def add_arguments(parser) -> None:
                         help="at the end, print one JSON object on stdout: status, run folder, steps, dev metrics, "
                              "the files written")
     add_option_arguments(parser, ENGINE_OPTIONS)
-    task_options = _task_options()
+    task_options = flags_by_task(_train_options)
     add_option_arguments(parser, [option for option, _ in task_options.values()],
                          only_for={name: ", ".join(tasks) for name, (_, tasks) in task_options.items()})
 
@@ -62,11 +56,7 @@ def run(args) -> int:
     from longdoc.train.finetune import train_task
 
     task = get_task(args.task)
-    own = {option.name for option in task.train_options}
-    foreign = [option for option, _ in _task_options().values()
-               if option.name not in own and getattr(args, option.name) is not None]
-    if foreign:
-        raise InputError(f"{', '.join(option.flag for option in foreign)} does not apply to the {args.task} task")
+    refuse_other_tasks_flags(args, task, _train_options)
     given = {option.name: getattr(args, option.name) for option in (*ENGINE_OPTIONS, *task.train_options)}
     options, task_options = resolve_task_options(task, given, args.config)
 
