@@ -10,9 +10,9 @@ import pytest
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.tasks.hotpotqa import features as hotpotqa_features
-from longdoc.tasks.nq import NQOptions
 from longdoc.tasks.hotpotqa.model import HotpotQAModel
 from longdoc.tasks.hotpotqa.reader import read_examples as read_hotpotqa
+from longdoc.tasks.nq import NQOptions
 from longdoc.tasks.nq import features as nq_features
 from longdoc.tasks.nq.model import NQModel
 from longdoc.tasks.nq.reader import read_examples as read_nq

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from longdoc.convert.pretrained import default_tokenizer
 from longdoc.data.features import GlobalMarkers
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
@@ -59,11 +58,6 @@ def tiny_config(tokenizer, **overrides) -> GlobalLocalConfig:
                   intermediate_size=64, long_max_len=128, global_max_len=16, local_radius=8,
                   initializer_range=0.2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     return GlobalLocalConfig(**{**values, **overrides})
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return default_tokenizer()
 
 
 @pytest.fixture

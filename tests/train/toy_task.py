@@ -32,6 +32,7 @@ from longdoc.model.task_model import TaskModel
 from longdoc.options import option, stored_defaults
 from longdoc.task import Task
 from longdoc.tasks import register, unregister
+from tests.model.conftest import tiny_config as model_tiny_config
 
 WORDS = [f"w{i}" for i in range(40)]
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]"]
@@ -39,13 +40,11 @@ LABEL = InputSpec("labels", ("batch",), torch.long, pad=-100)
 
 
 def tiny_config(**overrides) -> GlobalLocalConfig:
-    settings = dict(
-        vocab_size=len(SPECIAL) + len(WORDS), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=32, local_radius=3, long_max_len=32, global_max_len=4, max_relative_distance=2,
-        relative_vocab_size=8, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-    )
-    settings.update(overrides)
-    return GlobalLocalConfig(**settings)
+    """tests/model's tiny encoder, for the toy vocabulary and inputs, with dropout (resuming must
+    restore its random streams)."""
+    return model_tiny_config(**{"vocab_size": len(SPECIAL) + len(WORDS), "num_hidden_layers": 2,
+                                "num_attention_heads": 2, "long_max_len": 32, "global_max_len": 4,
+                                "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, **overrides})
 
 
 def make_tokenizer():

@@ -23,6 +23,7 @@ from longdoc.tasks.nq.model import NQModel
 from longdoc.tasks.nq.reader import read_examples, token_char_spans
 from longdoc.tasks.nq.synthetic import write_synthetic_nq
 from tests.tasks.conftest import TINY_ENCODER, write_encoder
+from tests.conftest import logged_losses
 
 SAMPLE = "natural_questions/simplified-nq-train.sample2.jsonl"
 
@@ -168,11 +169,6 @@ def test_streaming_with_two_processes_gives_the_same_rows(tmp_path, tokenizer, e
     one = [rows for rows in iter_training_rows(path, tokenizer, config, None, num_proc=1, progress=False)]
     two = [rows for rows in iter_training_rows(path, tokenizer, config, None, num_proc=2, progress=False)]
     assert len(one) == 20 and one == two
-
-
-def logged_losses(out) -> list[float]:
-    return [json.loads(line)["loss"] for line in (out / "train_log.jsonl").read_text().splitlines()
-            if "loss" in json.loads(line)]
 
 
 @pytest.mark.slow

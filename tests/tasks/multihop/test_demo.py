@@ -9,13 +9,6 @@ from longdoc.cli import main
 from longdoc.errors import InputError
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    from longdoc.convert.pretrained import default_tokenizer
-
-    return default_tokenizer()
-
-
 def _layout_length(record, tokenizer) -> int:
     """Wordpieces of the long input the feature builder lays out: [CLS] question [SEP] paragraphs [SEP]."""
     texts = [record["question"]] + [piece for title, sentences in record["context"] for piece in (title, *sentences)]

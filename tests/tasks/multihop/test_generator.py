@@ -9,7 +9,6 @@ from collections import Counter
 import pytest
 
 from longdoc.cli import main
-from longdoc.convert.pretrained import default_tokenizer
 from longdoc.data.examples import TextSpan
 from longdoc.data.features import FeatureSettings, build_features
 from longdoc.data.spans import char_span_to_token_span
@@ -20,11 +19,6 @@ from longdoc.tasks.multihop.generator import (BASED_IN, guessing_f1, make_exampl
                                            wordpiece_counter)
 
 LENGTH, MIN_DISTANCE = 512, 300
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return default_tokenizer()
 
 
 @pytest.fixture(scope="module")
