@@ -28,9 +28,9 @@ HotpotQA's format): `Task(name=..., pipeline_of="other", ...)` names the other t
 registry gives it the other task's parts, keeping its own name, description, headline metric,
 published figures, configs and extras.
 
-The registry (`TaskRegistry`) is an explicit list: tasks/__init__.py registers each built-in task
-with the `@registry.task(NAME)` decorator on a function that imports and returns its record, so
-listing the names imports no task and a task is imported when it is first asked for. A name
+The registry (`TaskRegistry`) is an explicit list: tasks/__init__.py registers each built-in task by
+name with the `registry.task(NAME)` decorator, on a function that imports and returns its record,
+so listing the names imports no task and a task is imported when it is first asked for. A name
 registered twice is an error. The command line (longdoc/cli.py, longdoc/commands/) holds the
 registry and hands it to the library functions that look tasks up (`TaskLookup`).
 """

@@ -1,52 +1,34 @@
 """The datasets longdoc knows: one package per dataset under tasks/ (installed as longdoc.tasks), each
 defining `TASK`, its record (the contract: longdoc.task).
 
-`REGISTRY` lists them explicitly, one decorated function per task that imports its package when the
-task is first asked for: listing the names, as `longdoc --help` does, imports none of them. Adding a
-dataset means adding its package here and one such function. The library never imports this
-package; the command line (longdoc/cli.py, longdoc/commands/) hands `REGISTRY` to the library
-functions that look tasks up.
+`REGISTRY` lists them explicitly (`BUILTIN_TASKS`, registered through the registry's decorator, which
+refuses a name registered twice); a package is imported when its task is first asked for, so
+listing the names, as `longdoc --help` does, imports none of them. Adding a dataset means adding its
+package and its name here. The library never imports this package; the command line
+(longdoc/cli.py, longdoc/commands/) hands `REGISTRY` to the library functions that look tasks up.
 """
 
+import importlib
+from typing import Callable
+
 from longdoc.task import Task, TaskRegistry
+
+BUILTIN_TASKS = ("hotpotqa", "multihop", "nq", "openkp", "wikihop")  # packages under tasks/, in this order
 
 REGISTRY = TaskRegistry()
 
 
-@REGISTRY.task("hotpotqa")
-def _hotpotqa() -> Task:
-    from longdoc.tasks.hotpotqa import TASK
+def _package_record(name: str) -> Callable[[], Task]:
+    """A function that imports tasks/NAME and returns its TASK."""
 
-    return TASK
+    def record() -> Task:
+        return importlib.import_module(f"{__name__}.{name}").TASK
 
-
-@REGISTRY.task("multihop")
-def _multihop() -> Task:
-    from longdoc.tasks.multihop import TASK
-
-    return TASK
+    return record
 
 
-@REGISTRY.task("nq")
-def _nq() -> Task:
-    from longdoc.tasks.nq import TASK
-
-    return TASK
-
-
-@REGISTRY.task("openkp")
-def _openkp() -> Task:
-    from longdoc.tasks.openkp import TASK
-
-    return TASK
-
-
-@REGISTRY.task("wikihop")
-def _wikihop() -> Task:
-    from longdoc.tasks.wikihop import TASK
-
-    return TASK
-
+for _name in BUILTIN_TASKS:
+    REGISTRY.task(_name)(_package_record(_name))
 
 get_task = REGISTRY.get
 task_names = REGISTRY.names

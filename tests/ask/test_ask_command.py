@@ -233,6 +233,7 @@ def _fact_spans(text: str, record: dict) -> list[tuple[int, int]]:
     return spans
 
 
+@pytest.mark.slow  # generated documents indexed and read, one question each
 def test_a_folder_of_txt_md_and_html_reads_both_facts_of_each_question_and_refuses_unrelated_ones(
         model_dir, tmp_path, monkeypatch, capsys):
     # The demo's first three held-out documents (its generator settings, seed 1) as .txt, .md and

@@ -12,6 +12,7 @@ import torch
 
 from longdoc.cli import main
 from longdoc.convert.pretrained import default_tokenizer
+from longdoc.tasks.wikihop.model import WikiHopModel
 from tests.tasks.conftest import write_encoder
 
 TRAIN = "wikihop/wikihop_train.first22.json"
@@ -39,6 +40,20 @@ def trained(shared_data, tmp_path_factory):
     return root / "run", dev
 
 
+@pytest.fixture(scope="module")
+def untrained(shared_data, tmp_path_factory):
+    """(model folder, dev file) as `trained`, its heads fresh: for the checks that run before the model does."""
+    root = tmp_path_factory.mktemp("wikihop_untrained")
+    tokenizer = default_tokenizer()
+    write_encoder(root / "encoder", tokenizer, **ENCODER)
+    torch.manual_seed(0)
+    WikiHopModel.from_encoder(root / "encoder").save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    dev = root / "dev.json"
+    dev.write_text(json.dumps(json.loads((shared_data / DEV).read_text())[:DEV_EXAMPLES]))
+    return root / "model", dev
+
+
 def _predict(trained, out, *options):
     model, dev = trained
     with warnings.catch_warnings():
@@ -51,36 +66,35 @@ def _predict(trained, out, *options):
     ("cuda:7", "longdoc predict: error: --device cuda:7: this machine has no CUDA device"),
     ("gpu0", "longdoc predict: error: --device gpu0: not a device name; use one of cpu, cuda, cuda:N, mps"),
 ])
-def test_a_device_this_machine_lacks_exits_2_with_one_line(trained, tmp_path, capsys, device, message):
-    assert _predict(trained, tmp_path / "pred.json", "--device", device) == 2
+def test_a_device_this_machine_lacks_exits_2_with_one_line(untrained, tmp_path, capsys, device, message):
+    assert _predict(untrained, tmp_path / "pred.json", "--device", device) == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "pred.json").exists()
 
 
-def test_cuda_7_on_a_one_gpu_machine_names_the_device_it_has(trained, tmp_path, capsys, monkeypatch):
+def test_cuda_7_on_a_one_gpu_machine_names_the_device_it_has(untrained, tmp_path, capsys, monkeypatch):
     # The check comes before anything runs on the device, so a pretended GPU is never touched.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert _predict(trained, tmp_path / "pred.json", "--device", "cuda:7") == 2
+    assert _predict(untrained, tmp_path / "pred.json", "--device", "cuda:7") == 2
     assert capsys.readouterr().err == ("longdoc predict: error: --device cuda:7: this machine has 1 CUDA device "
                                        "(cuda:0)\n")
 
 
-def test_a_model_whose_weights_are_on_meta_is_refused(trained, tmp_path, capsys, monkeypatch):
-    from longdoc.tasks.wikihop.model import WikiHopModel
-
+def test_a_model_whose_weights_are_on_meta_is_refused(untrained, tmp_path, capsys, monkeypatch):
     def load_nothing(cls, directory, *args, **kwargs):  # a loader that skipped the weights
         with torch.device("meta"):
             return cls(WikiHopModel.config_class.from_pretrained(directory))
 
     monkeypatch.setattr(WikiHopModel, "from_pretrained", classmethod(load_nothing))
-    assert _predict(trained, tmp_path / "pred.json") == 2
+    assert _predict(untrained, tmp_path / "pred.json") == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"longdoc predict: error: {trained[0]}: the model's weights were not loaded (")
+    assert err.startswith(f"longdoc predict: error: {untrained[0]}: the model's weights were not loaded (")
     assert not (tmp_path / "pred.json").exists()
 
 
+@pytest.mark.slow  # the module's trained model: 40 training steps
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_lower_precisions_predict_the_answers_of_float32(trained, tmp_path, capsys, dtype):
     assert _predict(trained, tmp_path / "float32.json", "--device", "cpu") == 0
@@ -94,6 +108,7 @@ def test_lower_precisions_predict_the_answers_of_float32(trained, tmp_path, caps
     assert agree >= DEV_EXAMPLES - 1, f"{dtype}: {agree} of {DEV_EXAMPLES} answers agree with float32"
 
 
+@pytest.mark.slow  # the module's trained model: 40 training steps
 def test_json_is_one_object_on_stdout_and_the_human_line_on_stderr(trained, tmp_path, capsys):
     assert _predict(trained, tmp_path / "pred.json", "--json", "--bf16", "--batch-size", "4") == 0
     captured = capsys.readouterr()
@@ -107,6 +122,7 @@ def test_json_is_one_object_on_stdout_and_the_human_line_on_stderr(trained, tmp_
     assert captured.err.startswith(f"wrote {tmp_path / 'pred.json'}: {DEV_EXAMPLES} examples ({DEV_EXAMPLES} windows)")
 
 
+@pytest.mark.slow  # the module's trained model: 40 training steps
 def test_quiet_hides_the_prediction_bar_that_is_shown_without_it(trained, tmp_path, capsys):
     model, dev = trained
     argv = ["predict", "wikihop", "--model", str(model), "--data", str(dev), "--out", str(tmp_path / "pred.json")]
@@ -208,6 +224,7 @@ def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp
     assert capsys.readouterr().err.startswith("longdoc ask: error: --device cuda:7: this machine has no CUDA device")
 
 
+@pytest.mark.slow  # the module's trained model: 40 training steps
 def test_predict_reads_a_datasets_folder_as_the_official_file(trained, tmp_path):
     from tests.tasks.test_hub_exports import WIKIHOP_FEATURES, _wikihop_rows
 
