@@ -67,10 +67,6 @@ def options_of(record: type) -> tuple[Option, ...]:
                         field.metadata["metavar"]) for field in _option_fields(record))
 
 
-def option_names(record: Any) -> list[str]:
-    return [field.name for field in _option_fields(record)]
-
-
 def stored_defaults(record: type) -> dict[str, Any]:
     """{name: default} of the options a model keeps in its config (those not declared `stored=False`)."""
     return {field.name: field.default for field in _option_fields(record) if field.metadata["stored"]}

@@ -20,8 +20,8 @@ longdoc.tasks) whose `__init__.py` defines `TASK`, a `Task` record naming its pa
 The protocols below state each part's functions; one test checks every registered task against
 them. `options` is the task's options record (`Task.options`, a frozen dataclass of
 `longdoc.options` fields, e.g. the window stride): `longdoc train TASK` offers its fields as flags,
-the model keeps those it stores in its config, and the decoder reads them (`Task.options_for(model)`
-gives a trained model's).
+the model keeps those it stores in its config (`task_options`), where the decoder reads them when
+it is given no options record (`longdoc predict`).
 
 A task may run another task's pipeline on data of its own (the built-in multihop generator writes
 HotpotQA's format): `Task(name=..., pipeline_of="other", ...)` names the other task, and the
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
-from longdoc.options import Option, option_names, options_of
+from longdoc.options import Option, options_of
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -106,13 +106,9 @@ class Task:
         """The fields of the task's options record, as options."""
         return () if self.options is None else options_of(self.options)
 
-    def options_for(self, model=None) -> Any:
-        """The task's options record: its defaults, with the values `model` stores in its config
-        (`task_options`) over them when a trained model is given; None for a task without options."""
-        if self.options is None:
-            return None
-        stored = {} if model is None else model.config.task_options
-        return self.options(**{name: stored[name] for name in option_names(self.options) if name in stored})
+    def default_options(self) -> Any:
+        """The task's options record at its defaults; None for a task without options."""
+        return None if self.options is None else self.options()
 
     def metric_defaults(self) -> dict[str, Any]:
         return {option.name: option.default for option in self.metric_options}
@@ -151,7 +147,6 @@ class TaskRegistry:
     def register(self, task: Task) -> Task:
         """Add a task record (a task of one's own, a test's); a name already taken is an error."""
         self._claim(task.name)
-        self._tasks[task.name] = task
         self._sources[task.name] = lambda: task
         return task
 
@@ -212,7 +207,7 @@ class DecodePart(Protocol):
     def predict(self, model, data_path, out_path, *, tokenizer, options=None, tune: bool = False,
                 batch_size: int = 8, progress: bool = True) -> "PredictionFile":
         """The official prediction file of `data_path`, written to `out_path`. `options`: the task's
-        options record (None: the model's, `Task.options_for(model)`); `tune`: the file has gold labels
+        options record (None: the values the model stores); `tune`: the file has gold labels
         and the decoder may choose its settings on them (the dev file of a training run); what it
         chose is in the result's `chosen`, for the caller to keep."""
 

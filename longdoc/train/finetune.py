@@ -84,7 +84,7 @@ def build_task_job(task: Task, options: TrainingOptions, task_options: Any = Non
         if getattr(task, part) is None:
             raise InputError(f"the {task.name} task cannot be trained yet: it has no {part}")
     _check_files(options)
-    task_options = task.options_for() if task_options is None else task_options
+    task_options = task.default_options() if task_options is None else task_options
     init = initial_weights(options)
     tokenizer = read_tokenizer(init)
     model_class = task.load("model")
