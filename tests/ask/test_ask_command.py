@@ -15,7 +15,7 @@ from longdoc.cli import main
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
-from longdoc.tasks.hotpotqa.model import HotpotQAModel
+from tests.tasks.conftest import span_answering_model
 
 TEXT = ("Zoë Quellmann works for Brünnhilde Labs.\r\n\r\nThe weather was mild. Café owners were pleased.\r\n\r\n"
         "Brünnhilde Labs is based in Søndervik. It makes kettles.\r\n")
@@ -34,11 +34,8 @@ def model_dir(tmp_path_factory):
     torch.manual_seed(0)
     GlobalLocalModel(config).save_pretrained(root / "encoder")
     tokenizer.save_pretrained(root / "encoder")
-    model = HotpotQAModel.from_encoder(root / "encoder", stride=32, max_question_len=32)
-    with torch.no_grad():  # untrained, but told to answer with spans: offsets get exercised
-        model.type_head.projection.bias.copy_(torch.tensor([10.0, 0.0, 0.0]))
-    model.save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
+    # untrained, but told to answer with spans: offsets get exercised
+    span_answering_model(root / "model", root / "encoder", tokenizer, stride=32, max_question_len=32)
     return root
 
 

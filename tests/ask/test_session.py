@@ -3,7 +3,6 @@ answers with spans reads passages with no line in longdoc/ask (its Task record n
 a trained model of a task without one, or of a task the registry does not hold, is refused."""
 
 import pytest
-import torch
 
 from longdoc.ask.documents import load_sources
 from longdoc.ask.session import AskSession
@@ -11,7 +10,7 @@ from longdoc.errors import InputError
 from longdoc.task import Task, TaskRegistry
 from longdoc.tasks.hotpotqa.model import HotpotQAModel
 from longdoc.tasks.wikihop.model import WikiHopModel
-from tests.tasks.conftest import TINY_ENCODER, write_encoder
+from tests.tasks.conftest import TINY_ENCODER, span_answering_model, write_encoder
 
 
 class SpanlikeModel(HotpotQAModel):
@@ -28,14 +27,9 @@ SPANLIKE = Task(name="spanlike", description="a task of one's own", headline_met
 def folders(tmp_path_factory, tokenizer):
     root = tmp_path_factory.mktemp("session")
     write_encoder(root / "encoder", tokenizer, **TINY_ENCODER, long_max_len=256, global_max_len=64)
-    torch.manual_seed(0)
-    for name, model_class in (("spanlike", SpanlikeModel), ("wikihop", WikiHopModel)):
-        model = model_class.from_encoder(root / "encoder", max_question_len=32)
-        if name == "spanlike":
-            with torch.no_grad():  # untrained, but told to answer with spans
-                model.type_head.projection.bias.copy_(torch.tensor([10.0, 0.0, 0.0]))
-        model.save_pretrained(root / name)
-        tokenizer.save_pretrained(root / name)
+    span_answering_model(root / "spanlike", root / "encoder", tokenizer, SpanlikeModel, max_question_len=32)
+    WikiHopModel.from_encoder(root / "encoder", max_question_len=32).save_pretrained(root / "wikihop")
+    tokenizer.save_pretrained(root / "wikihop")
     (root / "notes.txt").write_text("Ada Quell works for Orbix Group.\n\nOrbix Group is based in Tallinnford.\n")
     return root
 

@@ -13,7 +13,7 @@ import torch
 from longdoc.cli import main
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.tasks.wikihop.model import WikiHopModel
-from tests.tasks.conftest import write_encoder
+from tests.tasks.conftest import span_answering_model, write_encoder
 
 TRAIN = "wikihop/wikihop_train.first22.json"
 DEV = "wikihop/wikihop_dev.first28.json"
@@ -197,17 +197,11 @@ def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp
     from longdoc.ask.session import AskSession
     from longdoc.inference import resolve_placement
     from longdoc.tasks import REGISTRY
-    from longdoc.tasks.hotpotqa.model import HotpotQAModel
 
     monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
     tokenizer = default_tokenizer()
     write_encoder(tmp_path / "encoder", tokenizer, **ENCODER)
-    torch.manual_seed(0)
-    reader = HotpotQAModel.from_encoder(tmp_path / "encoder", stride=32, max_question_len=32)
-    with torch.no_grad():  # untrained, but told to answer with spans (tests/ask/test_ask_command.py)
-        reader.type_head.projection.bias.copy_(torch.tensor([10.0, 0.0, 0.0]))
-    reader.save_pretrained(tmp_path / "reader")
-    tokenizer.save_pretrained(tmp_path / "reader")
+    span_answering_model(tmp_path / "reader", tmp_path / "encoder", tokenizer, stride=32, max_question_len=32)
     document = tmp_path / "notes.txt"
     document.write_text("Ada Quell works for Orbix Group.\n\nOrbix Group is based in Tallinnford.\n")
 

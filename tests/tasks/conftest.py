@@ -23,6 +23,21 @@ def write_encoder(folder: Path, tokenizer, **config) -> Path:
     return folder
 
 
+def span_answering_model(folder: Path, encoder: Path, tokenizer, model_class=None, **options) -> Path:
+    """A model folder of `model_class` (default HotpotQAModel) started from `encoder` (seed 0), untrained
+    but told to answer with spans (its answer type head puts "span" first), and the tokenizer: what
+    `longdoc ask` reads spans and offsets with."""
+    if model_class is None:
+        from longdoc.tasks.hotpotqa.model import HotpotQAModel as model_class
+    torch.manual_seed(0)
+    model = model_class.from_encoder(encoder, **options)
+    with torch.no_grad():
+        model.type_head.projection.bias.copy_(torch.tensor([10.0, 0.0, 0.0]))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def assert_reference_rows_fit(task, metrics: dict) -> None:
     """Each published row of `task` names itself and its source and reports only keys that the
     task's metric really returns (`metrics`, one run of it), as fractions like the metric's own;
