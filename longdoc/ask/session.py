@@ -25,8 +25,9 @@ demo's model gives its document's answer whatever is asked (docs/ask.md), while 
 document answers shares words with a sentence of it.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from longdoc.ask.documents import SourceText
 from longdoc.ask.index import CorpusIndex, Hit, index_documents
@@ -38,12 +39,14 @@ PASSAGES_READ = 8
 MIN_EVIDENCE = 0.5  # calibrated on generated documents (docs/ask.md)
 
 
+@dataclass(frozen=True)
 class Reader:
     """The model that reads for `ask`, its tokenizer, and how it reads: `reading` is its task's ask part
     (None for a lifted extractive QA reader, read by `longdoc.ask.span_reading`)."""
 
-    def __init__(self, model, tokenizer, reading: SpanAnswerReading | None):
-        self.model, self.tokenizer, self.reading = model, tokenizer, reading
+    model: Any
+    tokenizer: Any
+    reading: SpanAnswerReading | None
 
 
 def load_reader(model_dir, tasks: TaskLookup | None) -> Reader:
