@@ -213,6 +213,7 @@ def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp
     answers = session.ask("Where is Orbix Group based?", min_score=0.0, min_evidence=-1)["answers"]
     assert answers and all(document.read_text()[a["start"]:a["end"]] == a["text"] for a in answers)
 
+    capsys.readouterr()  # (what saving the models printed: transformers' bars are on until a command turns them off)
     assert main(["ask", "--model", str(tmp_path / "reader"), "--question", "Where?", str(document),
                  "--device", "cuda:7"]) == 2
     assert capsys.readouterr().err.startswith("longdoc ask: error: --device cuda:7: this machine has no CUDA device")
