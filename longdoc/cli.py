@@ -12,9 +12,9 @@ import sys
 import warnings
 from importlib.metadata import version
 
-from longdoc.commands.hints import with_hint
+from longdoc.commands.hints import as_flags, with_hint
 from longdoc.cpu_memory import configure_allocator
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionWarning
 
 DESCRIPTION = """\
 longdoc answers questions over long documents: ask a question of your own files (with the
@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:
     # Warnings from the library are messages for the user (counts of dropped or missing items),
-    # not for a developer: no file names or source lines.
-    return f"longdoc: warning: {message}\n"
+    # not for a developer: no file names or source lines; options named by their flags.
+    return f"longdoc: warning: {as_flags(message) if isinstance(message, OptionWarning) else message}\n"
 
 
 def _configure_output(args) -> None:

@@ -42,8 +42,26 @@ def retrieval(args) -> list[dict]:
 
 def speed(args) -> list[dict]:
     from longdoc.ask.benchmark import speed_rows
+    from longdoc.tasks import REGISTRY
+    from longdoc.tasks.multihop.generator import make_examples
 
-    return speed_rows(words=args.words, model_dir=args.model, questions=args.questions)
+    return speed_rows(words=args.words, tasks=REGISTRY, reader_task="hotpotqa", make_examples=make_examples,
+                      model_dir=args.model, questions=args.questions)
+
+
+def no_answer(args) -> list[dict]:
+    from longdoc.ask.benchmark import no_answer_rows
+    from longdoc.tasks.multihop.demo import DemoData, write_document
+    from longdoc.tasks.multihop.generator import make_examples
+
+    data = DemoData()
+
+    def held_out(n: int, tokenizer) -> list[dict]:  # the demo's dev documents: its settings, its dev seed
+        return make_examples(n, seed=data.seed + 1, length=data.length, min_distance=data.min_distance,
+                             comparison_fraction=data.comparison_fraction, relation_share=data.relation_share,
+                             chain_order=data.chain_order, tokenizer=tokenizer, progress=False)
+
+    return no_answer_rows(held_out, write_document, args.documents, args.calibration)
 
 
 def main(argv=None) -> int:
@@ -69,9 +87,7 @@ def main(argv=None) -> int:
 
     configure_allocator()  # as the `longdoc` command: freed memory kept (longdoc/cpu_memory.py)
     if args.mode == "no-answer":
-        from longdoc.ask.benchmark import no_answer_rows
-
-        rows = no_answer_rows(args.documents, args.calibration)
+        rows = no_answer(args)
     elif args.mode == "sentences":
         from longdoc.ask.benchmark import sentence_mode_rows
 

@@ -97,14 +97,14 @@ def plot(curves: dict[str, list[dict]], guessing: float, path: Path, title: str)
 def main(argv=None) -> int:
     from dataclasses import asdict
 
-    from longdoc.convert.checkpoint import read_tokenizer
+    from longdoc.model_folder import read_tokenizer
     from longdoc.convert.pretrained import default_model_path, lifted_minilm
     from longdoc.cpu_memory import configure_allocator
-    from longdoc.demo import DemoData, run_options, timed_training, write_data
+    from longdoc.tasks.multihop.demo import DemoData, run_options, timed_training, write_data
     from longdoc.io import read_json
     from longdoc.tasks.multihop.generator import RELATION_SHARE, guessing_f1
     from longdoc.tasks import get_task
-    from longdoc.train.options import options_json
+    from longdoc.train.options import recorded_options
 
     args = parse_args(argv)
     configure_allocator()  # as the `longdoc` command: freed memory kept (longdoc/cpu_memory.py)
@@ -130,10 +130,10 @@ def main(argv=None) -> int:
                  "residual_attention": residual,
                  "long_max_len": data.restricted_length if restricted else data.length,
                  "eval_steps": args.eval_steps, "max_steps": args.max_steps}
-        options = run_options(task, given, args.config)
+        options, task_options = run_options(task, given, args.config)
         print(f"bench_multihop: {name}: {args.minutes:g} training minutes in {given['out']}", file=sys.stderr)
-        run_options_used[name] = options_json(options)
-        curves[name] = [asdict(point) for point in timed_training(task, options, args.minutes)]
+        run_options_used[name] = recorded_options(options, task_options)
+        curves[name] = [asdict(point) for point in timed_training(task, options, task_options, args.minutes)]
         atomic_write_json(args.out / "curves.json", {"data": asdict(data), "positions": args.positions,
                                                      "minutes": args.minutes, "options": run_options_used,
                                                      "guessing_f1": guessing, "curves": curves})

@@ -42,15 +42,17 @@ def measure_read(path: str) -> dict:
 def measure_features(path: str, num_proc: int) -> dict:
     from longdoc import GlobalLocalConfig
     from longdoc.convert.pretrained import default_tokenizer
+    from longdoc.tasks.nq import NQOptions
     from longdoc.tasks.nq.features import iter_training_rows
     from longdoc.tasks.nq.model import NQModel
 
     tokenizer = default_tokenizer()
     config = GlobalLocalConfig(long_max_len=512, global_max_len=96)
-    config.task_options = {**NQModel.default_task_options, "stride": 128, "null_window_keep_rate": 1.0}
+    config.task_options = {**NQModel.default_task_options, "stride": 128}
+    options = NQOptions(stride=128, null_window_keep_rate=1.0)
     start = time.perf_counter()
     examples = windows = 0
-    for rows in iter_training_rows(path, tokenizer, config, None, num_proc=num_proc, progress=False):
+    for rows in iter_training_rows(path, tokenizer, config, options, num_proc=num_proc, progress=False):
         examples += 1
         windows += len(rows)
     seconds = time.perf_counter() - start

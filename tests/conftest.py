@@ -1,6 +1,7 @@
-"""Shared fixtures: the real data samples in ../shared/data and the MiniLM checkpoint; the attention's
-C++ kernels built once per session, before its tests."""
+"""Shared fixtures and helpers: the real data samples in ../shared/data, MiniLM's tokenizer, a run's logged
+losses; the attention's C++ kernels built once per session, before its tests."""
 
+import json
 import os
 import sys
 import time
@@ -37,6 +38,20 @@ def shared_data() -> Path:
             pytest.fail(f"CI=true but the real data samples are missing: {SHARED_DATA}")
         pytest.skip(f"real data samples not found at {SHARED_DATA} (they live beside the checkout, in ../shared/data)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """MiniLM's uncased WordPiece tokenizer (the default one), loaded once."""
+    from longdoc.convert.pretrained import default_tokenizer
+
+    return default_tokenizer()
+
+
+def logged_losses(out: Path) -> list[float]:
+    """The training losses a run logged in its train_log.jsonl, in order."""
+    return [record["loss"] for record in map(json.loads, (out / "train_log.jsonl").read_text().splitlines())
+            if "loss" in record]
 
 
 @pytest.fixture

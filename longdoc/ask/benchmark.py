@@ -14,6 +14,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -123,11 +124,9 @@ def timed(function, *args, **kwargs):
     return result, time.perf_counter() - start
 
 
-def generated_document(words: int, seed: int = 0) -> tuple[str, list[str]]:
-    """A long text of built-in multi-hop paragraphs (title line + sentences) with at least `words`
-    words, and the questions of the examples it is made of."""
-    from longdoc.tasks.multihop.generator import make_examples
-
+def generated_document(words: int, make_examples: Callable, seed: int = 0) -> tuple[str, list[str]]:
+    """A long text of generated multi-hop paragraphs (title line + sentences; `make_examples`: the
+    built-in generator's) with at least `words` words, and the questions of the examples it is made of."""
     parts, questions, count, index = [], [], 0, 0
     while count < words:
         batch = make_examples(4, seed=seed + index, length=4096, progress=False)
@@ -141,9 +140,11 @@ def generated_document(words: int, seed: int = 0) -> tuple[str, list[str]]:
     return "\n\n".join(parts), questions
 
 
-def speed_rows(words: int, model_dir: Path | None = None, questions: int = 5) -> list[dict]:
+def speed_rows(words: int, tasks, reader_task: str, make_examples: Callable, model_dir: Path | None = None,
+               questions: int = 5) -> list[dict]:
     """Seconds to index a `words`-word document (fresh cache, then cached) and per answer once
-    indexed, through `AskSession` as `longdoc ask` runs it."""
+    indexed, through `AskSession` as `longdoc ask` runs it; without `model_dir`, an untrained model of
+    `reader_task` (a task of the registry `tasks`) reads."""
     import tempfile
 
     import torch
@@ -151,24 +152,24 @@ def speed_rows(words: int, model_dir: Path | None = None, questions: int = 5) ->
     from longdoc.ask.embedding import SentenceEmbedder
     from longdoc.ask.session import AskSession
 
-    text, asked = generated_document(words)
+    text, asked = generated_document(words, make_examples)
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
         path = work / "document.txt"
         path.write_text(text, encoding="utf-8")
         if model_dir is None:
             from longdoc.convert.pretrained import default_model_path, default_tokenizer
-            from longdoc.tasks import get_task
 
             torch.manual_seed(0)
             model_dir = work / "untrained"
-            get_task("hotpotqa").load("model").from_encoder(default_model_path()).save_pretrained(model_dir)
+            tasks.get(reader_task).load("model").from_encoder(default_model_path()).save_pretrained(model_dir)
             default_tokenizer().save_pretrained(model_dir)
         embedder, load_seconds = timed(SentenceEmbedder)
         source = SourceText(str(path), text, hashlib.sha256(text.encode()).hexdigest(), False)
         [document], index_seconds = timed(index_documents, [source], embedder, cache_root=work / "cache")
         _, cached_seconds = timed(index_documents, [source], embedder, cache_root=work / "cache", progress=False)
-        session, session_seconds = timed(AskSession, [source], model_dir, cache_root=work / "cache", progress=False)
+        session, session_seconds = timed(AskSession, [source], model_dir, cache_root=work / "cache", progress=False,
+                                     tasks=tasks)
         session.ask(asked[0])  # first call: lazy imports and allocator warm-up, not counted
         answer_seconds = [timed(session.ask, question)[1] for question in asked[1:questions + 1]]
     return [
@@ -186,26 +187,23 @@ NO_ANSWER_QUESTIONS = ("Who won the 1998 World Cup?", "What is the boiling point
                        "How many legs does a spider have?", "When did the Berlin Wall fall?")
 
 
-def no_answer_rows(documents: int = 40, calibration: int = 20, floor: float | None = None) -> list[dict]:
-    """The no-answer rule (`longdoc.ask.session`) on the demo's held-out generated documents (its
-    generator settings, dev seed), each read whole: per question kind (the document's own question,
-    five off-topic ones, the next document's question), how many pass the evidence floor, and the
-    lowest and highest evidence, on the first `calibration` documents and on the rest."""
+def no_answer_rows(held_out: Callable, write_document: Callable, documents: int = 40, calibration: int = 20,
+                   floor: float | None = None) -> list[dict]:
+    """The no-answer rule (`longdoc.ask.session`) on the demo's held-out generated documents
+    (`held_out(n, tokenizer)` gives their records, `write_document(record, path)` writes one as text),
+    each read whole: per question kind (the document's own question, five off-topic ones, the next
+    document's question), how many pass the evidence floor, and the lowest and highest evidence, on
+    the first `calibration` documents and on the rest."""
     import tempfile
 
     from longdoc.ask.documents import load_sources
     from longdoc.ask.embedding import SentenceEmbedder
     from longdoc.ask.retrieve import SentenceEvidence
     from longdoc.ask.session import MIN_EVIDENCE
-    from longdoc.demo import DemoData, write_document
-    from longdoc.tasks.multihop.generator import make_examples
 
     floor = MIN_EVIDENCE if floor is None else floor
-    data = DemoData()
     embedder = SentenceEmbedder()
-    records = make_examples(documents, seed=data.seed + 1, length=data.length, min_distance=data.min_distance,
-                            comparison_fraction=data.comparison_fraction, relation_share=data.relation_share,
-                            chain_order=data.chain_order, tokenizer=embedder.tokenizer, progress=False)
+    records = held_out(documents, embedder.tokenizer)
     scores: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as work:
         for index, record in enumerate(records):

@@ -24,7 +24,7 @@ import numpy as np
 
 from longdoc.ask.documents import SourceText
 from longdoc.ask.passages import MAX_TOKENS, MIN_TOKENS, PASSAGE_FORMAT, Passage, split_passages
-from longdoc.convert.pretrained import cache_dir
+from longdoc.model.cache import cache_dir
 from longdoc.io import atomic_write_bytes, atomic_write_json
 
 CACHE_FORMAT = 1

@@ -14,8 +14,10 @@ What answers, by `model_dir`:
   evidence), best first, each its own answer;
 - a lifted extractive QA reader (`longdoc lift --from QA_CHECKPOINT`): "mode" "span", read by
   `longdoc.ask.span_reading`;
-- a trained HotpotQA-style model (`longdoc train hotpotqa|multihop`): "mode" "span", read by
-  `longdoc.ask.reader` in the HotpotQA construction, with supporting sentences.
+- a trained task model whose task reads passages (its Task record has an `ask` part, e.g. a model
+  of `longdoc train hotpotqa`): "mode" "span", read by `longdoc.ask.reader` as its task says, with
+  supporting sentences. The task is the one the model's config.json names, found in `tasks` (the
+  registry the command line hands over).
 
 No answer: a question is refused ("answers" empty) when no sentence read is about it, that is when
 "evidence" is under `min_evidence` (default MIN_EVIDENCE). A reader's span score cannot tell: the
@@ -23,52 +25,69 @@ demo's model gives its document's answer whatever is asked (docs/ask.md), while 
 document answers shares words with a sentence of it.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from longdoc.ask.documents import SourceText
 from longdoc.ask.index import CorpusIndex, Hit, index_documents
 from longdoc.ask.retrieve import SentenceEvidence, retrieve
-from longdoc.model.cache import cache_dir
+from longdoc.errors import InputError, ModelFolderError
+from longdoc.task import SpanAnswerReading, TaskLookup
 
 PASSAGES_READ = 8
 MIN_EVIDENCE = 0.5  # calibrated on generated documents (docs/ask.md)
-SENTENCE_MODE_NOTE = ("answering with sentences (no reader given); for answer spans, lift an extractive QA "
-                      "checkpoint: `longdoc lift --from QA_CHECKPOINT --out READER`, then `longdoc ask --model READER`")
 
 
-def default_model_dir() -> Path:
-    """Where `longdoc demo` saves its trained multi-hop model."""
-    return cache_dir() / "models" / "multihop"
+@dataclass(frozen=True)
+class Reader:
+    """The model that reads for `ask`, its tokenizer, and how it reads: `reading` is its task's ask part
+    (None for a lifted extractive QA reader, read by `longdoc.ask.span_reading`)."""
+
+    model: Any
+    tokenizer: Any
+    reading: SpanAnswerReading | None
 
 
-def load_reader(model_dir) -> tuple[str, object, object]:
-    """("qa" or "structured", model, tokenizer) of a reader folder: a lifted extractive QA reader, or a
-    trained HotpotQA-style model; InputError saying what the folder is otherwise."""
-    from longdoc.ask.reader import load_structured_reader
-    from longdoc.convert.checkpoint import read_tokenizer
+def load_reader(model_dir, tasks: TaskLookup | None) -> Reader:
+    """The reader in `model_dir`: a lifted extractive QA reader, or a trained model of a task of `tasks`
+    that reads passages; InputError saying what the folder is otherwise (a damaged weights file
+    included: TaskModel.from_pretrained reads it through readable_weights)."""
     from longdoc.model.encoder_folder import describe_checkpoint
     from longdoc.model.span_reader import SpanReader
+    from longdoc.model_folder import load_model
 
     model_dir = Path(model_dir)
-    if describe_checkpoint(model_dir).get("task") == SpanReader.task_name:
-        return "qa", SpanReader.from_pretrained(model_dir).eval(), read_tokenizer(model_dir)
-    return ("structured", *load_structured_reader(model_dir))
+    task_name = describe_checkpoint(model_dir).get("task")
+    if task_name == SpanReader.task_name:
+        return Reader(*load_model(model_dir, SpanReader), None)
+    if not task_name:
+        raise ModelFolderError(f"{model_dir}: is a bare encoder (GlobalLocalModel, no task head), not a reader",
+                               model_dir, "", ModelFolderError.READER)
+    if tasks is None or task_name not in tasks.names():
+        raise InputError(f"{model_dir}: holds a trained {task_name!r} model, a task this program does not know")
+    task = tasks.get(task_name)
+    if task.ask is None:
+        raise InputError(f"{model_dir}: holds a trained {task_name} model; the {task_name} task does not read "
+                         "passages for ask (its answers are not spans of the text)")
+    return Reader(*load_model(model_dir, task.load("model")), task.load("ask"))
 
 
 class AskSession:
     def __init__(self, sources: Sequence[SourceText], model_dir=None, *, passages: int = PASSAGES_READ,
                  second_hop: bool = True, progress: bool = True, cache_root: Path | None = None,
-                 placement: tuple | None = None, attention: str | None = None):
+                 placement: tuple | None = None, attention: str | None = None, tasks: TaskLookup | None = None):
         """`placement`: (torch.device, torch.dtype) the reader runs on (`longdoc.inference.resolve_placement`);
         None: where it loads, the CPU in float32. `attention`: with `placement`, the reader's attention
         backend (None: its config's; longdoc.inference.place_model). The MiniLM embedder stays on the CPU
-        in float32: the cached indexes hold its vectors."""
+        in float32: the cached indexes hold its vectors. `tasks`: where the task of a trained task model
+        is found (the registry, `longdoc.tasks.REGISTRY`); not needed for a lifted QA reader or none."""
         from longdoc.ask.embedding import SentenceEmbedder
         from longdoc.inference import place_model
 
         self.model_dir = None if model_dir is None else Path(model_dir)
-        self.reader_kind, self.model, self.tokenizer = (None, None, None) if model_dir is None else load_reader(model_dir)
+        reader = Reader(None, None, None) if model_dir is None else load_reader(model_dir, tasks)
+        self.model, self.tokenizer, self.reading = reader.model, reader.tokenizer, reader.reading
         if self.model is not None and placement is not None:
             self.model = place_model(self.model, *placement, self.model_dir, attention=attention)
         self.mode = "sentence" if self.model is None else "span"
@@ -89,19 +108,19 @@ class AskSession:
 
     def reads_whole_corpus(self, question: str) -> bool:
         """Whether the question and every document fit the reader's input at once: the long input of a
-        HotpotQA-style model, one row of a QA reader."""
+        task model, one row of a QA reader."""
         if self.model is None:
             return False
         from longdoc.ask.span_reading import row_length
 
         question_wordpieces = len(self.tokenizer(question, add_special_tokens=False)["input_ids"])
-        limit = row_length(self.model) if self.reader_kind == "qa" else self.model.config.long_max_len
+        limit = row_length(self.model) if self.reading is None else self.model.config.long_max_len
         return self.corpus_wordpieces + question_wordpieces + 3 <= limit
 
     def ask(self, question: str, top_k: int = 1, min_score: float | None = None, min_evidence: float | None = None,
             max_answer_len: int | None = None, handle_impossible: bool = False) -> dict:
-        """The result object for `question` (see the module docstring). `min_score`: a HotpotQA-style
-        model's (longdoc.ask.reader.MIN_SCORE when None); `min_evidence`: MIN_EVIDENCE when None;
+        """The result object for `question` (see the module docstring). `min_score`: the lowest final
+        score of a task model's span answers (longdoc.ask.reader.MIN_SCORE when None); `min_evidence`: MIN_EVIDENCE when None;
         `max_answer_len`: a QA reader's longest answer in wordpieces (its own setting, 15, when None);
         `handle_impossible`: a SQuAD 2.0 reader's null score may refuse."""
         question = question.strip()
@@ -116,13 +135,13 @@ class AskSession:
         elif self.model is None:
             answers = [{**self._span(hit.document, start, end), "score": score, "support": []}
                        for score, hit, (start, end) in ranked[:top_k]]
-        elif self.reader_kind == "qa":
+        elif self.reading is None:
             answers = self._read_spans(question, hits, whole, top_k, max_answer_len, handle_impossible)
         else:
             from longdoc.ask.reader import MIN_SCORE, read_answers
 
             answers = [answer.to_json() for answer in read_answers(
-                question, self.corpus, hits, self.model, self.tokenizer, top_k=top_k,
+                question, self.corpus, hits, self.model, self.tokenizer, self.reading, top_k=top_k,
                 min_score=MIN_SCORE if min_score is None else min_score)]
         return {
             "question": question,

@@ -1,7 +1,7 @@
 """`longdoc ask [--model DIR] --question TEXT PATH... [--top-k K] [--json]`: answers from long documents.
 
-With --model a lifted extractive QA reader (or a trained HotpotQA-style model), answers are spans;
-without it, the sentences nearest to the question (longdoc.ask.session).
+With --model a lifted extractive QA reader (or a model trained on a task that reads passages, such as
+hotpotqa), answers are spans; without it, the sentences nearest to the question (longdoc.ask.session).
 
 Without --question: questions from standard input, interactively on a terminal (a prompt, line
 editing and history through readline, Ctrl-D to leave), else one per line with no prompt (with
@@ -18,6 +18,8 @@ from longdoc import inference
 from longdoc.errors import InputError
 
 SUPPORT_SHOWN = 3  # supporting sentences printed per answer (--json has all)
+SENTENCE_MODE_NOTE = ("answering with sentences (no reader given); for answer spans, lift an extractive QA "
+                      "checkpoint: `longdoc lift --from QA_CHECKPOINT --out READER`, then `longdoc ask --model READER`")
 
 HELP = "answer questions from long documents (.txt, .md, .html, folders) with the answer's exact location"
 
@@ -41,8 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--handle-impossible-answer", action="store_true",
                         help="a SQuAD 2.0 reader may answer nothing: no answer when its null score beats every span")
     parser.add_argument("--min-score", type=float, metavar="P",
-                        help="a HotpotQA-style model: drop span answers it gives a lower probability (default 0.05); "
-                             "none left: 'no answer found'")
+                        help="a trained task model (hotpotqa, multihop): drop span answers whose score (span "
+                             "probability x the probability of a span answer) is lower (default 0.05); none left: "
+                             "'no answer found'")
     parser.add_argument("--min-evidence", type=float, metavar="C",
                         help=f"refuse ('no answer found') when no sentence read has a cosine similarity (MiniLM) of "
                              f"at least C with the question: the document does not speak of it (default {MIN_EVIDENCE}; "
@@ -108,8 +111,9 @@ def _questions(interactive: bool):
 
 def run(args: argparse.Namespace) -> int:
     from longdoc.ask.documents import load_sources
-    from longdoc.ask.session import SENTENCE_MODE_NOTE, AskSession
+    from longdoc.ask.session import AskSession
     from longdoc.model.encoder_folder import describe_checkpoint
+    from longdoc.tasks import REGISTRY
 
     if args.top_k < 1 or args.passages < 1:
         raise InputError(f"--top-k and --passages must be >= 1, got {args.top_k} and {args.passages}")
@@ -128,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     if not sources:
         return 2
     session = AskSession(sources, args.model, passages=args.passages, second_hop=args.second_hop,
-                         progress=args.progress, placement=placement, attention=args.attention)
+                         progress=args.progress, placement=placement, attention=args.attention, tasks=REGISTRY)
     if session.mode == "sentence":
         print(f"longdoc ask: {SENTENCE_MODE_NOTE}", file=sys.stderr)
     questions = [args.question] if args.question is not None else _questions(sys.stdin.isatty())

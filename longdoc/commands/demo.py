@@ -1,6 +1,6 @@
-"""`longdoc demo [--out DIR]`: the README's main job (longdoc.demo): generate the built-in multi-hop
-data, train the lifted MiniLM on whole documents and on their first 512 tokens, and print the
-leaderboard of the two held-out runs."""
+"""`longdoc demo [--out DIR]`: the README's main job (longdoc.tasks.multihop.demo): generate the
+built-in multi-hop data, train the lifted MiniLM on whole documents and on their first 512 tokens,
+and print the leaderboard of the two held-out runs."""
 
 import argparse
 import shlex
@@ -14,7 +14,7 @@ HELP = "the main job: train on generated long multi-hop documents and compare wi
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from longdoc.demo import CONFIG_NAME, DemoData
+    from longdoc.tasks.multihop.demo import CONFIG_NAME, DemoData
 
     defaults = DemoData()
     parser.add_argument("--out", type=Path, default=Path("longdoc-demo"), metavar="DIR",
@@ -36,9 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from longdoc.ask.session import default_model_dir
     from longdoc.cli import main as longdoc_main
-    from longdoc.demo import DemoData, run_demo
+    from longdoc.tasks import REGISTRY
+    from longdoc.tasks.multihop.demo import DemoData, default_model_dir, run_demo
 
     if args.max_steps is not None and args.max_steps < 1:
         raise InputError(f"--max-steps must be >= 1, got {args.max_steps}")
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = {"max_steps": args.max_steps} if args.max_steps is not None else {}
     model_dir = args.model_dir or default_model_dir()
     try:
-        result = run_demo(args.out, data, overrides, args.config, model_dir)
+        result = run_demo(REGISTRY, args.out, data, overrides, args.config, model_dir)
     except KeyboardInterrupt:
         print("longdoc demo: stopped; rerun the same command to resume", file=sys.stderr)
         return 130

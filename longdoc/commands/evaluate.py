@@ -4,6 +4,7 @@ import json
 import sys
 from pathlib import Path
 
+from longdoc.commands.task_flags import flags_by_task, refuse_other_tasks_flags
 from longdoc.errors import InputError
 from longdoc.evaluate.tables import markdown_table
 from longdoc.tasks import get_task, task_names
@@ -11,19 +12,13 @@ from longdoc.tasks import get_task, task_names
 HELP = "score an official prediction file against its gold file with the task's official metric"
 
 
-def _metric_options() -> dict[str, tuple]:
-    """Each metric option's flag, once, with the tasks that take it (from the Task records)."""
-    options: dict[str, tuple] = {}
-    for name in task_names():
-        for option in get_task(name).metric_options:
-            _, tasks = options.get(option.name, (option, ()))
-            options[option.name] = (option, tasks + (name,))
-    return options
+def _metric_options(task):
+    return task.metric_options
 
 
 def add_metric_arguments(parser) -> None:
     """Every task's metric options as flags (`longdoc evaluate`, `longdoc serve --task`)."""
-    for option, tasks in _metric_options().values():
+    for option, tasks in flags_by_task(_metric_options).values():
         parser.add_argument(option.flag, type=option.type, metavar=option.type.__name__.upper(),
                             help=f"{', '.join(tasks)} only: {option.help} (default {option.default})")
 
@@ -45,12 +40,9 @@ def add_arguments(parser) -> None:
 def task_metric_options(args) -> dict:
     """The chosen task's metric options: given on the command line, else the Task record's defaults."""
     task = get_task(args.task)
-    own = {option.name for option in task.metric_options}
-    foreign = [option for option, _ in _metric_options().values()
-               if option.name not in own and getattr(args, option.name) is not None]
-    if foreign:
-        raise InputError(f"{', '.join(option.flag for option in foreign)} does not apply to the {args.task} task")
-    given = {name: getattr(args, name) for name in own if getattr(args, name) is not None}
+    refuse_other_tasks_flags(args, task, _metric_options)
+    given = {option.name: getattr(args, option.name) for option in task.metric_options
+             if getattr(args, option.name) is not None}
     return {**task.metric_defaults(), **given}
 
 

@@ -1,19 +1,32 @@
-"""What to run instead: the command-line hint added to a model folder of the wrong kind.
+"""The library's messages as the command line says them: options as flags, and what to run instead
+of a model folder of the wrong kind.
 
-The library says what a folder holds and what was wanted (`longdoc.errors.ModelFolderError`);
-only the command line knows its own commands and flags, so the hints are written here.
+The library names options by their fields (`longdoc.errors.OptionError`, `OptionWarning`) and says
+what a folder holds and what was wanted (`longdoc.errors.ModelFolderError`); only the command line
+knows its own commands and flags, so the flags and the hints are written here.
 """
 
-from longdoc.errors import InputError, ModelFolderError
+from longdoc.errors import InputError, ModelFolderError, OptionError, OptionWarning
+from longdoc.options import flag_of
+
+
+def as_flags(message: OptionError | OptionWarning) -> str:
+    """The message with each option named by its flag (batch_size -> --batch-size)."""
+    return message.message(flag_of)
 
 
 def with_hint(error: InputError) -> str:
-    """The error's message, followed, for a model folder of the wrong kind, by the commands that
-    make or use the right one."""
+    """The error's message (options named by their flags), followed, for a model folder of the wrong
+    kind, by the commands that make or use the right one."""
+    if isinstance(error, OptionError):
+        return as_flags(error)
     if not isinstance(error, ModelFolderError):
         return str(error)
     holds, wanted = error.holds, error.wanted
     train = f"train one with `longdoc train {wanted} --init ENCODER_DIR --out DIR`"
+    if wanted == ModelFolderError.READER:
+        train = ("--model takes a reader: an extractive QA checkpoint lifted with `longdoc lift --from QA_CHECKPOINT "
+                 "--out DIR`, or a model trained with `longdoc train hotpotqa|multihop`")
     if holds is None:
         hint = "turn a BERT-family checkpoint into a longdoc encoder with `longdoc lift --from DIR --out DIR`"
     elif not wanted:

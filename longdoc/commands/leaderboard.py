@@ -15,11 +15,12 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, leaderboards_json, leaderboards_markdown
+    from longdoc.tasks import REGISTRY
 
-    runs = find_runs(args.paths)
+    runs = find_runs(args.paths, REGISTRY)
     if not runs:
         raise InputError(f"no metrics.json found under {', '.join(args.paths)}")
     columns = [key.strip() for key in args.columns.split(",") if key.strip()] if args.columns else None
-    boards = build_leaderboards(runs, columns=columns)
+    boards = build_leaderboards(runs, REGISTRY, columns=columns)
     print(leaderboards_json(boards) if args.json else leaderboards_markdown(boards))
     return 0

@@ -45,7 +45,7 @@ class _WindowCounter:
 
 
 def run(args) -> int:
-    from longdoc.convert.checkpoint import read_tokenizer
+    from longdoc.model_folder import load_model
 
     task = get_task(args.task)
     if task.decode is None or task.model is None:
@@ -56,9 +56,8 @@ def run(args) -> int:
         raise InputError(f"{args.data}: no such file or folder (--data takes a {args.task} file in its official "
                          "format, or the Hub's datasets export of it)")
     device, dtype = inference.resolve_placement(args.device, args.dtype)
-    model = inference.place_model(task.load("model").from_pretrained(args.model), device, dtype, args.model,
-                                  attention=args.attention)
-    tokenizer = read_tokenizer(args.model)
+    model, tokenizer = load_model(args.model, task.load("model"))
+    model = inference.place_model(model, device, dtype, args.model, attention=args.attention)
     started = time.perf_counter()
     with _WindowCounter(model) as counter:
         predicted = task.load("decode").predict(model, args.data, args.out, tokenizer=tokenizer, options=None,

@@ -10,7 +10,7 @@ from pathlib import Path
 from longdoc import inference
 from longdoc.commands.evaluate import add_metric_arguments, task_metric_options
 from longdoc.errors import InputError
-from longdoc.tasks import task_names
+from longdoc.tasks import REGISTRY
 
 HELP = "a local web page and HTTP API: ask your documents, or browse predictions beside the gold"
 INSTALL_HINT = 'longdoc serve needs the serve extra: pip install -e ".[serve]" (FastAPI and uvicorn)'
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=Path, metavar="DIR",
                         help="the reader, as `longdoc ask --model` takes it; without it, answers are sentences")
     browse = parser.add_argument_group("prediction browser (instead of DOCS)")
-    names = task_names()
+    names = REGISTRY.names()
     browse.add_argument("--task", choices=names, metavar="TASK", help=f"one of: {', '.join(names)}")
     browse.add_argument("--gold", type=Path, metavar="FILE", help="the official gold (dev) file")
     browse.add_argument("--pred", type=Path, action="append", default=[], metavar="FILE",
@@ -83,7 +83,7 @@ def run(args) -> int:
     if args.task is None:
         service = _ask_service(args)
     else:
-        browser = PredictionBrowser(args.task, args.gold, args.pred, task_metric_options(args), args.runs)
+        browser = PredictionBrowser(REGISTRY, args.task, args.gold, args.pred, task_metric_options(args), args.runs)
     app = create_app(asking=service, browser=browser, allowed_hosts=allowed_hosts(args.host))
     if not is_loopback(args.host):
         print(f"longdoc serve: warning: listening on {args.host}, not loopback: the "

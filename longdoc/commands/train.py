@@ -1,32 +1,40 @@
 """`longdoc train TASK --train FILE --dev FILE --out DIR [options]`: fine-tune a task model on the one
 training engine (longdoc.train); under torchrun it trains data-parallel."""
 
+import argparse
 import json
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
-from longdoc.errors import InputError
+from longdoc.commands.task_flags import flags_by_task, refuse_other_tasks_flags
+from longdoc.options import Option
 from longdoc.tasks import get_task, task_names
-from longdoc.train.options import ENGINE_OPTIONS, TrainOption, add_option_arguments, resolve_options
+from longdoc.train.options import ENGINE_OPTIONS, resolve_task_options
 
 HELP = "train a task model (resumes from --out; runs data-parallel under torchrun)"
 INTERRUPTED_EXIT = 130  # the shell's status for a run stopped by Ctrl-C
 
 
-def _own_options(task_name: str) -> list[TrainOption]:
-    """The task's own training options (its Task record's train_options) as flags."""
-    return [TrainOption(option.name, option.type, option.default, option.help)
-            for option in get_task(task_name).train_options]
+def _train_options(task):
+    return task.train_options
 
 
-def _task_options() -> dict[str, tuple[TrainOption, tuple[str, ...]]]:
-    """Each task training option's flag, once, with the tasks that take it (from the Task records)."""
-    found: dict[str, tuple[TrainOption, tuple[str, ...]]] = {}
-    for name in task_names():
-        for option in _own_options(name):
-            _, tasks = found.get(option.name, (None, ()))
-            found[option.name] = (option, tasks + (name,))
-    return found
+def add_option_arguments(parser, options: Iterable[Option], only_for: Mapping[str, str] | None = None) -> None:
+    """Add each option to an argparse parser with default None, so that what the command line gave
+    can be told apart from what it left to the config file and the defaults."""
+    for option in options:
+        where = f"{only_for[option.name]} only: " if only_for and option.name in only_for else ""
+        default_text = "" if option.default is None else f" (default {option.default})"
+        if option.type is bool:
+            parser.add_argument(option.flag, dest=option.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=where + option.help + default_text)
+        else:
+            parser.add_argument(option.flag, dest=option.name, type=option.type, default=None,
+                                metavar=option.metavar or option.type.__name__.upper(),
+                                help=where + option.help + default_text)
+
+
+
 
 
 def add_arguments(parser) -> None:
@@ -39,7 +47,7 @@ def add_arguments(parser) -> None:
                         help="at the end, print one JSON object on stdout: status, run folder, steps, dev metrics, "
                              "the files written")
     add_option_arguments(parser, ENGINE_OPTIONS)
-    task_options = _task_options()
+    task_options = flags_by_task(_train_options)
     add_option_arguments(parser, [option for option, _ in task_options.values()],
                          only_for={name: ", ".join(tasks) for name, (_, tasks) in task_options.items()})
 
@@ -48,27 +56,22 @@ def run(args) -> int:
     from longdoc.train.finetune import train_task
 
     task = get_task(args.task)
-    own = _own_options(args.task)
-    foreign = [option for option, _ in _task_options().values()
-               if option.name not in {o.name for o in own} and getattr(args, option.name) is not None]
-    if foreign:
-        raise InputError(f"{', '.join(option.flag for option in foreign)} does not apply to the {args.task} task")
-    options_list = (*ENGINE_OPTIONS, *own)
-    given = {option.name: getattr(args, option.name) for option in options_list}
-    options = resolve_options(given, options_list, args.config, task.configs)
+    refuse_other_tasks_flags(args, task, _train_options)
+    given = {option.name: getattr(args, option.name) for option in (*ENGINE_OPTIONS, *task.train_options)}
+    options, task_options = resolve_task_options(task, given, args.config)
 
     def done(result) -> str:
         shown = ", ".join(f"{key} {value:.4f}" for key, value in result.metrics.items())
-        return f"{args.task} model in {options['out']} after {result.step} steps" + (f"; dev: {shown}" if shown else "")
+        return f"{args.task} model in {options.out} after {result.step} steps" + (f"; dev: {shown}" if shown else "")
 
     def summary(result) -> dict[str, Any]:
-        return run_summary(args.task, options, result)
+        return run_summary(args.task, options.out, result)
 
-    return run_and_report("train", lambda: train_task(task, options, progress=args.progress), done,
+    return run_and_report("train", lambda: train_task(task, options, task_options, progress=args.progress), done,
                           summary if args.json else None)
 
 
-def run_summary(task_name: str, options: dict[str, Any], result) -> dict[str, Any]:
+def run_summary(task_name: str, out, result) -> dict[str, Any]:
     """`longdoc train --json`'s object: how the run ended and the files its folder holds (a finished
     run's folder is also the final model, for `longdoc predict TASK --model OUT`)."""
     from longdoc.evaluate.leaderboard import METRICS_FILE
@@ -76,7 +79,6 @@ def run_summary(task_name: str, options: dict[str, Any], result) -> dict[str, An
     from longdoc.train.finetune import DEV_PREDICTIONS_FILE
     from longdoc.train.options import RESOLVED_OPTIONS_FILE
 
-    out = options["out"]
     files = {"options": out / RESOLVED_OPTIONS_FILE, "log": out / TRAIN_LOG_FILE, "metrics": out / METRICS_FILE,
              "dev_predictions": out / DEV_PREDICTIONS_FILE}
     return {

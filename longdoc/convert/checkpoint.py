@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionError
 from longdoc.model.encoder_folder import readable_weights
 
 # The fields of a BERT-family config that give a GlobalLocalConfig its shapes, under the same names.
@@ -88,8 +88,6 @@ CONVERT_TO_SAFETENSORS = (
     "metadata={'format': 'pt'})\""
 )
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
-
 
 @dataclass
 class BertCheckpoint:
@@ -128,18 +126,17 @@ def locate_checkpoint(source: str) -> Path:
     if path.is_dir():
         return path
     if path.exists():
-        raise InputError(f"--from {source}: not a directory (give the folder that holds config.json)")
+        raise OptionError("{from} {source}: not a directory (give the folder that holds config.json)", source=source)
     # A hub id is "name" or "owner/name"; anything else was meant as a local path.
     if path.is_absolute() or source.startswith((".", "~")) or source.count("/") > 1:
-        raise InputError(f"--from {source}: no such directory")
+        raise OptionError("{from} {source}: no such directory", source=source)
     from huggingface_hub import snapshot_download
 
     try:
         fetched = snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"])
     except Exception as error:  # offline, unknown id, malformed id: all mean "cannot use this source"
-        raise InputError(
-            f"--from {source}: no such directory, and the hub could not provide it ({type(error).__name__}: {error})"
-        ) from None
+        raise OptionError("{from} {source}: no such directory, and the hub could not provide it ({kind}: {error})",
+                          source=source, kind=type(error).__name__, error=error) from None
     return Path(fetched)
 
 
@@ -181,36 +178,6 @@ def read_checkpoint(directory: str | Path) -> BertCheckpoint:
         )
     return BertCheckpoint(directory, config, weights, sorted(unused), position_offset, weight_files, architecture,
                           span_head)
-
-
-def read_tokenizer(directory: Path):
-    """The checkpoint's own tokenizer (a transformers tokenizer), loaded from local files only.
-
-    The class tokenizer_config.json names is loaded directly: AutoTokenizer would also read
-    config.json to guess it, and warn that transformers does not know a longdoc folder's model_type
-    (`longdoc-global-local`). A BERT folder without that name is left to AutoTokenizer (its config's
-    model_type says which tokenizer)."""
-    from transformers import AutoTokenizer
-    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
-
-    directory = Path(directory)
-    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
-        raise InputError(f"{directory}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)})")
-    tokenizer_class = AutoTokenizer
-    config_path = directory / "tokenizer_config.json"
-    if config_path.is_file():
-        try:
-            class_name = json.loads(config_path.read_text(encoding="utf-8")).get("tokenizer_class")
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as error:
-            raise InputError(f"{config_path}: not a JSON object ({error})") from None
-        if class_name:
-            tokenizer_class = tokenizer_class_from_name(class_name)
-            if tokenizer_class is None:
-                raise InputError(f"{config_path}: tokenizer_class {class_name!r} is not a transformers tokenizer")
-    try:
-        return tokenizer_class.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError) as error:
-        raise InputError(f"{directory}: the tokenizer could not be loaded: {error}") from None
 
 
 def _read_config(directory: Path) -> dict:

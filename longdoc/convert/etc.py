@@ -23,17 +23,17 @@ from pathlib import Path
 import numpy as np
 
 from longdoc.convert.tf_checkpoint import TFCheckpoint, find_checkpoint
-from longdoc.convert.model_folder import refuse_existing
 from longdoc.convert.tf_conversion import (
     ACTIVATIONS, OPTIMIZER_STATE, Conversion, Dropped, Rule, UnreadVariables, conversion_summary, copy, dense_weight,
     fill, fused_bias,
     fused_weight, model_card,
 )
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionError
 from longdoc.io import read_json
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.side_inputs import RelativeIdLayout
+from longdoc.model_folder import refuse_existing
 
 ETC_CONFIG_FILE = "etc_config.json"
 BERT_CONFIG_FILE = "bert_config.json"
@@ -309,7 +309,7 @@ class ConvertedEtc:
 # checkpoint are unknown: they are an error (a converter must not forget a tensor silently) unless
 # the user asks for the encoder alone.
 OUTSIDE_THE_ENCODER = Dropped(rf"(?!{ETC_SCOPE}).*", f"outside the encoder ({ETC_SCOPE}): a pretraining head "
-                                                     "etcmodel's released code does not name, dropped by --encoder-only")
+                                                     "etcmodel's released code does not name, dropped on request")
 
 
 def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progress: bool = False,
@@ -327,8 +327,8 @@ def read_etc(folder: str | Path, lengths: LengthOptions = LengthOptions(), progr
     except UnreadVariables as error:
         if all(name.startswith(ETC_SCOPE) for name in error.names):
             raise
-        raise InputError(f"{error}; to convert the encoder alone and drop what lies outside {ETC_SCOPE}, "
-                         "give --encoder-only") from None
+        raise OptionError("{error}; to convert the encoder alone and drop what lies outside {scope}, give "
+                          "{encoder_only}", error=error, scope=ETC_SCOPE) from None
     model.load_state_dict(conversion.state, strict=True)
     return ConvertedEtc(model, conversion, checkpoint, source_config)
 

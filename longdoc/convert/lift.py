@@ -33,13 +33,13 @@ from pathlib import Path
 import torch
 
 from longdoc.convert.checkpoint import (
-    BERT_SHAPE_FIELDS, READER_HEAD, BertCheckpoint, locate_checkpoint, read_checkpoint, read_tokenizer,
+    BERT_SHAPE_FIELDS, READER_HEAD, BertCheckpoint, locate_checkpoint, read_checkpoint,
 )
-from longdoc.convert.model_folder import refuse_existing, write_model_folder
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.span_reader import SpanReader
+from longdoc.model_folder import read_tokenizer, refuse_existing, save_model, write_new_folder
 
 # Bump when the meaning of a lifted checkpoint changes, so caches of lifted models are rebuilt.
 LIFT_FORMAT_VERSION = 2  # 2: global tokens take no absolute positions
@@ -111,7 +111,8 @@ class LiftResult:
 def lifted_config(checkpoint: BertCheckpoint, options: LiftOptions) -> GlobalLocalConfig:
     """The GlobalLocalConfig with the source's shapes and the lift options."""
     if options.positions not in POSITION_CHOICES:
-        raise InputError(f"--positions must be one of {', '.join(POSITION_CHOICES)}, got {options.positions!r}")
+        raise OptionError("{positions} must be one of {choices}, got {got!r}", choices=", ".join(POSITION_CHOICES),
+                          got=options.positions)
     source = checkpoint.config
     try:
         return GlobalLocalConfig(
@@ -241,11 +242,9 @@ def lift(source: str, out: str | os.PathLike, options: LiftOptions | dict = Lift
         model = result.model
 
     def write(folder: Path) -> None:
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        (folder / "README.md").write_text(model_card(source, checkpoint, options, result, out.name), encoding="utf-8")
+        save_model(folder, model, tokenizer, card=model_card(source, checkpoint, options, result, out.name))
 
-    return write_model_folder(out, write)
+    return write_new_folder(out, write)
 
 
 def model_card(source: str, checkpoint: BertCheckpoint, options: LiftOptions, result: LiftResult, title: str) -> str:

@@ -6,10 +6,9 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Mapping
 
 from longdoc.errors import InputError
-from longdoc.model.cache import cache_dir  # (the one rule for the cache folder)
+from longdoc.model.cache import cache_dir
 
 
 def minilm_path() -> Path:
@@ -69,9 +68,9 @@ def default_model_path(positions: str = DEFAULT_POSITIONS) -> Path:
     return lifted_minilm(positions=positions)
 
 
-def initial_weights(options: Mapping[str, Any]) -> Path:
-    """The encoder folder a training run starts from (resolved options of longdoc.train.options):
-    `--init`, else the packaged MiniLM lifted with `--init-positions`."""
-    if options.get("init") is not None:
-        return Path(options["init"])
-    return default_model_path(options.get("init_positions") or DEFAULT_POSITIONS)
+def initial_weights(options) -> Path:
+    """The encoder folder a training run starts from (its TrainingOptions, longdoc.train.options):
+    `init`, else the packaged MiniLM lifted with `init_positions`."""
+    if options.init is not None:
+        return Path(options.init)
+    return default_model_path(options.init_positions or DEFAULT_POSITIONS)

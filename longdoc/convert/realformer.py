@@ -24,7 +24,6 @@ import torch
 
 from longdoc.convert.checkpoint import BERT_SHAPE_FIELDS
 from longdoc.convert.etc import BERT_CONFIG_FILE, open_checkpoint
-from longdoc.convert.model_folder import refuse_existing
 from longdoc.convert.tf_conversion import (
     ACTIVATIONS, OPTIMIZER_STATE, Dropped, Rule, conversion_summary, copy, dense_weight, fill, fused_bias, fused_weight,
     model_card,
@@ -32,6 +31,7 @@ from longdoc.convert.tf_conversion import (
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model_folder import refuse_existing
 
 # realformer.BertConfig's defaults, for fields a config file leaves out.
 REALFORMER_DEFAULTS = dict(

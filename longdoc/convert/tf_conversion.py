@@ -12,7 +12,7 @@ variables rule by rule, checks shapes against the model, and returns the state d
 `save_converted` writes the model, the tokenizer (longdoc.convert.vocabulary: a WordPiece vocab.txt
 or a SentencePiece model), the pretraining heads and the model card (`model_card`, from
 `conversion_summary`) into a folder built beside --out and renamed into place
-(`write_model_folder`), so nothing half-written is left there.
+(`longdoc.model_folder.write_new_folder`), so nothing half-written is left there.
 """
 
 import json
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from longdoc.convert.model_folder import write_model_folder
+from longdoc.model_folder import save_model, write_new_folder
 from longdoc.convert.tf_checkpoint import TFCheckpoint
 from longdoc.errors import InputError
 
@@ -152,16 +152,10 @@ def save_converted(out: Path, model, tokenizer, card: str, heads: dict[str, torc
                    heads_file: str) -> Path:
     """Write model (safetensors + config.json), tokenizer, model card and the pretraining heads
     (if any) to `out`, atomically."""
-    from safetensors.torch import save_file
-
     def write(folder: Path) -> None:
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        if heads:
-            save_file({name: value.contiguous() for name, value in heads.items()}, str(folder / heads_file))
-        (folder / "README.md").write_text(card, encoding="utf-8")
+        save_model(folder, model, tokenizer, card=card, extra_weights={heads_file: heads} if heads else None)
 
-    return write_model_folder(out, write)
+    return write_new_folder(out, write)
 
 
 def conversion_summary(family: str, source: Path, out: Path, checkpoint: TFCheckpoint, conversion: Conversion,

@@ -5,7 +5,7 @@ checkpoint was trained with: a WordPiece vocab.txt (BERT's and ETC-base's) or a 
 import re
 from pathlib import Path
 
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionError
 
 
 def find_vocabulary(folder: Path, vocab: Path | None) -> Path:
@@ -15,16 +15,17 @@ def find_vocabulary(folder: Path, vocab: Path | None) -> Path:
         wordpiece = [folder / "vocab.txt"] if (folder / "vocab.txt").is_file() else sorted(folder.glob("*vocab*.txt"))
         sentencepiece = sorted(folder.glob("*.model"))
         if wordpiece and sentencepiece:
-            raise InputError(f"{folder}: a WordPiece vocabulary ({', '.join(path.name for path in wordpiece)}) and a "
-                             f"SentencePiece model ({', '.join(path.name for path in sentencepiece)}); name the one "
-                             "the checkpoint was trained with by --vocab")
+            raise OptionError("{folder}: a WordPiece vocabulary ({wordpiece}) and a SentencePiece model "
+                              "({sentencepiece}); name the one the checkpoint was trained with by {vocab}",
+                              folder=folder, wordpiece=", ".join(path.name for path in wordpiece),
+                              sentencepiece=", ".join(path.name for path in sentencepiece))
         if len(wordpiece + sentencepiece) != 1:
             found = ", ".join(path.name for path in wordpiece + sentencepiece) or "none"
-            raise InputError(f"{folder}: expected one WordPiece vocabulary (vocab.txt or *vocab*.txt), found: {found}, "
-                             "or one SentencePiece model (*.model); name it with --vocab")
+            raise OptionError("{folder}: expected one WordPiece vocabulary (vocab.txt or *vocab*.txt), found: {found}, "
+                              "or one SentencePiece model (*.model); name it with {vocab}", folder=folder, found=found)
         vocab = (wordpiece + sentencepiece)[0]
     if not vocab.is_file():
-        raise InputError(f"--vocab {vocab}: not a file")
+        raise OptionError("{vocab} {path}: not a file", path=vocab)
     return vocab
 
 

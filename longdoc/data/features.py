@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass
 from enum import IntEnum
 from typing import Sequence
 
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionError
 from longdoc.data.examples import StructuredExample
 from longdoc.data.spans import SOURCE_NONE, SOURCE_QUESTION
 from longdoc.data.windows import plan_windows
@@ -165,16 +165,17 @@ class FeatureSettings:
 def window_settings(task: str, config: GlobalLocalConfig, names: Sequence[str], **fixed) -> FeatureSettings:
     """The window settings of a `task` model config: its lengths, its input conventions, the
     `task_options` listed in `names` (e.g. stride, max_question_len) and the task's `fixed` settings.
-    Settings that do not fit together are an InputError naming the `longdoc train` flags that set
-    them, with their values."""
+    Settings that do not fit together are an OptionError naming the options that set them, with
+    their values."""
     chosen = {"long_max_len": config.long_max_len, "global_max_len": config.global_max_len,
               **{name: config.task_options[name] for name in names}}
     conventions = dict(token_types=TokenTypes.from_config(config), markers=GlobalMarkers.from_config(config))
     try:
         return FeatureSettings(**chosen, **fixed, **conventions)
     except ValueError as error:
-        flags = ", ".join(f"--{name.replace('_', '-')} {value}" for name, value in chosen.items())
-        raise InputError(f"{task} windows ({flags}): {error}") from None
+        named = ", ".join(f"{{{name}}} {{value_of_{name}}}" for name in chosen)
+        raise OptionError(f"{{task}} windows ({named}): {{reason}}", task=task, reason=error,
+                          **{f"value_of_{name}": value for name, value in chosen.items()}) from None
 
 
 @dataclass

@@ -2,10 +2,10 @@
 `predict` that is the same (each task's decoder then turns an example's window scores into its
 official prediction record)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from itertools import islice
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from torch import Tensor
 from tqdm.auto import tqdm
@@ -16,11 +16,14 @@ from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, buil
 
 @dataclass(frozen=True)
 class PredictionFile:
-    """What a task's `predict` wrote: the official prediction file and the number of examples it
-    predicted (so that a caller need not read the data again to count them)."""
+    """What a task's `predict` wrote: the official prediction file, the number of examples it
+    predicted (so that a caller need not read the data again to count them), and the settings it
+    chose on the file when asked to tune them (e.g. {"sp_threshold": 0.3}; the caller decides where
+    they are kept: a training run stores them in the model it saves)."""
 
     path: Path
     examples: int
+    chosen: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass

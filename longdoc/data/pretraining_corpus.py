@@ -32,7 +32,7 @@ from torch import Tensor
 from longdoc.data.batching import collate_features
 from longdoc.data.features import GlobalMarkers, TokenTypes
 from longdoc.data.text import decode_text, split_paragraphs, split_sentences
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionError
 from longdoc.model.config import GlobalLocalConfig
 
 # A file whose first bytes hold a NUL is binary (git, grep and file(1) use the same test).
@@ -60,18 +60,19 @@ class PretrainingSettings:
     cpc_sentence_rate: float = 0.1
 
     def __post_init__(self):
-        def require(condition: bool, message: str) -> None:
+        def require(condition: bool, template: str, got) -> None:
             if not condition:
-                raise InputError(f"pretraining settings: {message}")
+                raise OptionError("pretraining settings: " + template, got=got)
 
-        # Named by the `longdoc pretrain` flags that set them (the lengths come from the encoder's).
-        require(self.long_length >= 2, f"--long-max-len must be >= 2, got {self.long_length}")
-        require(self.global_max_len >= 2, f"--global-max-len must be >= 2, got {self.global_max_len}")
-        require(self.max_sentence_tokens >= 1, f"--max-sentence-tokens must be >= 1, got {self.max_sentence_tokens}")
-        require(self.min_sentences >= 1, f"--min-sentences must be >= 1, got {self.min_sentences}")
-        require(0.0 < self.mask_rate < 1.0, f"--mask-rate must be in (0, 1), got {self.mask_rate}")
-        require(0.0 <= self.cpc_sentence_rate < 1.0,
-                f"--cpc-sentence-rate must be in [0, 1), got {self.cpc_sentence_rate}")
+        # Named by the options that set them (the lengths come from the encoder's: long_max_len).
+        require(self.long_length >= 2, "{long_max_len} must be >= 2, got {got}", self.long_length)
+        require(self.global_max_len >= 2, "{global_max_len} must be >= 2, got {got}", self.global_max_len)
+        require(self.max_sentence_tokens >= 1, "{max_sentence_tokens} must be >= 1, got {got}",
+                self.max_sentence_tokens)
+        require(self.min_sentences >= 1, "{min_sentences} must be >= 1, got {got}", self.min_sentences)
+        require(0.0 < self.mask_rate < 1.0, "{mask_rate} must be in (0, 1), got {got}", self.mask_rate)
+        require(0.0 <= self.cpc_sentence_rate < 1.0, "{cpc_sentence_rate} must be in [0, 1), got {got}",
+                self.cpc_sentence_rate)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ def _text_files(path: Path) -> list[Path]:
         # Hidden files and folders (.git, editor backups) are not part of a corpus.
         return sorted(p for p in path.rglob("*") if p.is_file()
                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
-    raise InputError(f"--train {path}: no such file or folder")
+    raise InputError(f"{path}: no such file or folder")
 
 
 def _is_saved_dataset(path: Path) -> bool:
@@ -141,15 +142,15 @@ def read_corpus(path: str | os.PathLike, one_per_line: bool = False, cache_dir: 
         loaded = load_from_disk(str(path))
         if isinstance(loaded, DatasetDict):
             if "train" not in loaded:
-                raise InputError(f"--train {path}: a dataset dict without a 'train' split (has {', '.join(loaded)})")
+                raise InputError(f"{path}: a dataset dict without a 'train' split (has {', '.join(loaded)})")
             loaded = loaded["train"]
         if "text" not in loaded.column_names:
-            raise InputError(f"--train {path}: the saved dataset has no 'text' column (has {', '.join(loaded.column_names)})")
+            raise InputError(f"{path}: the saved dataset has no 'text' column (has {', '.join(loaded.column_names)})")
         return loaded.select_columns(["text"]).map(
             lambda row: {"file": str(path), "binary": False}, desc="corpus")
     files = _text_files(path)
     if not files:
-        raise InputError(f"--train {path}: the folder holds no files")
+        raise InputError(f"{path}: the folder holds no files")
     stamps = [f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files]
     return Dataset.from_generator(
         _file_documents,

@@ -9,10 +9,31 @@ BPE tokenizer may spread over several tokens); an end then moves back and a star
 the overlap is at least `stride`, never less. So every token lies in at least one window, and a
 token near a window edge also lies inside a neighbour whenever `stride` > 0 (NQ-style sliding
 windows, as in BERT-joint and ETC).
+
+The window options that tasks share are declared here once, as records a task's options record
+extends: `StrideOption` (`stride`), `QuestionLengthOption` (`max_question_len`), `WindowOptions` (both).
 """
 
 from dataclasses import dataclass
 from typing import Callable
+
+from longdoc.options import option
+
+
+@dataclass(frozen=True)
+class StrideOption:
+    stride: int = option(128, "overlap in wordpieces between consecutive windows of an input longer than "
+                              "long_max_len")
+
+
+@dataclass(frozen=True)
+class QuestionLengthOption:
+    max_question_len: int = option(64, "question wordpieces kept")
+
+
+@dataclass(frozen=True)
+class WindowOptions(QuestionLengthOption, StrideOption):
+    """stride, then max_question_len."""
 
 
 @dataclass(frozen=True)

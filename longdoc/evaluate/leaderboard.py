@@ -5,7 +5,8 @@ predictions: task, split, model, config, date, the number of gold examples score
 identity (name, size, sha256) and the metrics as the task's official metric returns them
 (fractions with the official key names), so that every number can be re-checked.
 
-`build_leaderboards` gathers such records into one board per task, and ranks only what is
+`build_leaderboards` gathers such records into one board per task of the registry it is given (the
+command line hands over longdoc.tasks' registry: this module imports no task), and ranks only what is
 comparable: runs scored on the same gold file (same sha256) under the same split form one ranked
 group, sorted by the task's headline metric. The published figures of each task's record
 (`Task.reference_rows`) form their own group, labelled with the set they were measured on (the full
@@ -28,7 +29,7 @@ from typing import Any, Iterable
 from longdoc.errors import InputError
 from longdoc.io import atomic_write_json, read_json
 from longdoc.evaluate.tables import markdown_table
-from longdoc.tasks import get_task, task_names
+from longdoc.task import TaskLookup
 
 METRICS_FILE = "metrics.json"
 
@@ -112,9 +113,9 @@ def _format_value(value: float | None) -> str:
     return "" if value is None else repr(round(value, 4))
 
 
-def _require_task(task: str, where: str = "") -> None:
-    if task not in task_names():
-        raise InputError(f"{where}unknown task {task!r}; known tasks: {', '.join(task_names())}")
+def _require_task(task: str, tasks: TaskLookup, where: str) -> None:
+    if task not in tasks.names():
+        raise InputError(f"{where}unknown task {task!r}; known tasks: {', '.join(tasks.names())}")
 
 
 def _check_metrics(metrics: Any, where: str) -> dict[str, float]:
@@ -166,8 +167,8 @@ def gold_identity(gold) -> tuple[int, dict]:
 def write_metrics_json(run_dir, *, task: str, split: str | None, model: str | None, config: Any,
                        metrics: dict[str, float], gold) -> Path:
     """Write run_dir/metrics.json atomically, stamped with the current UTC date and time, with the
-    number of examples and the identity of the gold file (or glob) `gold` the metrics were scored on."""
-    _require_task(task)
+    number of examples and the identity of the gold file (or glob) `gold` the metrics were scored on;
+    `task` is the name of the task (its record's) whose metric gave them."""
     metrics = _check_metrics(dict(metrics), f"metrics for {task}")
     examples, identity = gold_identity(gold)
     record = {
@@ -194,9 +195,10 @@ def _check_gold(gold: Any, where: str) -> dict:
     return gold
 
 
-def read_metrics_json(path) -> RunRecord:
-    """Read and check one metrics.json; errors name the file and the field. `examples` and `gold`
-    may be absent (a record written before they were recorded): such a run is shown, never ranked."""
+def read_metrics_json(path, tasks: TaskLookup) -> RunRecord:
+    """Read and check one metrics.json (its task one of `tasks`); errors name the file and the field.
+    `examples` and `gold` may be absent (a record written before they were recorded): such a run is
+    shown, never ranked."""
     path = Path(path)
     record = read_json(path)
     if not isinstance(record, dict):
@@ -204,7 +206,7 @@ def read_metrics_json(path) -> RunRecord:
     for field in ("task", "date", "metrics"):
         if field not in record:
             raise InputError(f"{path}: missing field {field!r}")
-    _require_task(record["task"], f"{path}: ")
+    _require_task(record["task"], tasks, f"{path}: ")
     for field in ("split", "model"):
         if record.get(field) is not None and not isinstance(record[field], str):
             raise InputError(f"{path}: {field!r} must be text or null")
@@ -219,14 +221,14 @@ def read_metrics_json(path) -> RunRecord:
     )
 
 
-def find_runs(paths: Iterable) -> list[RunRecord]:
+def find_runs(paths: Iterable, tasks: TaskLookup) -> list[RunRecord]:
     """Every metrics.json under the given folders (searched recursively) or given directly."""
     runs = []
     for path in map(Path, paths):
         if path.is_dir():
-            runs.extend(read_metrics_json(found) for found in sorted(path.rglob(METRICS_FILE)))
+            runs.extend(read_metrics_json(found, tasks) for found in sorted(path.rglob(METRICS_FILE)))
         elif path.is_file():
-            runs.append(read_metrics_json(path))
+            runs.append(read_metrics_json(path, tasks))
         else:
             raise FileNotFoundError(f"no such file or folder: {path}")
     return runs
@@ -303,24 +305,26 @@ def _task_groups(runs: list[RunRecord], references: tuple[dict, ...], headline: 
     return groups
 
 
-def build_leaderboards(runs: list[RunRecord], columns: list[str] | None = None) -> list[TaskLeaderboard]:
-    """One leaderboard per task that has runs, in registry order, its rows in groups of the same gold
-    set (see the module docstring), each by descending headline metric.
+def build_leaderboards(runs: list[RunRecord], tasks: TaskLookup, columns: list[str] | None = None
+                       ) -> list[TaskLeaderboard]:
+    """One leaderboard per task of `tasks` that has runs, in registry order, its rows in groups of
+    the same gold set (see the module docstring), each by descending headline metric.
 
     `columns` narrows the metric columns to those named that the task's rows report (the headline
     metric always comes first); by default every key reported, in the order the metric returns them.
     """
     boards = []
-    for task in task_names():
-        task_runs = [run for run in runs if run.task == task]
+    for name in tasks.names():
+        task_runs = [run for run in runs if run.task == name]
         if not task_runs:
             continue
-        headline = get_task(task).headline_metric
-        groups = _task_groups(task_runs, get_task(task).reference_rows, headline)
+        task = tasks.get(name)
+        headline = task.headline_metric
+        groups = _task_groups(task_runs, task.reference_rows, headline)
         reported = list(dict.fromkeys([headline] + [key for group in groups for row in group.rows for key in row.metrics]))
         # Chosen columns apply to every task: each table keeps those its rows report.
         chosen = reported if columns is None else [headline] + [key for key in columns if key in reported and key != headline]
-        boards.append(TaskLeaderboard(task=task, headline_metric=headline, columns=chosen, groups=groups))
+        boards.append(TaskLeaderboard(task=name, headline_metric=headline, columns=chosen, groups=groups))
     return boards
 
 

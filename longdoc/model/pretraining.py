@@ -25,7 +25,6 @@ chosen because it trains no global token; a fixed projection of the embeddings w
 the summary at all.
 """
 
-import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.encoder_folder import EncoderWithHeads, readable_weights
 from longdoc.model.inputs import encoder_inputs
@@ -177,49 +176,27 @@ class GlobalLocalForPretraining(EncoderWithHeads):
 
         path = Path(directory) / "model.safetensors"
         if not path.is_file():
-            raise InputError(f"--mlm-head-from {directory}: no model.safetensors")
+            raise OptionError("{mlm_head_from} {directory}: no model.safetensors", directory=directory)
         with readable_weights(path), safe_open(str(path), "pt") as weights:
             available = set(weights.keys())
             missing = [source for source in _BERT_MLM_NAMES.values() if source not in available]
             if missing:
-                raise InputError(f"--mlm-head-from {directory}: no MLM head weights ({', '.join(missing)} missing)")
+                raise OptionError("{mlm_head_from} {directory}: no MLM head weights ({missing} missing)",
+                                  directory=directory, missing=", ".join(missing))
             state = {target: weights.get_tensor(source) for target, source in _BERT_MLM_NAMES.items()}
         current = self.state_dict()
         for name, value in state.items():
             if value.shape != current[name].shape:
-                raise InputError(f"--mlm-head-from {directory}: {_BERT_MLM_NAMES[name]} has shape "
-                                 f"{tuple(value.shape)}, the encoder needs {tuple(current[name].shape)}")
+                raise OptionError("{mlm_head_from} {directory}: {name} has shape {shape}, the encoder needs {needed}",
+                                  directory=directory, name=_BERT_MLM_NAMES[name], shape=tuple(value.shape),
+                                  needed=tuple(current[name].shape))
         self.load_state_dict(state, strict=False)
 
-    def write_encoder_folder(self, folder: str | Path, state_dict: dict[str, Tensor] | None = None,
-                             tokenizer=None) -> None:
-        """The bare encoder (GlobalLocalModel: config.json, model.safetensors), the tokenizer and the
-        heads file into `folder`; `state_dict` (this model's, e.g. gathered from shards) or the current weights."""
-        from safetensors.torch import save_file
-
+    def split_state_dict(self, state_dict: dict[str, Tensor] | None = None) -> tuple[dict, dict]:
+        """(the bare encoder's weights under GlobalLocalModel's names, the heads' weights, for HEADS_FILE)
+        of `state_dict` (this model's, e.g. gathered from shards) or of the current weights."""
         state_dict = self.state_dict() if state_dict is None else state_dict
         prefix = "encoder."
         encoder_state = {name[len(prefix):]: value for name, value in state_dict.items() if name.startswith(prefix)}
-        self.encoder.save_pretrained(folder, state_dict=encoder_state, safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(folder)
-        heads = {name: value.contiguous() for name, value in state_dict.items() if not name.startswith(prefix)}
-        save_file(heads, str(Path(folder) / HEADS_FILE))
-
-    def save_encoder(self, directory: str | Path, tokenizer=None) -> Path:
-        """`write_encoder_folder` into `directory`, atomically: built beside it, then renamed into place."""
-        import shutil
-        import tempfile
-
-        directory = Path(directory)
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        building = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".tmp"))
-        try:
-            self.write_encoder_folder(building, tokenizer=tokenizer)
-            if directory.exists():
-                shutil.rmtree(directory)
-            os.rename(building, directory)
-        except BaseException:
-            shutil.rmtree(building, ignore_errors=True)
-            raise
-        return directory
+        heads = {name: value for name, value in state_dict.items() if not name.startswith(prefix)}
+        return encoder_state, heads

@@ -19,7 +19,7 @@ from typing import Sequence
 from longdoc.errors import InputError
 from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, gold_identity
 from longdoc.serve.views import ExampleBrowser
-from longdoc.tasks import get_task
+from longdoc.task import TaskLookup
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,10 @@ def _names(paths: Sequence[Path]) -> list[str]:
 
 
 class PredictionBrowser:
-    def __init__(self, task: str, gold, preds: Sequence, metric_options: dict | None = None, run_dirs: Sequence = ()):
-        self.task = get_task(task)
+    def __init__(self, tasks: TaskLookup, task: str, gold, preds: Sequence, metric_options: dict | None = None,
+                 run_dirs: Sequence = ()):
+        """`tasks`: the registry (`longdoc.tasks.REGISTRY`) that `task` and the runs' tasks are found in."""
+        self.task = tasks.get(task)
         if self.task.browse is None:
             raise InputError(f"the {task} task has no prediction browser")
         self.gold = Path(gold)
@@ -61,7 +63,7 @@ class PredictionBrowser:
         names = _names(paths)
         self.leaderboard = None
         if run_dirs:
-            records = [record for record in find_runs(run_dirs) if record.task == task]
+            records = [record for record in find_runs(run_dirs, tasks) if record.task == task]
             _, identity = gold_identity(self.gold)
             known = {path.resolve(): number for number, path in enumerate(paths)}
             sources = {}  # metrics.json -> its run's number
@@ -74,7 +76,7 @@ class PredictionBrowser:
                     paths.append(recorded)
                     names.append(record.model or record.path.parent.name)
                 sources[str(record.path)] = known[recorded.resolve()]
-            boards = build_leaderboards(records)
+            boards = build_leaderboards(records, tasks)
             self.leaderboard = boards[0].to_json() if boards else None
             for group in (self.leaderboard or {}).get("groups", []):
                 for row in group["rows"]:

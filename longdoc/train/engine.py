@@ -18,9 +18,12 @@ and `longdoc.train.pretraining.build_pretraining_job` for continued pretraining)
         collate,     rows -> dict[str, Tensor], a batch for model(**batch) (bind the pad id yourself)
         out_dir,     Path: checkpoints/, train_log.jsonl, train_options.json (the options), eval/
                      and the final model go here
-        options,     Mapping: the resolved options (longdoc.train.options: max_steps, epochs,
-                     batch_size, grad_accum, lr, warmup_ratio, weight_decay, max_grad_norm, seed,
-                     eval_steps, save_steps, keep_last, log_steps, gradient_checkpointing, bf16, fsdp)
+        options,     TrainingOptions: the resolved options (longdoc.train.options: max_steps,
+                     epochs, batch_size, grad_accum, lr, warmup_ratio, weight_decay, max_grad_norm,
+                     seed, eval_steps, save_steps, keep_last, log_steps, gradient_checkpointing, bf16,
+                     fsdp)
+        task_options, optional record: a task's options, recorded beside the engine's in
+                     train_options.json and the checkpoints
         evaluate,    optional (model, folder) -> dict[str, float]: called in eval mode under
                      no_grad every `eval_steps` and at the end, on rank 0 (on every rank under FSDP,
                      where a forward needs all shards; only rank 0's folder is kept); writes its
@@ -64,12 +67,12 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from longdoc.errors import InputError
+from longdoc.errors import OptionError
 from longdoc.io import atomic_write_json, atomic_write_text
 from longdoc.model.inputs import check_encoder_inputs
 from longdoc.train import checkpoints as ckpt
 from longdoc.train.distributed import ProcessInfo, barrier, gather_objects, start_processes, stop_processes
-from longdoc.train.options import RESOLVED_OPTIONS_FILE, options_json
+from longdoc.train.options import RESOLVED_OPTIONS_FILE, TrainingOptions, recorded_options
 
 TRAIN_LOG_FILE = "train_log.jsonl"
 EVAL_FOLDER = "eval"
@@ -91,12 +94,17 @@ class TrainingJob:
     rows: Sequence[Any]
     collate: Callable[[list], dict[str, torch.Tensor]]
     out_dir: Path
-    options: Mapping[str, Any]
+    options: TrainingOptions
     evaluate: Callable[[nn.Module, Path], dict[str, float]] | None = None
     save_model: Callable[[nn.Module, Path, dict], None] | None = None
     identity: dict[str, Any] | None = None
     logged_outputs: Sequence[str] = ()
     progress: bool = True
+    task_options: Any = None
+
+    def recorded_options(self) -> dict[str, Any]:
+        """The options train_options.json and the checkpoints hold."""
+        return recorded_options(self.options, self.task_options)
 
 
 @dataclass
@@ -124,24 +132,24 @@ def _describe_shape(shape: Mapping[str, Any]) -> str:
 def check_resumable(out_dir: Path, found: Mapping[str, Any], wanted: Mapping[str, Any], where: Path) -> None:
     """Refuse to resume a checkpoint (or a final model) of another task or another model shape."""
     if found.get("task") != wanted["task"]:
-        raise InputError(
-            f"--out {out_dir} holds a {found.get('task')!r} checkpoint ({where}), not a {wanted['task']!r} one; "
-            "give another --out, or remove that folder to start over"
-        )
+        raise OptionError(
+            "{out} {out_dir} holds a {found!r} checkpoint ({where}), not a {wanted!r} one; give another {out}, or "
+            "remove that folder to start over", out_dir=out_dir, found=found.get("task"), where=where,
+            wanted=wanted["task"])
     if found.get("shape") != wanted["shape"] or found.get("model") != wanted["model"]:
         differing = {key for key in set(found.get("shape", {})) | set(wanted["shape"])
                      if found.get("shape", {}).get(key) != wanted["shape"].get(key)}
         theirs = {key: found.get("shape", {}).get(key) for key in sorted(differing)}
         ours = {key: wanted["shape"].get(key) for key in sorted(differing)}
-        raise InputError(
-            f"--out {out_dir} holds a checkpoint of another model shape ({where}: {found.get('model')} with "
-            f"{_describe_shape(theirs)}); this run builds {wanted['model']} with {_describe_shape(ours)}; "
-            "give another --out, or the --init and model options of that run"
-        )
+        raise OptionError(
+            "{out} {out_dir} holds a checkpoint of another model shape ({where}: {model} with {theirs}); this run "
+            "builds {ours_model} with {ours}; give another {out}, or the {init} and model options of that run",
+            out_dir=out_dir, where=where, model=found.get("model"), theirs=_describe_shape(theirs),
+            ours_model=wanted["model"], ours=_describe_shape(ours))
 
 
 def _check_final_model(out_dir: Path, name: str) -> None:
-    """An --out without checkpoints may still hold another task's final model: refuse to overwrite it."""
+    """An output folder without checkpoints may still hold another task's final model: refuse to overwrite it."""
     config_path = out_dir / "config.json"
     if not config_path.is_file():
         return
@@ -150,8 +158,8 @@ def _check_final_model(out_dir: Path, name: str) -> None:
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
         return
     if task and task != name:
-        raise InputError(f"--out {out_dir} holds a trained {task!r} model ({config_path}), not a {name!r} one; "
-                         "give another --out")
+        raise OptionError("{out} {out_dir} holds a trained {task!r} model ({config_path}), not a {name!r} one; "
+                          "give another {out}", out_dir=out_dir, task=task, config_path=config_path, name=name)
 
 
 class _StopRequest:
@@ -330,28 +338,17 @@ def _load_optimizer_state(wrapped: nn.Module, optimizer, state: dict, fsdp: bool
         optimizer.load_state_dict(state)
 
 
-def _default_save_model(model: nn.Module, folder: Path, state_dict: dict) -> None:
-    model.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
-
-
 def _save_final_model(job: TrainingJob, model: nn.Module, state_dict: dict) -> None:
-    """The final model into out_dir, file by file atomically (written beside, then renamed over)."""
-    import os
-    import shutil
+    """The final model into out_dir, file by file atomically (longdoc.model_folder.write_into)."""
+    from longdoc.model_folder import save_model, write_into
 
-    staging = job.out_dir / f".final-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        (job.save_model or _default_save_model)(model, staging, state_dict)
-        for path in sorted(staging.rglob("*")):
-            if path.is_file():
-                target = job.out_dir / path.relative_to(staging)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with open(path, "rb") as handle:
-                    os.fsync(handle.fileno())
-                os.replace(path, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    def write(folder: Path) -> None:
+        if job.save_model is None:
+            save_model(folder, model, state_dict=state_dict)
+        else:
+            job.save_model(model, folder, state_dict)
+
+    write_into(job.out_dir, write)
 
 
 class _TrainLog:
@@ -384,14 +381,14 @@ class _TrainLog:
 def _plan(job: TrainingJob, info: ProcessInfo) -> tuple[int, int, int]:
     """(effective batch, steps per epoch, total steps)."""
     options = job.options
-    effective = options["batch_size"] * options["grad_accum"] * info.world_size
+    effective = options.batch_size * options.grad_accum * info.world_size
     steps_per_epoch = len(job.rows) // effective
     if steps_per_epoch == 0:
-        raise InputError(
-            f"{len(job.rows)} training rows are fewer than one effective batch ({options['batch_size']} x "
-            f"{options['grad_accum']} x {info.world_size} processes = {effective}); lower --batch-size or --grad-accum"
-        )
-    total = options["max_steps"] or max(1, math.ceil(options["epochs"] * steps_per_epoch))
+        raise OptionError(
+            "{rows} training rows are fewer than one effective batch ({batch} x {accumulation} x {processes} "
+            "processes = {effective}); lower {batch_size} or {grad_accum}", rows=len(job.rows),
+            batch=options.batch_size, accumulation=options.grad_accum, processes=info.world_size, effective=effective)
+    total = options.max_steps or max(1, math.ceil(options.epochs * steps_per_epoch))
     return effective, steps_per_epoch, total
 
 
@@ -446,7 +443,7 @@ class _Run:
         return self.job.model
 
     @property
-    def options(self) -> Mapping[str, Any]:
+    def options(self) -> TrainingOptions:
         return self.job.options
 
 
@@ -461,16 +458,16 @@ def _run(job: TrainingJob, info: ProcessInfo) -> TrainingResult:
         while run.step < run.total_steps:
             interrupted = _training_step(run, window, stop)
             bar.update(1)
-            if run.step % run.options["log_steps"] == 0 or run.step == run.total_steps or interrupted:
+            if run.step % run.options.log_steps == 0 or run.step == run.total_steps or interrupted:
                 record = window.record(run)
                 run.log.write(record)
                 bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
                                 ex_s=f"{record['examples_per_second'] or 0:.2f}")
             if interrupted:
                 break
-            if run.step % run.options["save_steps"] == 0 and run.step < run.total_steps:
+            if run.step % run.options.save_steps == 0 and run.step < run.total_steps:
                 checkpoint = _save_checkpoint(run)
-            if run.options["eval_steps"] and run.step % run.options["eval_steps"] == 0 and run.step < run.total_steps:
+            if run.options.eval_steps and run.step % run.options.eval_steps == 0 and run.step < run.total_steps:
                 metrics = _evaluate(run, final=False)
     bar.close()
 
@@ -491,27 +488,27 @@ def _start(job: TrainingJob, info: ProcessInfo) -> _Run:
     """The run's plan, the model (resumed from the latest checkpoint in out_dir, if any) wrapped
     for the processes, its optimizer and schedule, the RNG streams and the log."""
     options = job.options
-    use_bf16 = options.get("bf16")
+    use_bf16 = options.bf16
     if use_bf16 is None:
         use_bf16 = info.device.type == "cuda" and torch.cuda.is_bf16_supported()
-    if options.get("attention") is not None:  # this run's attention backend (the saved config keeps its own)
+    if options.attention is not None:  # this run's attention backend (the saved config keeps its own)
         from longdoc.inference import check_attention
 
         compute_dtype = torch.bfloat16 if use_bf16 else next(job.model.parameters()).dtype
-        check_attention(options["attention"], info.device, compute_dtype, f"--attention {options['attention']}")
-        job.model.set_attention_backend(options["attention"])
+        check_attention(options.attention, info.device, compute_dtype, f"--attention {options.attention}")
+        job.model.set_attention_backend(options.attention)
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     identity = job.identity or model_identity(job.name, job.model)
     effective, steps_per_epoch, total_steps = _plan(job, info)
-    fsdp = bool(options.get("fsdp")) and info.distributed
+    fsdp = options.fsdp and info.distributed
     autocast = (lambda: torch.autocast(info.device.type, dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
-    _seed(options["seed"] + info.rank)
+    _seed(options.seed + info.rank)
 
     model = job.model
-    if options.get("gradient_checkpointing"):
+    if options.gradient_checkpointing:
         if not getattr(model, "supports_gradient_checkpointing", False):
-            raise InputError(f"--gradient-checkpointing: {type(model).__name__} does not support it")
+            raise OptionError("{gradient_checkpointing}: {model} does not support it", model=type(model).__name__)
         enable_gradient_checkpointing(model)
 
     resumed = ckpt.load_latest_checkpoint(out_dir, ckpt.read_checkpoint_files)
@@ -520,22 +517,22 @@ def _start(job: TrainingJob, info: ProcessInfo) -> _Run:
         where, (trainer_state, weights, training_state) = resumed
         check_resumable(out_dir, trainer_state.get("identity", {}), identity, where)
         _check_same_plan(trainer_state, effective, len(job.rows), total_steps, where)
-        _warn_changed_options(trainer_state.get("options", {}), options, where)
+        _warn_changed_options(trainer_state.get("options", {}), job.recorded_options(), where)
         model.load_state_dict(weights)
         start_step = trainer_state["step"]
         if info.is_main:
             print(f"longdoc train: resuming from {where} (step {start_step} of {total_steps})", file=sys.stderr)
     else:
-        # The task name this run's config.json will hold: the model's (multihop trains HotpotQA's
-        # model, which saves "hotpotqa"), else the job's.
+        # The task name this run's config.json will hold: the model's (a task that runs another's
+        # pipeline trains, and saves, that task's model), else the job's.
         _check_final_model(out_dir, getattr(getattr(model, "config", None), "task", None) or job.name)
     if info.is_main:
-        atomic_write_json(out_dir / RESOLVED_OPTIONS_FILE, options_json(options))
+        atomic_write_json(out_dir / RESOLVED_OPTIONS_FILE, job.recorded_options())
 
     model.to(info.device)
     wrapped = _wrap(model, info, fsdp)
-    optimizer = build_optimizer(wrapped, options["lr"], options["weight_decay"])
-    scheduler = linear_schedule(optimizer, int(options["warmup_ratio"] * total_steps), total_steps)
+    optimizer = build_optimizer(wrapped, options.lr, options.weight_decay)
+    scheduler = linear_schedule(optimizer, int(options.warmup_ratio * total_steps), total_steps)
     if training_state is not None:
         _load_optimizer_state(wrapped, optimizer, training_state["optimizer"], fsdp, info)
         scheduler.load_state_dict(training_state["scheduler"])
@@ -544,7 +541,7 @@ def _start(job: TrainingJob, info: ProcessInfo) -> _Run:
             _set_rng_state(rng_states[info.rank])
         elif info.is_main:
             print(f"longdoc train: the checkpoint was written by {len(rng_states)} processes, this run has "
-                  f"{info.world_size}: dropout draws start afresh from --seed", file=sys.stderr)
+                  f"{info.world_size}: dropout draws start afresh from the seed", file=sys.stderr)
 
     log = _TrainLog(out_dir / TRAIN_LOG_FILE, start_step, total_steps, info.is_main)
     return _Run(job, info, identity, effective, steps_per_epoch, total_steps, fsdp, autocast, wrapped, optimizer,
@@ -593,8 +590,8 @@ def _training_step(run: _Run, window: _LogWindow, stop: _StopRequest) -> bool:
     counts = torch.zeros(len(names), device=info.device)
 
     def micro_batch(micro: int) -> dict[str, Any]:
-        indices = _micro_batch_indices(run.step, micro, options["seed"], run.steps_per_epoch, run.effective,
-                                       len(run.job.rows), options["batch_size"], info, run.orders)
+        indices = _micro_batch_indices(run.step, micro, options.seed, run.steps_per_epoch, run.effective,
+                                       len(run.job.rows), options.batch_size, info, run.orders)
         batch = run.job.collate([run.job.rows[i] for i in indices])
         check_encoder_inputs(batch, run.model.config)  # the values, here on the CPU, not in forward on the device
         return _to_device(batch, info.device)
@@ -607,7 +604,7 @@ def _training_step(run: _Run, window: _LogWindow, stop: _StopRequest) -> bool:
                 counts[index] += 1
 
     step_loss, learning_rate = optimizer_step(
-        run.wrapped, micro_batch, options["grad_accum"], run.optimizer, run.scheduler, options["max_grad_norm"],
+        run.wrapped, micro_batch, options.grad_accum, run.optimizer, run.scheduler, options.max_grad_norm,
         run.autocast, run.wrapped.no_sync if info.distributed and not run.fsdp else None, measure)
     run.step += 1
     # One collective per step: the loss, whether any process was asked to stop, the logged outputs.
@@ -632,12 +629,12 @@ def _save_checkpoint(run: _Run) -> Path | None:
     if info.is_main:
         trainer_state = {"step": run.step, "total_steps": run.total_steps, "epoch": run.step / run.steps_per_epoch,
                          "effective_batch": run.effective, "rows": len(run.job.rows), "processes": info.world_size,
-                         "identity": run.identity, "options": options_json(options)}
+                         "identity": run.identity, "options": run.job.recorded_options()}
         try:
             path = ckpt.write_checkpoint(
                 Path(run.job.out_dir), run.step, weights,
                 {"optimizer": optimizer_state, "scheduler": run.scheduler.state_dict(), "rng": rng},
-                trainer_state, options["keep_last"])
+                trainer_state, options.keep_last)
         except ckpt.CheckpointError as failure:
             error = failure
     # Every process learns whether rank 0 managed, so all stop together on a failed write.
@@ -679,22 +676,23 @@ def _check_same_plan(trainer_state: Mapping[str, Any], effective: int, rows: int
                      where: Path) -> None:
     """The position in the data is a step count: it means the same only with the same rows and batch."""
     if trainer_state.get("rows") != rows:
-        raise InputError(f"{where} was trained on {trainer_state.get('rows')} training rows, this run has {rows}: "
-                         "resume with the same --train file and feature options, or give another --out")
+        raise OptionError("{where} was trained on {theirs} training rows, this run has {rows}: resume with the same "
+                          "{train} file and feature options, or give another {out}", where=where,
+                          theirs=trainer_state.get("rows"), rows=rows)
     if trainer_state.get("effective_batch") != effective:
-        raise InputError(f"{where} was trained with an effective batch of {trainer_state.get('effective_batch')} "
-                         f"(batch x accumulation x processes), this run has {effective}: resume with the same "
-                         "--batch-size, --grad-accum and number of processes, or give another --out")
+        raise OptionError("{where} was trained with an effective batch of {theirs} (batch x accumulation x "
+                          "processes), this run has {effective}: resume with the same {batch_size}, {grad_accum} and "
+                          "number of processes, or give another {out}", where=where,
+                          theirs=trainer_state.get("effective_batch"), effective=effective)
     if trainer_state.get("total_steps") != total_steps:
-        raise InputError(f"{where} belongs to a run of {trainer_state.get('total_steps')} steps, this run has "
-                         f"{total_steps} (--max-steps/--epochs): the schedule would differ; resume with the same "
-                         "options, or give another --out")
+        raise OptionError("{where} belongs to a run of {theirs} steps, this run has {total} ({max_steps}/{epochs}): "
+                          "the schedule would differ; resume with the same options, or give another {out}",
+                          where=where, theirs=trainer_state.get("total_steps"), total=total_steps)
 
 
-def _warn_changed_options(saved: Mapping[str, Any], options: Mapping[str, Any], where: Path) -> None:
+def _warn_changed_options(saved: Mapping[str, Any], now: Mapping[str, Any], where: Path) -> None:
     import warnings
 
-    now = options_json(options)
     changed = [name for name in _TRAJECTORY_OPTIONS if name in saved and saved[name] != now.get(name)]
     if changed:
         warnings.warn(f"resuming {where} with changed option(s) {', '.join(changed)}: the result will differ from "

@@ -1,94 +1,128 @@
-"""`train_task(task, options)`: a task model trained on the engine, from a Task record's parts.
+"""`train_task(task, options, task_options)`: a task model trained on the engine, from a Task record's parts.
 
-The job it builds: tokenizer and encoder from `--init` (default: the packaged MiniLM lifted with
-`--init-positions`), the encoder switches of this run (`--residual-attention`, `--talking-heads`,
-lengths) applied at `Class.from_encoder`, the task's own options that are model options stored in
-its config; rows from `features.training_features(train, tokenizer, model.config, options)`; evaluation as
-`decode.predict` on `--dev` followed by the task's official metric. At the end --out holds the
-final model and its tokenizer (`longdoc predict TASK --model OUT`), `dev_predictions.json`,
-`metrics.json`, `train_log.jsonl` and `train_options.json` (the resolved options).
+The job it builds: tokenizer and encoder from `init` (default: the packaged MiniLM lifted with
+`init_positions`), the encoder switches of this run (residual attention, talking heads, lengths)
+applied at `Class.from_encoder`, the task's options that its model stores kept in its config; rows
+from `features.training_features(train, tokenizer, model.config, task_options)`, built once and
+reused by later runs with the same data, tokenizer and settings (`training_rows`, through
+longdoc.data.feature_cache, under `cache_dir()/features`); evaluation as
+`decode.predict` on the dev file (tuning what the decoder chooses there, which the model then keeps)
+followed by the task's official metric. At the end the output folder holds the final model and its
+tokenizer (`longdoc predict TASK --model OUT`), `dev_predictions.json`, `metrics.json`,
+`train_log.jsonl` and `train_options.json` (the resolved options).
 """
 
 import functools
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from longdoc.errors import InputError
-from longdoc.tasks import Task
-from longdoc.train.options import ENCODER_SWITCHES, options_json
+from longdoc.errors import InputError, OptionError
+from longdoc.task import Task
+from longdoc.train.options import TrainingOptions, recorded_options
 
 DEV_PREDICTIONS_FILE = "dev_predictions.json"
 
 
-def _check_files(options: Mapping[str, Any]) -> None:
+def _check_files(options: TrainingOptions) -> None:
     for name in ("train", "dev"):
-        path = options.get(name)
+        path = getattr(options, name)
         if path is not None and not Path(path).exists():  # a file, or a datasets save_to_disk folder
-            raise InputError(f"--{name} {path}: no such file or folder")
+            raise OptionError("{%s} {path}: no such file or folder" % name, path=path)
 
 
-def predict_and_score(task: Task, model, dev: Path, predictions_path: Path, tokenizer,
-                      options: Mapping[str, Any] | None = None, batch_size: int = 8,
-                      progress: bool = True) -> dict[str, float]:
-    """`model`'s official prediction file for the `dev` file (`decode.predict`, written to
-    `predictions_path`), scored by the task's official metric at its default options."""
+def predict_and_score(task: Task, model, dev: Path, predictions_path: Path, tokenizer, options: Any = None,
+                      tune: bool = False, batch_size: int = 8, progress: bool = True) -> dict[str, float]:
+    """`model`'s official prediction file for the `dev` file (`decode.predict` with the task's
+    `options`, written to `predictions_path`), scored by the task's official metric at its default
+    options. With `tune`, what the decoder chose on the file is kept in the model's config."""
     predictions = task.load("decode").predict(model, dev, predictions_path, tokenizer=tokenizer, options=options,
-                                              batch_size=batch_size, progress=progress)
+                                              tune=tune, batch_size=batch_size, progress=progress)
+    model.config.task_options.update(predictions.chosen)
     return task.load("metric").evaluate_files(dev, predictions.path, **task.metric_defaults())
 
 
-def build_task_job(task: Task, options: Mapping[str, Any], progress: bool = True):
-    """The TrainingJob of `longdoc train TASK` with resolved `options`; `progress`: show the training
-    and dev prediction progress bars."""
+def training_rows(task: Task, path: Path, tokenizer, config, task_options: Any = None, progress: bool = True):
+    """The task's training rows of the file `path` (`features.training_features`), from the feature
+    cache when a run built the same ones before; says on stderr which."""
+    import longdoc.data
+    import longdoc.model.inputs
+    from longdoc.data.feature_cache import (
+        FeatureKey, cached_rows, config_values, data_digest, source_digest, tokenizer_digest,
+    )
+    from longdoc.options import json_values, record_values
+
+    features = task.load("features")
+    # The code that builds rows: the task's package, the library's data package, the input schema.
+    sources = (Path(features.__file__).parent, Path(longdoc.data.__file__).parent,
+               Path(longdoc.model.inputs.__file__))
+    key = FeatureKey(task=task.features, data=data_digest(path), tokenizer=tokenizer_digest(tokenizer),
+                     config=config_values(config),
+                     options={} if task_options is None else json_values(record_values(task_options)),
+                     code=source_digest(sources))
+    return cached_rows(lambda: features.training_features(path, tokenizer, config, task_options, progress=progress),
+                       key, feature_cache_folder(), describe=f"longdoc train: {path}")
+
+
+def feature_cache_folder() -> Path:
+    """Where training rows are cached: `cache_dir()/features` ($LONGDOC_CACHE, else ~/.cache/longdoc)."""
+    from longdoc.model.cache import cache_dir
+
+    return cache_dir() / "features"
+
+
+def build_task_job(task: Task, options: TrainingOptions, task_options: Any = None, progress: bool = True):
+    """The TrainingJob of `longdoc train TASK` with resolved `options` and the task's options record
+    (None: its defaults); `progress`: show the training and dev prediction progress bars."""
     import torch
 
-    from longdoc.convert.checkpoint import read_tokenizer
+    from longdoc.model_folder import read_tokenizer, save_model
     from longdoc.convert.pretrained import initial_weights
+    from longdoc.options import record_values
     from longdoc.train.engine import TrainingJob
 
     for part in ("features", "model", "decode"):
         if getattr(task, part) is None:
             raise InputError(f"the {task.name} task cannot be trained yet: it has no {part}")
     _check_files(options)
+    task_options = task.default_options() if task_options is None else task_options
     init = initial_weights(options)
     tokenizer = read_tokenizer(init)
     model_class = task.load("model")
     features = task.load("features")
-    encoder_config = {name: options[name] for name in ENCODER_SWITCHES if options.get(name) is not None}
-    model_options = {option.name: options[option.name] for option in task.train_options
-                     if option.name in model_class.default_task_options}
-    torch.manual_seed(options["seed"])  # the fresh heads: the same on every process and every rerun
-    model = model_class.from_encoder(init, encoder_config=encoder_config, **model_options)
-    rows = features.training_features(options["train"], tokenizer, model.config, options, progress=progress)
+    stored = {} if task_options is None else record_values(task_options)
+    model_options = {name: value for name, value in stored.items() if name in model_class.default_task_options}
+    torch.manual_seed(options.seed)  # the fresh heads: the same on every process and every rerun
+    model = model_class.from_encoder(init, encoder_config=options.encoder_settings(), **model_options)
+    rows = training_rows(task, options.train, tokenizer, model.config, task_options, progress)
     collate = functools.partial(features.collate, pad_token_id=model.config.pad_token_id)
 
     evaluate = None
-    if options.get("dev") is not None:
+    if options.dev is not None:
 
         def evaluate(trained, folder: Path) -> dict[str, float]:
-            return predict_and_score(task, trained, options["dev"], folder / DEV_PREDICTIONS_FILE, tokenizer,
-                                     options, batch_size=options.get("eval_batch_size") or options["batch_size"],
+            return predict_and_score(task, trained, options.dev, folder / DEV_PREDICTIONS_FILE, tokenizer,
+                                     task_options, tune=True, batch_size=options.eval_batch_size or options.batch_size,
                                      progress=progress)
 
-    def save_model(trained, folder: Path, state_dict: dict) -> None:
-        trained.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
-        tokenizer.save_pretrained(folder)
+    def save(trained, folder: Path, state_dict: dict) -> None:
+        save_model(folder, trained, tokenizer, state_dict=state_dict)
 
-    return TrainingJob(name=task.name, model=model, rows=rows, collate=collate, out_dir=Path(options["out"]),
-                       options=options, evaluate=evaluate, save_model=save_model, progress=progress)
+    return TrainingJob(name=task.name, model=model, rows=rows, collate=collate, out_dir=Path(options.out),
+                       options=options, evaluate=evaluate, save_model=save, progress=progress,
+                       task_options=task_options)
 
 
-def train_task(task: Task, options: Mapping[str, Any], progress: bool = True):
-    """Train `task` with resolved `options` (longdoc.train.options); returns the engine's TrainingResult.
-    Rank 0 writes metrics.json at the end (when --dev is given)."""
+def train_task(task: Task, options: TrainingOptions, task_options: Any = None, progress: bool = True):
+    """Train `task` with resolved `options` and its options record (longdoc.train.options); returns the
+    engine's TrainingResult. Rank 0 writes metrics.json at the end (when a dev file is given)."""
     from longdoc.train.engine import run_training
 
-    out = Path(options["out"])
-    job = build_task_job(task, options, progress)
+    job = build_task_job(task, options, task_options, progress)
     result = run_training(job)
     if result.is_main and not result.interrupted and result.metrics:
         from longdoc.evaluate.leaderboard import write_metrics_json
 
-        write_metrics_json(out, task=task.name, split="dev", model=str(out), config=options_json(options),
-                           metrics=result.metrics, gold=options["dev"])
+        write_metrics_json(Path(options.out), task=task.name, split="dev", model=str(options.out),
+                           config=recorded_options(options, job.task_options), metrics=result.metrics,
+                           gold=options.dev)
     return result

@@ -1,110 +1,120 @@
-"""Training options: one list shared by every `longdoc train TASK` (and reused by `longdoc pretrain`),
-a `--config` file that holds the same options, and their resolution.
+"""Training options: the engine's record (`TrainingOptions`, shared by every `longdoc train TASK`
+and extended by `longdoc pretrain`'s `PretrainingOptions`), a `--config` file that holds the same
+options, and their resolution into records.
 
-Resolution order, lowest first: the defaults below (and a task's `Task.train_options` defaults),
+Resolution order, lowest first: the records' defaults (the engine's, and a task's options record),
 then the `--config` file (JSON, or YAML for .yaml/.yml; or the name of a file the task ships in
 tasks/<task>/configs/NAME.json), then what the command line gives. A name in the file that no
 option has is an error naming the option and the file. Then the batch: where `effective_batch_size`
 is set (the published configs state their paper's batch so), `grad_accum` is derived from it and
-the number of processes torchrun starts (`accumulation_for`). The resolved options are a plain dict keyed
-by the options' long names with underscores (`batch_size`), written to `--out/train_options.json`.
+the number of processes torchrun starts (`accumulation_for`). The result is one frozen record per
+class asked for; `recorded_options` is what `--out/train_options.json` holds (every option by its
+long name with underscores, then `config`, the file they came from).
 
+Errors name options by their fields (`longdoc.errors.OptionError`): the command line shows its flags.
 This module imports no torch: the command line builds its parser from it.
 """
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping, Sequence
 
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionError
+from longdoc.options import Option, json_values, option, options_of, record_values
+from longdoc.task import Task
 
 RESOLVED_OPTIONS_FILE = "train_options.json"
 
 
 @dataclass(frozen=True)
-class TrainOption:
-    """One training option: `--NAME` on the command line, `NAME` (with underscores or dashes) in a config file."""
+class TrainingOptions:
+    """The engine's options (see the module docstring); checked when made."""
 
-    name: str
-    type: Any  # int, float, str, Path, or bool (a --flag/--no-flag switch)
-    default: Any
-    help: str
-    metavar: str | None = None
+    train: Path | None = option(None, "training file (the task's official format)", "FILE")
+    dev: Path | None = option(None, "dev file: evaluated with the official metric every --eval-steps and at the "
+                              "end", "FILE")
+    out: Path | None = option(None, "output folder: final model, checkpoints/, metrics.json, train_log.jsonl; "
+                              "rerunning the same command on it resumes", "DIR")
+    init: Path | None = option(None, "lifted encoder to start from (default: the packaged MiniLM, lifted with "
+                               "--init-positions)", "DIR")
+    init_positions: str | None = option(None, "without --init, the positions of the packaged MiniLM's lift: "
+                                        "absolute (its table tiled to the long length, as Longformer; the default, "
+                                        "it trained best on the multihop task), relative (ETC's tables, fresh) or "
+                                        "both", "P")
+    max_steps: int | None = option(None, "optimizer steps in all (default: --epochs over the training rows)", "N")
+    epochs: float = option(1.0, "passes over the training rows when --max-steps is not given", "E")
+    batch_size: int = option(8, "rows per forward pass per process", "B")
+    grad_accum: int = option(1, "forward passes per process per optimizer step; effective batch = B x K x "
+                             "processes", "K")
+    effective_batch_size: int | None = option(None, "rows per optimizer step over all processes: sets "
+                                              "--grad-accum to N / (B x processes), so a run keeps its batch under "
+                                              "torchrun", "N")
+    lr: float = option(5e-5, "peak learning rate (AdamW)", "X")
+    warmup_ratio: float = option(0.1, "share of the steps with a linear warm-up; linear decay to 0 after", "R")
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and norms)", "X")
+    max_grad_norm: float = option(1.0, "clip the gradient norm to this (0: no clipping)", "X")
+    seed: int = option(42, "seed of the heads' initialisation, the data order and dropout", "S")
+    eval_steps: int = option(0, "evaluate on --dev every N steps (0: only at the end)", "N")
+    save_steps: int = option(500, "write a checkpoint every N steps (and at the end and on Ctrl-C)", "N")
+    keep_last: int = option(2, "checkpoints kept (the oldest are removed)", "K")
+    log_steps: int = option(10, "a train_log.jsonl line (loss, lr, examples/s) every N steps", "N")
+    eval_batch_size: int | None = option(None, "windows per forward pass when evaluating (default: --batch-size)",
+                                         "N")
+    gradient_checkpointing: bool = option(False, "recompute activations in backward (less memory, slower)")
+    bf16: bool | None = option(None, "bfloat16 autocast (default: on for GPUs that support it, off on CPU)")
+    fsdp: bool = option(False, "shard parameters, gradients and optimizer state over processes (FSDP2) instead of "
+                        "replicating them (DDP); for models too large for one device")
+    residual_attention: bool | None = option(None, "RealFormer residual attention on/off for this run (default: "
+                                             "as the --init encoder has it)")
+    talking_heads: bool | None = option(None, "talking-heads attention on/off (new matrices start at identity; "
+                                        "default: as the --init encoder has it)")
+    long_max_len: int | None = option(None, "long tokens per window (default: the --init encoder's)", "N")
+    global_max_len: int | None = option(None, "global tokens per window (default: the --init encoder's)", "N")
+    attention: str | None = option(None, "the attention backend of this run: auto, eager, cpu, gpu or dense (default: "
+                                   "the --init encoder's, normally auto; not saved with the model)", "NAME")
+    config: str | None = None  # the config file the values came from (None: none)
 
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+    def __post_init__(self):
+        check_options(self)
+
+    def encoder_settings(self) -> dict[str, Any]:
+        """The encoder switches this run sets at --init (they need no new weights, or start at identity)."""
+        return {name: getattr(self, name) for name in ENCODER_SWITCHES if getattr(self, name) is not None}
 
 
-ENGINE_OPTIONS: tuple[TrainOption, ...] = (
-    TrainOption("train", Path, None, "training file (the task's official format)", "FILE"),
-    TrainOption("dev", Path, None, "dev file: evaluated with the official metric every --eval-steps and at the end",
-                "FILE"),
-    TrainOption("out", Path, None, "output folder: final model, checkpoints/, metrics.json, train_log.jsonl; "
-                "rerunning the same command on it resumes", "DIR"),
-    TrainOption("init", Path, None, "lifted encoder to start from (default: the packaged MiniLM, lifted with "
-                "--init-positions)", "DIR"),
-    TrainOption("init_positions", str, None, "without --init, the positions of the packaged MiniLM's lift: "
-                "absolute (its table tiled to the long length, as Longformer; the default, it trained best on "
-                "the multihop task), relative (ETC's tables, fresh) or both", "P"),
-    TrainOption("max_steps", int, None, "optimizer steps in all (default: --epochs over the training rows)", "N"),
-    TrainOption("epochs", float, 1.0, "passes over the training rows when --max-steps is not given", "E"),
-    TrainOption("batch_size", int, 8, "rows per forward pass per process", "B"),
-    TrainOption("grad_accum", int, 1, "forward passes per process per optimizer step; effective batch = "
-                "B x K x processes", "K"),
-    TrainOption("effective_batch_size", int, None, "rows per optimizer step over all processes: sets --grad-accum "
-                "to N / (B x processes), so a run keeps its batch under torchrun", "N"),
-    TrainOption("lr", float, 5e-5, "peak learning rate (AdamW)", "X"),
-    TrainOption("warmup_ratio", float, 0.1, "share of the steps with a linear warm-up; linear decay to 0 after", "R"),
-    TrainOption("weight_decay", float, 0.01, "AdamW weight decay (not on biases and norms)", "X"),
-    TrainOption("max_grad_norm", float, 1.0, "clip the gradient norm to this (0: no clipping)", "X"),
-    TrainOption("seed", int, 42, "seed of the heads' initialisation, the data order and dropout", "S"),
-    TrainOption("eval_steps", int, 0, "evaluate on --dev every N steps (0: only at the end)", "N"),
-    TrainOption("save_steps", int, 500, "write a checkpoint every N steps (and at the end and on Ctrl-C)", "N"),
-    TrainOption("keep_last", int, 2, "checkpoints kept (the oldest are removed)", "K"),
-    TrainOption("log_steps", int, 10, "a train_log.jsonl line (loss, lr, examples/s) every N steps", "N"),
-    TrainOption("eval_batch_size", int, None, "windows per forward pass when evaluating (default: --batch-size)",
-                "N"),
-    TrainOption("gradient_checkpointing", bool, False, "recompute activations in backward (less memory, slower)"),
-    TrainOption("bf16", bool, None, "bfloat16 autocast (default: on for GPUs that support it, off on CPU)"),
-    TrainOption("fsdp", bool, False, "shard parameters, gradients and optimizer state over processes (FSDP2) "
-                "instead of replicating them (DDP); for models too large for one device"),
-    TrainOption("residual_attention", bool, None, "RealFormer residual attention on/off for this run "
-                "(default: as the --init encoder has it)"),
-    TrainOption("talking_heads", bool, None, "talking-heads attention on/off (new matrices start at identity; "
-                "default: as the --init encoder has it)"),
-    TrainOption("long_max_len", int, None, "long tokens per window (default: the --init encoder's)", "N"),
-    TrainOption("global_max_len", int, None, "global tokens per window (default: the --init encoder's)", "N"),
-    TrainOption("attention", str, None, "the attention backend of this run: auto, eager, cpu, gpu or dense (default: "
-                "the --init encoder's, normally auto; not saved with the model)", "NAME"),
-)
+ENGINE_OPTIONS: tuple[Option, ...] = options_of(TrainingOptions)
 # Encoder settings a run may change at --init (they need no new weights, or start at identity).
 ENCODER_SWITCHES = ("residual_attention", "talking_heads", "long_max_len", "global_max_len")
 _POSITIVE = ("batch_size", "grad_accum", "save_steps", "keep_last", "log_steps")
 
 
-def add_option_arguments(parser, options: Iterable[TrainOption], only_for: Mapping[str, str] | None = None) -> None:
-    """Add each option to an argparse parser with default None, so that what the command line gave
-    can be told apart from what it left to the config file and the defaults."""
-    import argparse
+@dataclass(frozen=True)
+class PretrainingOptions(TrainingOptions):
+    """`longdoc pretrain`'s options: the engine's plus the corpus and masking ones, whose defaults are
+    `longdoc.data.pretraining_corpus.PretrainingSettings`' (a test keeps the two equal)."""
 
-    for option in options:
-        where = f"{only_for[option.name]} only: " if only_for and option.name in only_for else ""
-        default_text = "" if option.default is None else f" (default {option.default})"
-        if option.type is bool:
-            parser.add_argument(option.flag, dest=option.name, action=argparse.BooleanOptionalAction, default=None,
-                                help=where + option.help + default_text)
-        else:
-            parser.add_argument(option.flag, dest=option.name, type=option.type, default=None,
-                                metavar=option.metavar or option.type.__name__.upper(),
-                                help=where + option.help + default_text)
+    one_per_line: bool = option(False, "one document per line of each file (else one per file)")
+    # argparse formats help texts with %: a percent sign is written %%.
+    mask_rate: float = option(0.15, "share of the tokens masked for MLM, whole words at a time (80%% [MASK], "
+                              "10%% random, 10%% unchanged)", "R")
+    cpc_sentence_rate: float = option(0.1, "share of each input's sentences masked whole for CPC (at least one, "
+                                      "never all)", "R")
+    min_sentences: int = option(2, "skip documents with fewer sentences", "N")
+    max_sentence_tokens: int = option(128, "longer sentences are cut into pieces of at most this many tokens, each "
+                                      "with its own global token", "N")
+    eval_rows: int = option(16, "inputs the held-out losses are measured on", "N")
+    num_proc: int | None = option(None, "processes for preparing the corpus (datasets map)", "N")
+    cache_dir: Path | None = option(None, "where the prepared corpus is cached (default: the datasets cache)", "DIR")
+    mlm_head_from: Path | None = option(None, "a BERT-family folder whose MLM head (cls.predictions) starts the MLM "
+                                        "transform (default: fresh, unless --init holds pretraining heads)", "DIR")
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
     """A config file's options (JSON object, or YAML mapping for .yaml/.yml), keys as written."""
     if not path.is_file():
-        raise InputError(f"--config {path}: no such file")
+        raise OptionError("{config} {path}: no such file", path=path)
     text = path.read_text(encoding="utf-8")
     if path.suffix in (".yaml", ".yml"):
         import yaml
@@ -135,10 +145,10 @@ def find_config(config: str | Path, shipped_folder: Path | None) -> Path:
             return shipped
     shipped_names = sorted(p.stem for p in shipped_folder.glob("*.json")) if shipped_folder and shipped_folder.is_dir() else []
     known = f"; shipped configs: {', '.join(shipped_names)}" if shipped_names else ""
-    raise InputError(f"--config {config}: no such file{known}")
+    raise OptionError("{config} {given}: no such file{known}", given=config, known=known)
 
 
-def _coerce(option: TrainOption, value: Any, where: str) -> Any:
+def _coerce(option: Option, value: Any, where: str) -> Any:
     if value is None:
         return None
     if option.type is bool:
@@ -163,17 +173,19 @@ def _coerce(option: TrainOption, value: Any, where: str) -> Any:
 
 def resolve_options(
     given: Mapping[str, Any],
-    options: Iterable[TrainOption],
+    records: Sequence[type],
     config: str | Path | None = None,
     shipped_configs: Path | None = None,
     world_size: int | None = None,
-) -> dict[str, Any]:
-    """Defaults < config file < `given` (command-line values; None means not given), checked; the
-    accumulation for `world_size` processes (default: torchrun's WORLD_SIZE, else 1).
+) -> tuple:
+    """Defaults < config file < `given` (command-line values; None means not given), as one record of
+    each class in `records` (each takes its own fields; the engine's, which must come first, also
+    `config`), checked; the accumulation for `world_size` processes (default: torchrun's WORLD_SIZE,
+    else 1).
 
     Paths in a config file are taken relative to the current folder, as on the command line.
     """
-    options = tuple(options)
+    options = [option for record in records for option in options_of(record)]
     by_name = {option.name: option for option in options}
     resolved = {option.name: option.default for option in options}
     chosen = set()  # the options the config file or the command line set
@@ -188,20 +200,39 @@ def resolve_options(
             resolved[name] = _coerce(by_name[name], value, str(path))
             chosen.add(name)
         resolved["config"] = str(path)
-    else:
-        resolved["config"] = None
     for name, value in given.items():
         if value is not None and name in by_name:
             resolved[name] = value
             chosen.add(name)
-    check_options(resolved)
-    if resolved.get("effective_batch_size") is not None:
+    made = [record(**{field.name: resolved[field.name] for field in dataclasses.fields(record)
+                      if field.name in resolved}) for record in records]
+    engine = made[0]
+    if engine.effective_batch_size is not None:
         if world_size is None:
             world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        resolved["grad_accum"] = accumulation_for(
-            resolved["effective_batch_size"], resolved["batch_size"], world_size,
-            resolved["grad_accum"] if "grad_accum" in chosen else None)
-    return resolved
+        made[0] = dataclasses.replace(engine, grad_accum=accumulation_for(
+            engine.effective_batch_size, engine.batch_size, world_size,
+            engine.grad_accum if "grad_accum" in chosen else None))
+    return tuple(made)
+
+
+def resolve_task_options(task: Task, given: Mapping[str, Any], config: str | Path | None = None,
+                         world_size: int | None = None) -> tuple[TrainingOptions, Any]:
+    """(the engine's options, the task's options record or None) of `longdoc train TASK`: defaults <
+    the config file (a path, or the name of one the task ships) < `given`."""
+    records = (TrainingOptions,) if task.options is None else (TrainingOptions, task.options)
+    options, *own = resolve_options(given, records, config, task.configs, world_size)
+    return options, (own[0] if own else None)
+
+
+def recorded_options(options: TrainingOptions, *more) -> dict[str, Any]:
+    """The options of a run as JSON values, for train_options.json, checkpoints and metrics.json:
+    every option of `options` and of the records `more` (a task's) by name, then `config`."""
+    values = record_values(options)
+    for record in more:
+        if record is not None:
+            values.update(record_values(record))
+    return json_values({**values, "config": options.config})
 
 
 def accumulation_for(effective_batch_size: int, batch_size: int, world_size: int,
@@ -212,52 +243,46 @@ def accumulation_for(effective_batch_size: int, batch_size: int, world_size: int
     per_pass = batch_size * world_size
     processes = f"{world_size} process{'es' if world_size > 1 else ''}"
     if effective_batch_size % per_pass:
-        raise InputError(
-            f"--effective-batch-size {effective_batch_size} is not a multiple of --batch-size {batch_size} x "
-            f"{processes} = {per_pass}: change --batch-size, the number of processes or --effective-batch-size")
+        raise OptionError(
+            "{effective_batch_size} {effective} is not a multiple of {batch_size} {batch} x {processes} = {per_pass}: "
+            "change {batch_size}, the number of processes or {effective_batch_size}",
+            effective=effective_batch_size, batch=batch_size, processes=processes, per_pass=per_pass)
     accumulation = effective_batch_size // per_pass
     if grad_accum is not None and grad_accum != accumulation:
-        raise InputError(
-            f"--grad-accum {grad_accum} and --effective-batch-size {effective_batch_size} disagree: --batch-size "
-            f"{batch_size} x {processes} x --grad-accum {grad_accum} = {per_pass * grad_accum} rows per step; "
-            "give one of them")
+        raise OptionError(
+            "{grad_accum} {accumulation} and {effective_batch_size} {effective} disagree: {batch_size} {batch} x "
+            "{processes} x {grad_accum} {accumulation} = {rows} rows per step; give one of them",
+            accumulation=grad_accum, effective=effective_batch_size, batch=batch_size, processes=processes,
+            rows=per_pass * grad_accum)
     return accumulation
 
 
-def check_options(options: Mapping[str, Any]) -> None:
+def check_options(options: TrainingOptions) -> None:
     """Refuse impossible engine option values, naming the option."""
     for name in _POSITIVE:
-        if name in options and (options[name] is None or options[name] < 1):
-            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {options[name]}")
-    if options.get("effective_batch_size") is not None and options["effective_batch_size"] < 1:
-        raise InputError(f"--effective-batch-size must be >= 1, got {options['effective_batch_size']}")
-    if options.get("init_positions") is not None:
+        if getattr(options, name) is None or getattr(options, name) < 1:
+            raise OptionError("{%s} must be >= 1, got {got}" % name, got=getattr(options, name))
+    for name in ("effective_batch_size", "max_steps", "eval_batch_size"):
+        if getattr(options, name) is not None and getattr(options, name) < 1:
+            raise OptionError("{%s} must be >= 1, got {got}" % name, got=getattr(options, name))
+    if options.init_positions is not None:
         from longdoc.convert.lift import POSITION_CHOICES
 
-        if options["init_positions"] not in POSITION_CHOICES:
-            raise InputError(f"--init-positions must be one of {', '.join(POSITION_CHOICES)}, "
-                             f"got {options['init_positions']!r}")
-        if options.get("init") is not None:
-            raise InputError(f"--init-positions chooses the lift of the packaged MiniLM; it does not apply with "
-                             f"--init {options['init']}")
-    if options.get("max_steps") is not None and options["max_steps"] < 1:
-        raise InputError(f"--max-steps must be >= 1, got {options['max_steps']}")
-    if options.get("epochs") is not None and options["epochs"] <= 0:
-        raise InputError(f"--epochs must be > 0, got {options['epochs']}")
-    if options.get("lr") is not None and options["lr"] <= 0:
-        raise InputError(f"--lr must be > 0, got {options['lr']}")
-    if options.get("warmup_ratio") is not None and not 0 <= options["warmup_ratio"] < 1:
-        raise InputError(f"--warmup-ratio must be in [0, 1), got {options['warmup_ratio']}")
+        if options.init_positions not in POSITION_CHOICES:
+            raise OptionError("{init_positions} must be one of {choices}, got {got!r}",
+                              choices=", ".join(POSITION_CHOICES), got=options.init_positions)
+        if options.init is not None:
+            raise OptionError("{init_positions} chooses the lift of the packaged MiniLM; it does not apply with "
+                              "{init} {got}", got=options.init)
+    if options.epochs is not None and options.epochs <= 0:
+        raise OptionError("{epochs} must be > 0, got {got}", got=options.epochs)
+    if options.lr is not None and options.lr <= 0:
+        raise OptionError("{lr} must be > 0, got {got}", got=options.lr)
+    if options.warmup_ratio is not None and not 0 <= options.warmup_ratio < 1:
+        raise OptionError("{warmup_ratio} must be in [0, 1), got {got}", got=options.warmup_ratio)
     for name in ("eval_steps", "weight_decay", "max_grad_norm"):
-        if options.get(name) is not None and options[name] < 0:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 0, got {options[name]}")
-    if options.get("eval_batch_size") is not None and options["eval_batch_size"] < 1:
-        raise InputError(f"--eval-batch-size must be >= 1, got {options['eval_batch_size']}")
+        if getattr(options, name) is not None and getattr(options, name) < 0:
+            raise OptionError("{%s} must be >= 0, got {got}" % name, got=getattr(options, name))
     for name in ("train", "out"):
-        if name in options and options[name] is None:
-            raise InputError(f"--{name} is required (on the command line or in the --config file)")
-
-
-def options_json(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options as JSON values (paths as text), for train_options.json and checkpoints."""
-    return {name: str(value) if isinstance(value, Path) else value for name, value in options.items()}
+        if getattr(options, name) is None:
+            raise OptionError("{%s} is required (on the command line or in the {config} file)" % name)

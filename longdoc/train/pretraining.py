@@ -22,8 +22,10 @@ from longdoc.data.pretraining_corpus import (
     prepare_corpus,
     read_corpus,
 )
+from longdoc.errors import OptionWarning
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.pretraining import GlobalLocalForPretraining
+from longdoc.model.pretraining import HEADS_FILE, GlobalLocalForPretraining
+from longdoc.train.options import PretrainingOptions
 
 
 PRETRAINING_NAME = "pretrain"
@@ -40,14 +42,14 @@ LOGGED_OUTPUTS = ("mlm_loss", "mlm_accuracy", "cpc_loss", "cpc_accuracy")
 def settings_from_options(options, config: GlobalLocalConfig) -> PretrainingSettings:
     return PretrainingSettings(
         long_length=config.long_max_len, global_max_len=config.global_max_len,
-        max_sentence_tokens=options["max_sentence_tokens"], min_sentences=options["min_sentences"],
-        mask_rate=options["mask_rate"], cpc_sentence_rate=options["cpc_sentence_rate"],
+        max_sentence_tokens=options.max_sentence_tokens, min_sentences=options.min_sentences,
+        mask_rate=options.mask_rate, cpc_sentence_rate=options.cpc_sentence_rate,
     )
 
 
 def _prepared(path, tokenizer, settings, options, what: str):
-    documents = read_corpus(path, one_per_line=options["one_per_line"], cache_dir=options.get("cache_dir"))
-    inputs, report = prepare_corpus(documents, tokenizer, settings, num_proc=options.get("num_proc"))
+    documents = read_corpus(path, one_per_line=options.one_per_line, cache_dir=options.cache_dir)
+    inputs, report = prepare_corpus(documents, tokenizer, settings, num_proc=options.num_proc)
     print(f"longdoc pretrain: {what} {path}: {report.inputs} input(s), {report.sentences} sentences, "
           f"{report.tokens} tokens from {report.kept_documents} of {report.documents} document(s) in "
           f"{report.files} file(s); skipped {report.skipped_text(settings.min_sentences)}", file=sys.stderr)
@@ -90,39 +92,38 @@ def _warn_when_cpc_cannot_train(rows, settings: PretrainingSettings, batch_size:
         return  # CPC switched off on purpose
     most = max(cpc_sentence_count(n, settings.cpc_sentence_rate) for n in rows["num_sentences"])
     if batch_size * most < 2:
-        warnings.warn(f"CPC is not trained: a forward pass of --batch-size {batch_size} holds at most "
-                      f"{batch_size * most} CPC sentence(s) (inputs of up to {max(rows['num_sentences'])} sentences "
-                      f"at --cpc-sentence-rate {settings.cpc_sentence_rate}) and needs 2, one to find and one to "
-                      "tell it from; raise --batch-size or --cpc-sentence-rate", stacklevel=2)
+        warnings.warn(OptionWarning(
+            "CPC is not trained: a forward pass of {batch_size} {batch} holds at most {most} CPC sentence(s) (inputs "
+            "of up to {sentences} sentences at {cpc_sentence_rate} {rate}) and needs 2, one to find and one to tell "
+            "it from; raise {batch_size} or {cpc_sentence_rate}", batch=batch_size, most=batch_size * most,
+            sentences=max(rows["num_sentences"]), rate=settings.cpc_sentence_rate), stacklevel=2)
 
 
-def build_pretraining_job(options, progress: bool = True):
+def build_pretraining_job(options: PretrainingOptions, progress: bool = True):
     """The TrainingJob of `longdoc pretrain` with resolved options: the engine's and the corpus and
-    masking ones (`longdoc.commands.pretrain.PRETRAINING_OPTIONS`); `progress`: show the training bar."""
+    masking ones; `progress`: show the training bar."""
     from longdoc.io import atomic_write_json
-    from longdoc.convert.checkpoint import read_tokenizer
+    from longdoc.model_folder import read_tokenizer
     from longdoc.convert.pretrained import initial_weights
     from longdoc.train.engine import TrainingJob
-    from longdoc.train.options import ENCODER_SWITCHES
-
     init_dir = initial_weights(options)
     tokenizer = read_tokenizer(init_dir)
-    encoder_config = {name: options[name] for name in ENCODER_SWITCHES if options.get(name) is not None}
+    encoder_config = options.encoder_settings()
     encoder_config.setdefault("residual_attention", True)
-    torch.manual_seed(options["seed"])  # fresh heads: the same on every process and every rerun
+    torch.manual_seed(options.seed)  # fresh heads: the same on every process and every rerun
     model = GlobalLocalForPretraining.from_encoder(init_dir, encoder_config=encoder_config,
-                                                   mlm_head_from=options.get("mlm_head_from"))
+                                                   mlm_head_from=options.mlm_head_from)
     settings = settings_from_options(options, model.config)
-    rows = _prepared(options["train"], tokenizer, settings, options, "corpus")
-    held_out = _prepared(options["dev"], tokenizer, settings, options, "held-out corpus") \
-        if options.get("dev") is not None else rows
-    held_out = held_out.select(range(min(options["eval_rows"], len(held_out))))
-    _warn_when_cpc_cannot_train(rows, settings, options["batch_size"])
+    rows = _prepared(options.train, tokenizer, settings, options, "corpus")
+    held_out = _prepared(options.dev, tokenizer, settings, options, "held-out corpus") \
+        if options.dev is not None else rows
+    held_out = held_out.select(range(min(options.eval_rows, len(held_out))))
+    _warn_when_cpc_cannot_train(rows, settings, options.batch_size)
     collate = PretrainingCollator(tokenizer, settings, model.config)
 
     def evaluate(trained: GlobalLocalForPretraining, folder: Path) -> dict[str, float]:
         sums = trained.training_sums
-        metrics = evaluate_losses(trained, held_out, collate, options.get("eval_batch_size") or options["batch_size"])
+        metrics = evaluate_losses(trained, held_out, collate, options.eval_batch_size or options.batch_size)
         if sums["batches"]:
             metrics["train_mlm_loss"] = sums["mlm_loss"] / sums["batches"]
         if sums["cpc_batches"]:
@@ -132,17 +133,25 @@ def build_pretraining_job(options, progress: bool = True):
         atomic_write_json(folder / EVALUATION_FILE, metrics)
         return metrics
 
-    def save_model(trained: GlobalLocalForPretraining, folder: Path, state_dict: dict) -> None:
-        trained.write_encoder_folder(folder, state_dict, tokenizer)
+    def save(trained: GlobalLocalForPretraining, folder: Path, state_dict: dict) -> None:
+        save_encoder(folder, trained, tokenizer, state_dict)
 
-    return TrainingJob(name=PRETRAINING_NAME, model=model, rows=rows, collate=collate, out_dir=Path(options["out"]),
-                       options=options, evaluate=evaluate, save_model=save_model, logged_outputs=LOGGED_OUTPUTS,
+    return TrainingJob(name=PRETRAINING_NAME, model=model, rows=rows, collate=collate, out_dir=Path(options.out),
+                       options=options, evaluate=evaluate, save_model=save, logged_outputs=LOGGED_OUTPUTS,
                        progress=progress)
 
 
-def pretrain(options, progress: bool = True):
-    """Continued pretraining with resolved `options` (`longdoc.commands.pretrain.PRETRAINING_OPTIONS`);
-    returns the engine's TrainingResult."""
+def save_encoder(folder: Path, model: GlobalLocalForPretraining, tokenizer=None, state_dict: dict | None = None) -> None:
+    """The bare encoder (GlobalLocalModel: config.json, model.safetensors) that `--init` takes, its
+    tokenizer and the pretraining heads (HEADS_FILE) into `folder` (longdoc.model_folder)."""
+    from longdoc.model_folder import save_model
+
+    encoder_state, heads = model.split_state_dict(state_dict)
+    save_model(folder, model.encoder, tokenizer, state_dict=encoder_state, extra_weights={HEADS_FILE: heads})
+
+
+def pretrain(options: PretrainingOptions, progress: bool = True):
+    """Continued pretraining with resolved `options`; returns the engine's TrainingResult."""
     from longdoc.train.engine import run_training
 
     return run_training(build_pretraining_job(options, progress))

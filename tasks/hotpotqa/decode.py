@@ -10,12 +10,12 @@ Per example, over all of its windows:
 - supporting facts: every sentence whose probability (sigmoid of its logit, the highest over the
   windows that hold it) is at least the threshold, in context order.
 
-The threshold: `options["sp_threshold"]` when given; else, in a training run (`options` given)
-on a file with gold supporting facts (the dev file), the value of `SP_THRESHOLD_GRID` with the
-best joint F1 (official metric) on that file, as ETC's HotpotQA runner searches it
+The threshold: `options.sp_threshold` when given; else, when asked to tune on a file with gold
+supporting facts (the dev file of a training run), the value of `SP_THRESHOLD_GRID` with the best
+joint F1 (official metric) on that file, as ETC's HotpotQA runner searches it
 (google-research/google-research, etcmodel/models/hotpotqa/run_finetuning.py: 0, 0.1, ..., 1),
-stored in the model's `task_options` so that saving the model keeps it; else the model's stored
-threshold; else 0.5 (that runner's default).
+returned as chosen (`PredictionFile.chosen`: the training run keeps it in the model it saves);
+else the model's stored threshold; else 0.5 (that runner's default).
 """
 
 import sys
@@ -32,6 +32,7 @@ from longdoc.data.prediction import PredictionFile, WindowScores, score_examples
 from longdoc.data.spans import TokenSpan, token_span_to_char_span
 from longdoc.io import atomic_write_json
 from longdoc.model.heads import top_spans
+from longdoc.tasks.hotpotqa import HotpotQAOptions
 from longdoc.tasks.hotpotqa.features import (
     ANSWER_TYPES, collate, feature_settings, sentence_facts, window_inputs,
 )
@@ -125,34 +126,29 @@ def choose_sp_threshold(examples: Sequence[StructuredExample], answers: Mapping[
     return best
 
 
-def _given(options: Any, name: str) -> Any:
-    if options is None:
-        return None
-    return options.get(name) if isinstance(options, Mapping) else getattr(options, name, None)
-
-
-def _sp_threshold(model, options, data_path, examples, answers, probabilities) -> float:
-    given = _given(options, "sp_threshold")
+def _sp_threshold(model, given: float | None, tune: bool, data_path, examples, answers,
+                  probabilities) -> tuple[float, dict[str, Any]]:
+    """(the threshold, what was chosen on this file: {"sp_threshold": ...} or nothing)."""
     if given is not None:
-        return float(given)
-    if options is not None and all(example.labels.get("supporting_facts") for example in examples):
+        return float(given), {}
+    if tune and all(example.labels.get("supporting_facts") for example in examples):
         threshold, joint_f1 = choose_sp_threshold(examples, answers, probabilities)
-        model.config.task_options["sp_threshold"] = threshold
         print(f"hotpotqa: supporting-fact threshold {threshold} chosen on {data_path} (joint F1 {joint_f1:.4f})",
               file=sys.stderr)
-        return threshold
+        return threshold, {"sp_threshold": threshold}
     stored = model.config.task_options.get("sp_threshold")
     if stored is not None:
-        return float(stored)
+        return float(stored), {}
     warnings.warn(f"hotpotqa: this model has no supporting-fact threshold chosen on dev; using {DEFAULT_SP_THRESHOLD}",
                   stacklevel=3)
-    return DEFAULT_SP_THRESHOLD
+    return DEFAULT_SP_THRESHOLD, {}
 
 
-def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: int = 8,
-            progress: bool = True) -> PredictionFile:
+def predict(model, data_path, out_path, *, tokenizer, options: HotpotQAOptions | None = None, tune: bool = False,
+            batch_size: int = 8, progress: bool = True) -> PredictionFile:
     """Predict every example of the HotpotQA file `data_path`; write the official prediction file
-    to `out_path` (atomically)."""
+    to `out_path` (atomically). `options`: a training run's (its `sp_threshold`); `tune`: choose the
+    threshold on this file (see the module docstring)."""
     examples = list(read_examples(data_path))
     per_example = [windows for _, windows in score_examples(
         model, examples, tokenizer=tokenizer, settings=feature_settings(model.config),
@@ -162,7 +158,8 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: 
     answers = {example.id: decode_answer(example, scores, max_answer_length)
                for example, scores in zip(examples, per_example)}
     probabilities = [sentence_probabilities(example, scores) for example, scores in zip(examples, per_example)]
-    threshold = _sp_threshold(model, options, data_path, examples, answers, probabilities)
+    given = None if options is None else options.sp_threshold
+    threshold, chosen = _sp_threshold(model, given, tune, data_path, examples, answers, probabilities)
     sp = {example.id: select_facts(p, threshold) for example, p in zip(examples, probabilities)}
     atomic_write_json(out_path, {"answer": answers, "sp": sp})
-    return PredictionFile(Path(out_path), len(examples))
+    return PredictionFile(Path(out_path), len(examples), chosen)

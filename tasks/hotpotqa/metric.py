@@ -4,7 +4,7 @@ fa3a36370899e1d85822de61e58c85ea19993154 (2018-10-05, the file's last change).
 - Answers: SQuAD normalisation (lowercase, drop ASCII punctuation, drop the words a/an/the,
   collapse whitespace), then exact match and bag-of-tokens precision, recall and F1. When either
   side normalises to "yes", "no" or "noanswer" and the two differ, all three are 0: no partial
-  credit for a yes/no question.
+  credit for a yes/no question (`longdoc.evaluate.answers`, which the built-in generator shares).
 - Supporting facts: the predicted and gold facts as *sets* of (title, sentence index) tuples;
   precision, recall, F1, and EM = no false positive and no false negative.
 - Joint: precision = answer precision x support precision, recall likewise, F1 from those two,
@@ -20,17 +20,15 @@ Arithmetic follows the official script expression for expression and sums in the
 the figures equal its output to the last digit.
 """
 
-import re
-import string
 import warnings
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from longdoc.data.records import read_json_list
 from longdoc.errors import InputError
-from longdoc.io import read_json
+from longdoc.evaluate.answers import ZERO, MatchScores, answer_scores
 from longdoc.evaluate.rouge import RougeScore, rouge_l
+from longdoc.io import read_json
 
 OFFICIAL_KEYS = (
     "em", "f1", "prec", "recall",
@@ -38,53 +36,6 @@ OFFICIAL_KEYS = (
     "joint_em", "joint_f1", "joint_prec", "joint_recall",
 )
 ROUGE_KEYS = ("rougeL_prec", "rougeL_recall", "rougeL_f1")
-
-
-# Answers that only an exact match can score (official list).
-_NO_PARTIAL_CREDIT = ("yes", "no", "noanswer")
-_PUNCTUATION = set(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-
-
-@dataclass(frozen=True)
-class MatchScores:
-    em: float
-    prec: float
-    recall: float
-    f1: float
-
-
-_ZERO = MatchScores(em=0.0, prec=0.0, recall=0.0, f1=0.0)
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD normalisation, in the official order: lowercase, punctuation, articles, whitespace."""
-    text = text.lower()
-    text = "".join(character for character in text if character not in _PUNCTUATION)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
-
-
-def answer_scores(prediction: str, gold: str) -> MatchScores:
-    """Answer EM, precision, recall and F1 of one prediction (official `update_answer`)."""
-    normalized_prediction = normalize_answer(prediction)
-    normalized_gold = normalize_answer(gold)
-    em = float(normalized_prediction == normalized_gold)
-    if normalized_prediction != normalized_gold and (
-        normalized_prediction in _NO_PARTIAL_CREDIT or normalized_gold in _NO_PARTIAL_CREDIT
-    ):
-        return _ZERO
-    prediction_tokens = normalized_prediction.split()
-    gold_tokens = normalized_gold.split()
-    num_same = sum((Counter(prediction_tokens) & Counter(gold_tokens)).values())
-    if num_same == 0:
-        # Official quirk: two answers that both normalise to "" match exactly (EM 1) but share no
-        # token, so their F1, precision and recall are 0.
-        return MatchScores(em=em, prec=0.0, recall=0.0, f1=0.0)
-    prec = 1.0 * num_same / len(prediction_tokens)
-    recall = 1.0 * num_same / len(gold_tokens)
-    f1 = (2 * prec * recall) / (prec + recall)
-    return MatchScores(em=em, prec=prec, recall=recall, f1=f1)
 
 
 def _hashable(value: Any) -> Any:
@@ -165,7 +116,7 @@ def example_scores(example: dict, answers: dict, facts: dict) -> ExampleScores:
     unreadable = example_id in answers and not isinstance(answers[example_id], str)
     if unreadable:
         # The official script crashes on a non-text answer; we score it as a wrong answer.
-        answer = _ZERO
+        answer = ZERO
     elif example_id in answers:
         answer = answer_scores(answers[example_id], example["answer"])
         rouge = rouge_l(answers[example_id], example["answer"])

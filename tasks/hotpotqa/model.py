@@ -23,7 +23,8 @@ from longdoc.model.heads import (
     GlobalTokenClassifier, GlobalTokenScorer, SpanHead, binary_loss, classification_loss, mean_loss, span_loss,
 )
 from longdoc.model.task_model import TaskModel
-from longdoc.tasks.hotpotqa import TASK
+from longdoc.options import stored_defaults
+from longdoc.tasks.hotpotqa import HotpotQAOptions
 from longdoc.tasks.hotpotqa.features import ANSWER_TYPES
 
 
@@ -41,8 +42,7 @@ class HotpotQAOutput(ModelOutput):
 
 class HotpotQAModel(TaskModel):
     task_name = "hotpotqa"
-    # stride, max_question_len, max_answer_length, sp_threshold: see the Task record's train_options.
-    default_task_options = TASK.train_defaults()
+    default_task_options = stored_defaults(HotpotQAOptions)
 
     def __init__(self, config):
         super().__init__(config)

@@ -39,7 +39,7 @@ from itertools import product
 from pathlib import Path
 from typing import Callable, Sequence
 
-from longdoc.errors import InputError
+from longdoc.errors import OptionError
 from longdoc.io import atomic_write_json
 
 CountTokens = Callable[[Sequence[str]], list[int]]
@@ -360,13 +360,13 @@ def make_examples(n: int, *, seed: int, length: int, min_distance: int | None = 
     from tqdm.auto import tqdm
 
     if n < 1 or length < 1:
-        raise InputError(f"--n and --length must be positive, got {n} and {length}")
+        raise OptionError("{n} and {length} must be positive, got {got_n} and {got_length}", got_n=n, got_length=length)
     if not 0.0 <= comparison_fraction <= 1.0:
-        raise InputError(f"--comparison-fraction must be in [0, 1], got {comparison_fraction}")
+        raise OptionError("{comparison_fraction} must be in [0, 1], got {got}", got=comparison_fraction)
     if not 0.0 <= relation_share <= 1.0:
-        raise InputError(f"--relation-share must be in [0, 1], got {relation_share}")
+        raise OptionError("{relation_share} must be in [0, 1], got {got}", got=relation_share)
     if min_distance is not None and min_distance < 0:
-        raise InputError(f"--min-distance must be >= 0, got {min_distance}")
+        raise OptionError("{min_distance} must be >= 0, got {got}", got=min_distance)
     if tokenizer is None:
         from longdoc.convert.pretrained import default_tokenizer
 
@@ -375,9 +375,10 @@ def make_examples(n: int, *, seed: int, length: int, min_distance: int | None = 
     # Before any example is drawn: a length that fits every draw.
     shortest, why = shortest_length(count_tokens, length, min_distance, relation_share)
     if length < shortest:
-        distance = "left at half of --length" if min_distance is None else min_distance
-        raise InputError(f"--length {length} is too short for --min-distance {distance}: the minimum is {shortest}, "
-                         f"because {why}; raise --length or lower --min-distance")
+        template = ("{length} {got_length} is too short for {min_distance} " +
+                    ("left at half of {length}" if min_distance is None else "{got_distance}") +
+                    ": the minimum is {shortest}, because {why}; raise {length} or lower {min_distance}")
+        raise OptionError(template, got_length=length, got_distance=min_distance, shortest=shortest, why=why)
     min_distance = length // 2 if min_distance is None else min_distance
     return [make_example(index, seed=seed, length=length, min_distance=min_distance,
                          comparison_fraction=comparison_fraction, count_tokens=count_tokens,
@@ -392,7 +393,7 @@ def guessing_f1(records: Sequence[dict]) -> float:
     for a file: with relation distractors, reading a "based in" sentence is easy and finding the
     right one is the task (about 1 / the world's cities at 2048 wordpieces); without them (the
     demo's setting) the only "based in" sentence is the answer's, and guessing is reading far enough."""
-    from longdoc.tasks.hotpotqa.metric import answer_scores
+    from longdoc.evaluate.answers import answer_scores
 
     based_in = re.compile(re.escape(BASED_IN).replace(r"\{company\}", ".+").replace(r"\{city\}", "(.+)"))
     total = 0.0

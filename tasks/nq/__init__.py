@@ -1,6 +1,22 @@
 """Natural Questions (original and simplified formats). Published figures: published.json."""
 
-from longdoc.tasks import Option, Task
+from dataclasses import dataclass
+
+from longdoc.data.windows import WindowOptions
+from longdoc.options import Option, option
+from longdoc.task import Task
+
+
+@dataclass(frozen=True)
+class NQOptions(WindowOptions):
+    max_question_len: int = option(32, "question wordpieces kept (ETC: 32)")
+    max_short_answer_length: int = option(32, "longest short answer decoded, in wordpieces (ETC: 32)")
+    # Options of reading a training file, not of the model: not stored in its config.
+    null_window_keep_rate: float = option(0.1, "share of training windows without an answer that are kept (fixed "
+                                               "draw per window)", stored=False)
+    skip_bad_lines: bool = option(False, "skip and count input lines that do not parse, instead of stopping",
+                                  stored=False)
+
 
 TASK = Task.in_package(
     __name__, model_class="NQModel", headline_metric="long-best-threshold-f1",
@@ -10,12 +26,5 @@ TASK = Task.in_package(
         Option("long_non_null_threshold", int, 2, "annotators needed for a gold long answer"),
         Option("short_non_null_threshold", int, 2, "annotators needed for a gold short answer"),
     ),
-    train_options=(
-        Option("stride", int, 128, "overlap in wordpieces between consecutive windows of a document"),
-        Option("max_question_len", int, 32, "question wordpieces kept (ETC: 32)"),
-        Option("max_short_answer_length", int, 32, "longest short answer decoded, in wordpieces (ETC: 32)"),
-        Option("null_window_keep_rate", float, 0.1,
-               "share of training windows without an answer that are kept (fixed draw per window)"),
-        Option("skip_bad_lines", bool, False, "skip and count input lines that do not parse, instead of stopping"),
-    ),
+    options=NQOptions,
 )

@@ -34,9 +34,9 @@ from longdoc.data.features import Features, GlobalKind
 from longdoc.data.prediction import PredictionFile, WindowScores, score_examples
 from longdoc.io import atomic_write_json
 from longdoc.model.heads import top_spans
+from longdoc.tasks.nq import NQOptions
 from longdoc.tasks.nq.features import (
-    ANSWER_TYPES, CHUNK_EXAMPLES, HtmlMarkerTokenizer, collate, document_token_index, feature_settings, option,
-    window_inputs,
+    ANSWER_TYPES, CHUNK_EXAMPLES, HtmlMarkerTokenizer, collate, document_token_index, feature_settings, window_inputs,
 )
 from longdoc.tasks.nq.reader import read_examples
 
@@ -143,15 +143,16 @@ def decode_example(example: StructuredExample, windows: Sequence[WindowScores], 
     return record
 
 
-def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: int = 8,
-            progress: bool = True) -> PredictionFile:
+def predict(model, data_path, out_path, *, tokenizer, options: NQOptions | None = None, tune: bool = False,
+            batch_size: int = 8, progress: bool = True) -> PredictionFile:
     """Predict every example of the NQ file `data_path` (either format); write the official
-    prediction file {"predictions": [...]} to `out_path` (atomically).
-    Bad lines stop the run unless `options` (a training run's) say `skip_bad_lines`.
+    prediction file {"predictions": [...]} to `out_path` (atomically). Nothing is tuned (thresholds
+    are the metric's sweep). Bad lines stop the run unless `options` (a training run's) say
+    `skip_bad_lines`.
     Examples are read and run CHUNK_EXAMPLES at a time, so memory does not grow with the file
     beyond the predictions themselves."""
     max_length = model.config.task_options["max_short_answer_length"]
-    skip = bool(option(options, model.config, "skip_bad_lines"))
+    skip = options is not None and options.skip_bad_lines
     scored = score_examples(model, read_examples(data_path, skip_bad_lines=skip),
                             tokenizer=HtmlMarkerTokenizer(tokenizer), settings=feature_settings(model.config),
                             inputs=lambda _, features: window_inputs(features), collate=collate,

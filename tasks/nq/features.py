@@ -36,7 +36,7 @@ import re
 import warnings
 import zlib
 from itertools import islice
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -45,7 +45,9 @@ from longdoc.data.batching import collate_features
 from longdoc.data.examples import StructuredExample, TextSpan
 from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, build_features, window_settings
 from longdoc.data.spans import char_span_to_token_span
+from longdoc.errors import OptionError
 from longdoc.model.inputs import InputSpec
+from longdoc.tasks.nq import NQOptions
 from longdoc.tasks.nq.reader import read_examples, token_char_spans
 
 ANSWER_TYPES = ("null", "yes", "no", "long", "short")
@@ -58,8 +60,6 @@ ROW_SPECS = (
     InputSpec("short_start_positions", ("batch",), torch.long),
     InputSpec("short_end_positions", ("batch",), torch.long),
 )
-# Options of reading a training file, not of the model: not stored in its config.
-RUN_OPTIONS = ("null_window_keep_rate", "skip_bad_lines")
 # Examples handed to a worker process at once when building features with num_proc > 1; at most
 # num_proc chunks are in flight, so memory stays bounded however long the file is.
 CHUNK_EXAMPLES = 16
@@ -138,20 +138,6 @@ class HtmlMarkerTokenizer:
         if single:
             return {"input_ids": all_ids[0], "offset_mapping": all_offsets[0]}
         return {"input_ids": all_ids, "offset_mapping": all_offsets}
-
-
-def option(options: Any, config, name: str) -> Any:
-    """A task option: from the resolved training `options` when they hold it, else the model's
-    task_options, else the Task record's default."""
-    if options is not None:
-        value = options.get(name) if isinstance(options, Mapping) else getattr(options, name, None)
-        if value is not None:
-            return value
-    if name in config.task_options:
-        return config.task_options[name]
-    from longdoc.tasks.nq import TASK
-
-    return next(o.default for o in TASK.train_options if o.name == name)
 
 
 def feature_settings(config) -> FeatureSettings:
@@ -239,18 +225,20 @@ def _rows_of_chunk(examples: list[StructuredExample]) -> list[list[dict[str, Any
     return [example_rows(e, state["tokenizer"], state["settings"], state["markers"], state["rate"]) for e in examples]
 
 
-def iter_training_rows(path, tokenizer, config, options=None, num_proc: int = 1,
+def iter_training_rows(path, tokenizer, config, options: NQOptions | None = None, num_proc: int = 1,
                        progress: bool = True) -> Iterator[list[dict[str, Any]]]:
     """The kept rows of each example of the NQ file `path`, one list per example, in file order,
     streaming: examples are read as they are needed (`num_proc` worker processes build features
-    for chunks of CHUNK_EXAMPLES examples, with at most `num_proc` chunks in flight)."""
+    for chunks of CHUNK_EXAMPLES examples, with at most `num_proc` chunks in flight). `options`: the
+    run's (None: the defaults)."""
+    options = options or NQOptions()
     settings = feature_settings(config)
     wrapped = HtmlMarkerTokenizer(tokenizer)
     markers = GlobalMarkers.from_tokenizer(tokenizer)
-    rate = float(option(options, config, "null_window_keep_rate"))
+    rate = float(options.null_window_keep_rate)
     if not 0 <= rate <= 1:
-        raise ValueError(f"null_window_keep_rate must be in [0, 1], got {rate}")
-    examples = read_examples(path, skip_bad_lines=bool(option(options, config, "skip_bad_lines")))
+        raise OptionError("{null_window_keep_rate} must be in [0, 1], got {rate}", rate=rate)
+    examples = read_examples(path, skip_bad_lines=options.skip_bad_lines)
     bar = tqdm(desc=f"nq features {path}", unit=" examples", disable=not progress)
     with bar:
         if num_proc <= 1:
@@ -277,7 +265,8 @@ def iter_training_rows(path, tokenizer, config, options=None, num_proc: int = 1,
                     bar.update(1)
 
 
-def training_features(path, tokenizer, config, options=None, progress: bool = True) -> list[dict[str, Any]]:
+def training_features(path, tokenizer, config, options: NQOptions | None = None,
+                      progress: bool = True) -> list[dict[str, Any]]:
     """Every kept window of every example in the NQ file `path`, as labelled rows."""
     rows = []
     for example_rows_ in iter_training_rows(path, tokenizer, config, options, progress=progress):

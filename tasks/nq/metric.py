@@ -27,7 +27,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionWarning
 from longdoc.evaluate.rouge import rouge_l
 from longdoc.tasks.nq.gold import Document, GoldExample, iter_gold
 from longdoc.tasks.nq.predictions import Prediction, read_predictions
@@ -277,12 +277,11 @@ def evaluate_files(
     if most_annotations < max(long_non_null_threshold, short_non_null_threshold):
         # Training-set gold has one annotation per example; under the dev set's votes of 2 no
         # example has a gold answer, and every score is 0 whatever was predicted.
-        warnings.warn(
-            f"{gold_path}: no example has more than {most_annotations} annotation(s), fewer than the "
-            f"non-null thresholds ({long_non_null_threshold} long, {short_non_null_threshold} short): no gold "
-            "answer can count; for one-annotation (training-format) gold pass --long-non-null-threshold 1 "
-            "--short-non-null-threshold 1"
-        )
+        warnings.warn(OptionWarning(
+            "{gold_path}: no example has more than {most} annotation(s), fewer than the non-null thresholds "
+            "({long} long, {short} short): no gold answer can count; for one-annotation (training-format) gold pass "
+            "{long_non_null_threshold} 1 {short_non_null_threshold} 1", gold_path=gold_path, most=most_annotations,
+            long=long_non_null_threshold, short=short_non_null_threshold))
     if without_document:
         warnings.warn(
             f"{without_document} gold example(s) have neither document_tokens nor document_text: "

@@ -17,8 +17,9 @@ from transformers.utils import ModelOutput
 
 from longdoc.model.heads import GlobalTokenClassifier, SpanHead, classification_loss, mean_loss, span_loss
 from longdoc.model.task_model import TaskModel
-from longdoc.tasks.nq import TASK
-from longdoc.tasks.nq.features import ANSWER_TYPES, RUN_OPTIONS
+from longdoc.options import stored_defaults
+from longdoc.tasks.nq import NQOptions
+from longdoc.tasks.nq.features import ANSWER_TYPES
 
 
 @dataclass
@@ -36,9 +37,8 @@ class NQOutput(ModelOutput):
 
 class NQModel(TaskModel):
     task_name = "nq"
-    # stride, max_question_len, max_short_answer_length (the Task record's train_options, less
-    # those that only concern reading the training file): prediction reads them from config.json.
-    default_task_options = {name: value for name, value in TASK.train_defaults().items() if name not in RUN_OPTIONS}
+    # Those of NQOptions a model keeps (not how a training file is read): prediction reads them from config.json.
+    default_task_options = stored_defaults(NQOptions)
 
     def __init__(self, config):
         super().__init__(config)

@@ -44,7 +44,7 @@ from longdoc.data.examples import Document, Paragraph, Span, StructuredExample, 
 from longdoc.data.hub_exports import export_kind, hub_rows, records
 from longdoc.data.records import RecordFields
 from longdoc.data.text import decode_text, token_char_spans
-from longdoc.errors import InputError
+from longdoc.errors import InputError, OptionWarning
 
 # Skipped lines named in the closing warning; the count covers all of them.
 SHOWN_SKIPPED_LINES = 5
@@ -71,7 +71,8 @@ def read_examples(path: str | os.PathLike, skip_bad_lines: bool = False,
         yield example
     if bad:
         shown = "; ".join(bad[:SHOWN_SKIPPED_LINES]) + (" ..." if len(bad) > SHOWN_SKIPPED_LINES else "")
-        warnings.warn(f"{path}: skipped {len(bad)} bad line(s) (--skip-bad-lines): {shown}", stacklevel=2)
+        warnings.warn(OptionWarning("{path}: skipped {count} bad line(s) ({skip_bad_lines}): {shown}", path=path,
+                                    count=len(bad), shown=shown), stacklevel=2)
 
 
 def _raw_records(path: Path) -> Iterator[tuple[str, int, bytes | dict]]:

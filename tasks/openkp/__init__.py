@@ -1,8 +1,8 @@
 """OpenKP (MS MARCO keyphrase extraction). Published figures: published.json."""
 
-from longdoc.tasks import Option, Task
+from longdoc.data.windows import StrideOption
+from longdoc.task import Task
 
+# A page has no question: of the window options, the stride.
 TASK = Task.in_package(__name__, model_class="OpenKPModel", headline_metric="F1@3",
-                       description="keyphrases of a web page, with its visual DOM",
-                       train_options=(Option("stride", int, 128, "overlap in wordpieces between windows of a page "
-                                                                 "longer than long_max_len"),))
+                       description="keyphrases of a web page, with its visual DOM", options=StrideOption)

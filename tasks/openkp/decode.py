@@ -61,7 +61,7 @@ def top_phrases(words: Sequence[str], windows: Sequence[WordWindow], k: int = TO
     return [tokens for _, tokens in ranked[:k]]
 
 
-def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: int = 8,
+def predict(model, data_path, out_path, *, tokenizer, options=None, tune: bool = False, batch_size: int = 8,
             progress: bool = True) -> PredictionFile:
     """Predict the keyphrases of every page of the OpenKP file `data_path`; write the official
     prediction file (JSON lines) to `out_path` (atomically)."""

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from torch import Tensor
 from transformers.utils import ModelOutput
 
+from longdoc.data.windows import StrideOption
 from longdoc.model.heads import NgramScorer, pool_linked
 from longdoc.model.task_model import TaskModel
-from longdoc.tasks.openkp import TASK
+from longdoc.options import stored_defaults
 from longdoc.tasks.openkp.features import MAX_NGRAM
 from longdoc.tasks.openkp.reader import VISUAL_FEATURE_SIZE
 
@@ -48,8 +49,7 @@ def ngram_loss(logits: Tensor, labels: Tensor) -> Tensor | None:
 
 class OpenKPModel(TaskModel):
     task_name = "openkp"
-    # stride: see the Task record's train_options.
-    default_task_options = TASK.train_defaults()
+    default_task_options = stored_defaults(StrideOption)
 
     def __init__(self, config):
         if config.global_feature_size != VISUAL_FEATURE_SIZE:

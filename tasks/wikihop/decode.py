@@ -31,7 +31,7 @@ def best_candidate(example: StructuredExample, features: Features, candidate_log
     return example.candidates[candidates[int(scores.argmax())][1]].text
 
 
-def predict(model, data_path, out_path, *, tokenizer, options=None, batch_size: int = 8,
+def predict(model, data_path, out_path, *, tokenizer, options=None, tune: bool = False, batch_size: int = 8,
             progress: bool = True) -> PredictionFile:
     """Predict every example of the WikiHop file `data_path`; write {id: answer} to `out_path`
     (atomically)."""

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from torch import Tensor
 from transformers.utils import ModelOutput
 
+from longdoc.data.windows import QuestionLengthOption
 from longdoc.model.heads import GlobalTokenScorer, classification_loss, pool_linked
 from longdoc.model.task_model import TaskModel
-from longdoc.tasks.wikihop import TASK
+from longdoc.options import stored_defaults
 
 
 @dataclass
@@ -30,8 +31,7 @@ class WikiHopOutput(ModelOutput):
 
 class WikiHopModel(TaskModel):
     task_name = "wikihop"
-    # max_question_len: see the Task record's train_options.
-    default_task_options = TASK.train_defaults()
+    default_task_options = stored_defaults(QuestionLengthOption)
 
     def __init__(self, config):
         super().__init__(config)

@@ -15,7 +15,7 @@ from longdoc.cli import main
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
-from longdoc.tasks.hotpotqa.model import HotpotQAModel
+from tests.tasks.conftest import span_answering_model
 
 TEXT = ("Zoë Quellmann works for Brünnhilde Labs.\r\n\r\nThe weather was mild. Café owners were pleased.\r\n\r\n"
         "Brünnhilde Labs is based in Søndervik. It makes kettles.\r\n")
@@ -34,11 +34,8 @@ def model_dir(tmp_path_factory):
     torch.manual_seed(0)
     GlobalLocalModel(config).save_pretrained(root / "encoder")
     tokenizer.save_pretrained(root / "encoder")
-    model = HotpotQAModel.from_encoder(root / "encoder", stride=32, max_question_len=32)
-    with torch.no_grad():  # untrained, but told to answer with spans: offsets get exercised
-        model.type_head.projection.bias.copy_(torch.tensor([10.0, 0.0, 0.0]))
-    model.save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
+    # untrained, but told to answer with spans: offsets get exercised
+    span_answering_model(root / "model", root / "encoder", tokenizer, stride=32, max_question_len=32)
     return root
 
 
@@ -233,12 +230,13 @@ def _fact_spans(text: str, record: dict) -> list[tuple[int, int]]:
     return spans
 
 
+@pytest.mark.slow  # generated documents indexed and read, one question each
 def test_a_folder_of_txt_md_and_html_reads_both_facts_of_each_question_and_refuses_unrelated_ones(
         model_dir, tmp_path, monkeypatch, capsys):
     # The demo's first three held-out documents (its generator settings, seed 1) as .txt, .md and
     # .html: 2,300 wordpieces, read from retrieved passages. The .md question's answer passage was
     # missed when the second hop's candidates were ranked by cosines across queries.
-    from longdoc.demo import write_document
+    from longdoc.tasks.multihop.demo import write_document
     from longdoc.tasks.multihop.generator import make_examples
 
     monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))

@@ -28,7 +28,7 @@ def _generated(n, seed, length):
 @pytest.fixture(scope="module")
 def readers(tmp_path_factory):
     """(untrained, trained) model folders: a tiny encoder with fresh heads, and the same after 300 steps."""
-    from longdoc.demo import publish_model
+    from longdoc.model_folder import copy_model
     from longdoc.tasks.hotpotqa.model import HotpotQAModel
     from longdoc.io import atomic_write_json
 
@@ -51,7 +51,7 @@ def readers(tmp_path_factory):
         root / "trained").config.task_options)
     untrained.save_pretrained(root / "untrained")
     tokenizer.save_pretrained(root / "untrained")
-    return root / "untrained", publish_model(root / "trained", root / "trained-model")
+    return root / "untrained", copy_model(root / "trained", root / "trained-model")
 
 
 def _document(folder, records, target):

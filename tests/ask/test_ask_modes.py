@@ -35,6 +35,7 @@ def lifted_reader(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow  # every document read by both readers
 def test_top_answer_on_short_documents_equals_the_sliding_window_readers(lifted_reader, tmp_path, capsys):
     peer = SlidingWindowReader(lifted_reader / "source")
     documents = make_fact_questions(6, seed=3, words=60, distractors=2)

@@ -13,7 +13,8 @@ import torch
 
 from longdoc.cli import main
 from longdoc.convert.pretrained import default_tokenizer
-from tests.tasks.conftest import write_encoder
+from longdoc.tasks.wikihop.model import WikiHopModel
+from tests.tasks.conftest import span_answering_model, write_encoder
 
 TRAIN = "wikihop/wikihop_train.first22.json"
 DEV = "wikihop/wikihop_dev.first28.json"
@@ -30,7 +31,7 @@ def trained(shared_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("wikihop")
     encoder = write_encoder(root / "encoder", default_tokenizer(), **ENCODER)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # supports cut at 256 wordpieces (tests/tasks/test_wikihop_pipeline.py)
+        warnings.simplefilter("ignore")  # supports cut at 256 wordpieces (tests/tasks/wikihop/test_pipeline.py)
         assert main(["--quiet", "train", "wikihop", "--config", "cpu", "--train", str(shared_data / TRAIN),
                      "--out", str(root / "run"), "--init", str(encoder), "--long-max-len", "256",
                      "--global-max-len", "128", "--max-steps", "40", "--batch-size", "4", "--lr", "1e-3",
@@ -38,6 +39,20 @@ def trained(shared_data, tmp_path_factory):
     dev = root / "dev.json"
     dev.write_text(json.dumps(json.loads((shared_data / DEV).read_text())[:DEV_EXAMPLES]))
     return root / "run", dev
+
+
+@pytest.fixture(scope="module")
+def untrained(shared_data, tmp_path_factory):
+    """(model folder, dev file) as `trained`, its heads fresh: for the checks that run before the model does."""
+    root = tmp_path_factory.mktemp("wikihop_untrained")
+    tokenizer = default_tokenizer()
+    write_encoder(root / "encoder", tokenizer, **ENCODER)
+    torch.manual_seed(0)
+    WikiHopModel.from_encoder(root / "encoder").save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    dev = root / "dev.json"
+    dev.write_text(json.dumps(json.loads((shared_data / DEV).read_text())[:DEV_EXAMPLES]))
+    return root / "model", dev
 
 
 def _predict(trained, out, *options):
@@ -52,33 +67,31 @@ def _predict(trained, out, *options):
     ("cuda:7", "longdoc predict: error: --device cuda:7: this machine has no CUDA device"),
     ("gpu0", "longdoc predict: error: --device gpu0: not a device name; use one of cpu, cuda, cuda:N, mps"),
 ])
-def test_a_device_this_machine_lacks_exits_2_with_one_line(trained, tmp_path, capsys, device, message):
-    assert _predict(trained, tmp_path / "pred.json", "--device", device) == 2
+def test_a_device_this_machine_lacks_exits_2_with_one_line(untrained, tmp_path, capsys, device, message):
+    assert _predict(untrained, tmp_path / "pred.json", "--device", device) == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "pred.json").exists()
 
 
-def test_cuda_7_on_a_one_gpu_machine_names_the_device_it_has(trained, tmp_path, capsys, monkeypatch):
+def test_cuda_7_on_a_one_gpu_machine_names_the_device_it_has(untrained, tmp_path, capsys, monkeypatch):
     # The check comes before anything runs on the device, so a pretended GPU is never touched.
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    assert _predict(trained, tmp_path / "pred.json", "--device", "cuda:7") == 2
+    assert _predict(untrained, tmp_path / "pred.json", "--device", "cuda:7") == 2
     assert capsys.readouterr().err == ("longdoc predict: error: --device cuda:7: this machine has 1 CUDA device "
                                        "(cuda:0)\n")
 
 
-def test_a_model_whose_weights_are_on_meta_is_refused(trained, tmp_path, capsys, monkeypatch):
-    from longdoc.tasks.wikihop.model import WikiHopModel
-
+def test_a_model_whose_weights_are_on_meta_is_refused(untrained, tmp_path, capsys, monkeypatch):
     def load_nothing(cls, directory, *args, **kwargs):  # a loader that skipped the weights
         with torch.device("meta"):
             return cls(WikiHopModel.config_class.from_pretrained(directory))
 
     monkeypatch.setattr(WikiHopModel, "from_pretrained", classmethod(load_nothing))
-    assert _predict(trained, tmp_path / "pred.json") == 2
+    assert _predict(untrained, tmp_path / "pred.json") == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"longdoc predict: error: {trained[0]}: the model's weights were not loaded (")
+    assert err.startswith(f"longdoc predict: error: {untrained[0]}: the model's weights were not loaded (")
     assert not (tmp_path / "pred.json").exists()
 
 
@@ -88,9 +101,9 @@ def test_a_model_whose_weights_are_on_meta_is_refused(trained, tmp_path, capsys,
     (("--attention", "cpu", "--bf16"), "--attention cpu: attention backend 'cpu' cannot run on cpu in bfloat16: the "
                                        "C++ kernels run on the CPU in float32 only; there eager, dense can"),
 ])
-def test_an_attention_backend_that_cannot_run_exits_2_with_one_line(trained, tmp_path, capsys, options, message,
+def test_an_attention_backend_that_cannot_run_exits_2_with_one_line(untrained, tmp_path, capsys, options, message,
                                                                     without_triton_interpreter):
-    assert _predict(trained, tmp_path / "pred.json", "--device", "cpu", *options) == 2
+    assert _predict(untrained, tmp_path / "pred.json", "--device", "cpu", *options) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"longdoc predict: error: {message}") and err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "pred.json").exists()
@@ -110,6 +123,7 @@ def test_the_dense_attention_backend_predicts_the_answers_of_the_default(trained
     assert json.loads((tmp_path / "dense.json").read_text()) == json.loads((tmp_path / "default.json").read_text())
 
 
+@pytest.mark.slow  # the module's trained model: 40 training steps
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_lower_precisions_predict_the_answers_of_float32(trained, tmp_path, capsys, dtype):
     assert _predict(trained, tmp_path / "float32.json", "--device", "cpu") == 0
@@ -123,6 +137,7 @@ def test_lower_precisions_predict_the_answers_of_float32(trained, tmp_path, caps
     assert agree >= DEV_EXAMPLES - 1, f"{dtype}: {agree} of {DEV_EXAMPLES} answers agree with float32"
 
 
+@pytest.mark.slow  # the module's trained model: 40 training steps
 def test_json_is_one_object_on_stdout_and_the_human_line_on_stderr(trained, tmp_path, capsys):
     assert _predict(trained, tmp_path / "pred.json", "--json", "--bf16", "--batch-size", "4") == 0
     captured = capsys.readouterr()
@@ -136,6 +151,7 @@ def test_json_is_one_object_on_stdout_and_the_human_line_on_stderr(trained, tmp_
     assert captured.err.startswith(f"wrote {tmp_path / 'pred.json'}: {DEV_EXAMPLES} examples ({DEV_EXAMPLES} windows)")
 
 
+@pytest.mark.slow  # the module's trained model: 40 training steps
 def test_quiet_hides_the_prediction_bar_that_is_shown_without_it(trained, tmp_path, capsys):
     model, dev = trained
     argv = ["predict", "wikihop", "--model", str(model), "--data", str(dev), "--out", str(tmp_path / "pred.json")]
@@ -149,7 +165,13 @@ def test_quiet_hides_the_prediction_bar_that_is_shown_without_it(trained, tmp_pa
     assert "wikihop predict" not in hidden and TQDM_BAR not in hidden and hidden.startswith("wrote ")
 
 
-def test_quiet_hides_the_training_bar(shared_data, tmp_path, capsys):
+def test_quiet_hides_the_training_bar(shared_data, tmp_path, capsys, monkeypatch):
+    import itertools
+
+    from longdoc.train import finetune
+
+    runs = itertools.count()  # each run its own feature cache, so both read the training file
+    monkeypatch.setattr(finetune, "feature_cache_folder", lambda: tmp_path / f"features-{next(runs)}")
     encoder = write_encoder(tmp_path / "encoder", default_tokenizer(), **ENCODER)
     argv = ["train", "wikihop", "--config", "cpu", "--train", str(shared_data / TRAIN), "--init", str(encoder),
             "--long-max-len", "256", "--global-max-len", "128", "--max-steps", "2", "--batch-size", "2"]
@@ -203,32 +225,30 @@ def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp
     from longdoc.ask.documents import load_sources
     from longdoc.ask.session import AskSession
     from longdoc.inference import resolve_placement
-    from longdoc.tasks.hotpotqa.model import HotpotQAModel
+    from longdoc.tasks import REGISTRY
 
     monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
     tokenizer = default_tokenizer()
     write_encoder(tmp_path / "encoder", tokenizer, **ENCODER)
-    torch.manual_seed(0)
-    reader = HotpotQAModel.from_encoder(tmp_path / "encoder", stride=32, max_question_len=32)
-    with torch.no_grad():  # untrained, but told to answer with spans (tests/ask/test_ask_command.py)
-        reader.type_head.projection.bias.copy_(torch.tensor([10.0, 0.0, 0.0]))
-    reader.save_pretrained(tmp_path / "reader")
-    tokenizer.save_pretrained(tmp_path / "reader")
+    span_answering_model(tmp_path / "reader", tmp_path / "encoder", tokenizer, stride=32, max_question_len=32)
     document = tmp_path / "notes.txt"
     document.write_text("Ada Quell works for Orbix Group.\n\nOrbix Group is based in Tallinnford.\n")
 
     sources, _ = load_sources([str(document)])
-    session = AskSession(sources, tmp_path / "reader", progress=False, placement=resolve_placement("cpu", "bfloat16"))
+    session = AskSession(sources, tmp_path / "reader", progress=False, placement=resolve_placement("cpu", "bfloat16"),
+                         tasks=REGISTRY)
     assert {parameter.dtype for parameter in session.model.parameters()} == {torch.bfloat16}
     assert session.embedder.model.dtype == torch.float32  # the retriever's vectors, as cached
     answers = session.ask("Where is Orbix Group based?", min_score=0.0, min_evidence=-1)["answers"]
     assert answers and all(document.read_text()[a["start"]:a["end"]] == a["text"] for a in answers)
 
+    capsys.readouterr()  # (what saving the models printed: transformers' bars are on until a command turns them off)
     assert main(["ask", "--model", str(tmp_path / "reader"), "--question", "Where?", str(document),
                  "--device", "cuda:7"]) == 2
     assert capsys.readouterr().err.startswith("longdoc ask: error: --device cuda:7: this machine has no CUDA device")
 
 
+@pytest.mark.slow  # the module's trained model: 40 training steps
 def test_predict_reads_a_datasets_folder_as_the_official_file(trained, tmp_path):
     from tests.tasks.test_hub_exports import WIKIHOP_FEATURES, _wikihop_rows
 

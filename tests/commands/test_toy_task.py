@@ -1,5 +1,6 @@
-"""A fifth dataset needs nothing outside its own package: a toy task, written here into a temporary
-folder, is registered (or found under tasks/) and scored by `longdoc evaluate` with its own flag."""
+"""A fifth dataset needs its own package and its line in the registry: a toy task, written here into
+a temporary folder, is registered (as a record, or as a package under tasks/ with the registry's
+decorator) and scored by `longdoc evaluate` with its own flag."""
 
 import importlib
 import json
@@ -9,7 +10,8 @@ import pytest
 
 from longdoc import cli
 from longdoc import tasks as task_registry
-from longdoc.tasks import Option, Task
+from longdoc.options import Option
+from longdoc.task import Task
 
 TOY_READER = '''
 """Toy reader: one JSON object {id: number} per file."""
@@ -35,7 +37,8 @@ TOY_OPTION = Option("tolerance", float, 0.0, "largest accepted distance from the
 
 # The whole of tasks/numbers/__init__.py, as a user adding a dataset would write it.
 TOY_INIT = '''
-from longdoc.tasks import Option, Task
+from longdoc.options import Option
+from longdoc.task import Task
 
 TASK = Task(name="numbers", description="numbers within a tolerance", reader="longdoc.tasks.numbers.reader",
             metric="longdoc.tasks.numbers.metric", headline_metric="within_tolerance",
@@ -90,9 +93,16 @@ def test_a_registered_task_is_evaluated_with_its_own_flag(clean_registry, tmp_pa
     assert "--tolerance does not apply to the wikihop task" in capsys.readouterr().err
 
 
-def test_a_package_under_tasks_is_found_by_name(clean_registry, tmp_path, monkeypatch, files, capsys):
+def test_a_package_under_tasks_is_registered_by_its_decorated_function(clean_registry, tmp_path, monkeypatch, files,
+                                                                        capsys):
     write_package(tmp_path, "numbers", init=TOY_INIT)
     monkeypatch.setattr(task_registry, "__path__", [*task_registry.__path__, str(tmp_path)])
+
+    @task_registry.REGISTRY.task("numbers")
+    def numbers():  # as tasks/__init__.py lists each built-in task
+        return importlib.import_module("longdoc.tasks.numbers").TASK
+
+    assert "longdoc.tasks.numbers" not in sys.modules  # listed, not imported until asked for
     assert "numbers" in task_registry.task_names()
     assert cli.main(["evaluate", "numbers", *files, "--tolerance", "1"]) == 0
     assert json.loads(capsys.readouterr().out) == {"within_tolerance": 3 / 4}
@@ -105,4 +115,21 @@ def test_a_taken_name_is_refused(clean_registry):
     task_registry.register(toy_task("anything"))
     with pytest.raises(ValueError, match="a task named 'numbers' is already registered"):
         task_registry.register(toy_task("anything"))
+    with pytest.raises(ValueError, match="a task named 'hotpotqa' is already registered"):
+        task_registry.REGISTRY.task("hotpotqa")(lambda: toy_task("anything", name="hotpotqa"))
+
+
+def test_a_record_under_another_name_is_refused(clean_registry):
+    task_registry.REGISTRY.task("numbers")(lambda: toy_task("anything", name="figures"))
+    with pytest.raises(ValueError, match="the task registered as 'numbers' is named 'figures'"):
+        task_registry.get_task("numbers")
+
+
+def test_listing_the_tasks_imports_none():
+    import subprocess
+
+    code = ("import sys; from longdoc import tasks; names = tasks.task_names(); "
+            "print(names, [m for m in sys.modules if m.startswith('longdoc.tasks.')])")
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert printed.strip() == "['hotpotqa', 'multihop', 'nq', 'openkp', 'wikihop'] []"
 

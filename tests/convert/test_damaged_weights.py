@@ -1,12 +1,11 @@
 """A damaged model.safetensors (cut short, or random bytes) read by any command: one line naming the
-file, exit status 2, no traceback (`longdoc.convert.checkpoint.readable_weights`)."""
+file, exit status 2, no traceback (`longdoc.model.encoder_folder.readable_weights`)."""
 
 import random
 
 import pytest
 
 from longdoc.cli import main
-from longdoc.convert.pretrained import default_tokenizer
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.tasks import get_task
@@ -21,11 +20,6 @@ def damage(weights, how: str) -> None:
         weights.write_bytes(data[: len(data) // 2])
     else:
         weights.write_bytes(random.Random(0).randbytes(len(data)))
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return default_tokenizer()
 
 
 def encoder_folder(folder, tokenizer, how):

@@ -8,6 +8,7 @@ from longdoc import GlobalLocalModel
 from longdoc.convert import lift as lift_module
 from longdoc.convert import pretrained
 from longdoc.convert.lift import LiftOptions
+from longdoc.train.options import TrainingOptions
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def test_default_model_is_minilm_lifted_once_with_tiled_absolute_positions(cache
     monkeypatch.setattr(lift_module, "lift", no_second_lift)
     assert pretrained.lifted_minilm(positions="absolute") == path
     assert pretrained.default_model_path() == path
-    assert pretrained.initial_weights({"init": None}) == path
+    assert pretrained.initial_weights(TrainingOptions(train=Path("train.json"), out=Path("out"))) == path
 
 
 def test_default_lift_is_etc_base_with_absolute_positions_in_its_own_folder(cache):
@@ -48,10 +49,12 @@ def test_default_lift_is_etc_base_with_absolute_positions_in_its_own_folder(cach
 def test_init_positions_picks_the_lift_and_init_wins(cache, monkeypatch):
     lifted = []
     monkeypatch.setattr(pretrained, "lifted_minilm", lambda **options: lifted.append(options) or cache / "x")
-    pretrained.initial_weights({"init": None, "init_positions": "relative"})
-    pretrained.initial_weights({})
+    required = {"train": Path("train.json"), "out": Path("out")}
+    pretrained.initial_weights(TrainingOptions(**required, init_positions="relative"))
+    pretrained.initial_weights(TrainingOptions(**required))
     assert lifted == [{"positions": "relative"}, {"positions": "absolute"}]
-    assert pretrained.initial_weights({"init": "my/encoder"}) == Path("my/encoder") and len(lifted) == 2
+    assert pretrained.initial_weights(TrainingOptions(**required, init=Path("my/encoder"))) == Path("my/encoder")
+    assert len(lifted) == 2
 
 
 def test_every_option_and_the_lift_format_get_their_own_cache_folder(cache, monkeypatch):

@@ -25,8 +25,9 @@ def _evaluate_json(task, gold, pred, options, capsys) -> dict:
 def _browser(task, gold, preds, options, run_dirs=()):
     from longdoc.serve.app import create_app
     from longdoc.serve.browser import PredictionBrowser
+    from longdoc.tasks import REGISTRY
 
-    return create_app(browser=PredictionBrowser(task, gold, preds, options, run_dirs))
+    return create_app(browser=PredictionBrowser(REGISTRY, task, gold, preds, options, run_dirs))
 
 
 @pytest.mark.parametrize("task", list(MAKERS))
@@ -84,9 +85,10 @@ def test_leaderboard_rows_link_to_their_runs(shared_data, tmp_path, capsys):
 def test_a_prediction_file_the_metric_refuses_is_refused(shared_data, tmp_path):
     from longdoc.errors import InputError
     from longdoc.serve.browser import PredictionBrowser
+    from longdoc.tasks import REGISTRY
 
     gold, preds, options = prediction_files("openkp", shared_data, tmp_path)
     wrong = tmp_path / "other-urls.jsonl"
     wrong.write_text(json.dumps({"url": "http://elsewhere.example/", "KeyPhrases": [["x"]]}) + "\n", encoding="utf-8")
     with pytest.raises(InputError, match="must hold the same urls"):
-        PredictionBrowser("openkp", gold, [wrong], options)
+        PredictionBrowser(REGISTRY, "openkp", gold, [wrong], options)

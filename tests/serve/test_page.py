@@ -189,9 +189,10 @@ def test_span_mode_marks_the_readers_span_and_its_sentence(browser, lifted_reade
 def _browse(task, shared_data, tmp_path):
     from longdoc.serve.app import create_app
     from longdoc.serve.browser import PredictionBrowser
+    from longdoc.tasks import REGISTRY
 
     gold, preds, options = prediction_files(task, shared_data, tmp_path)
-    return gold, preds, create_app(browser=PredictionBrowser(task, gold, preds, options))
+    return gold, preds, create_app(browser=PredictionBrowser(REGISTRY, task, gold, preds, options))
 
 
 def test_an_examples_supporting_facts_are_marked_as_in_the_gold_file(browser, shared_data, tmp_path):

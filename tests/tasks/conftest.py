@@ -1,11 +1,10 @@
-"""Helpers shared by the task tests: MiniLM's tokenizer, tiny random encoders, published rows."""
+"""Helpers shared by the task tests: tiny random encoders, published rows (MiniLM's tokenizer is
+tests/conftest.py's `tokenizer`)."""
 
 from pathlib import Path
 
-import pytest
 import torch
 
-from longdoc.convert.pretrained import default_tokenizer
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 
@@ -15,16 +14,26 @@ TINY_ENCODER = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, 
                     attention_probs_dropout_prob=0.0)
 
 
-@pytest.fixture(scope="session")
-def tokenizer():
-    return default_tokenizer()
-
-
 def write_encoder(folder: Path, tokenizer, **config) -> Path:
     """A lifted-encoder folder as `--init` takes it: a random GlobalLocalModel (seed 0) with the
     tokenizer's vocabulary and `config`, and the tokenizer."""
     torch.manual_seed(0)
     GlobalLocalModel(GlobalLocalConfig(vocab_size=tokenizer.vocab_size, **config)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def span_answering_model(folder: Path, encoder: Path, tokenizer, model_class=None, **options) -> Path:
+    """A model folder of `model_class` (default HotpotQAModel) started from `encoder` (seed 0), untrained
+    but told to answer with spans (its answer type head puts "span" first), and the tokenizer: what
+    `longdoc ask` reads spans and offsets with."""
+    if model_class is None:
+        from longdoc.tasks.hotpotqa.model import HotpotQAModel as model_class
+    torch.manual_seed(0)
+    model = model_class.from_encoder(encoder, **options)
+    with torch.no_grad():
+        model.type_head.projection.bias.copy_(torch.tensor([10.0, 0.0, 0.0]))
+    model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 

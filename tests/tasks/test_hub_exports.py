@@ -12,6 +12,7 @@ from longdoc.model.config import GlobalLocalConfig
 from longdoc.tasks.hotpotqa import features as hotpotqa_features
 from longdoc.tasks.hotpotqa.model import HotpotQAModel
 from longdoc.tasks.hotpotqa.reader import read_examples as read_hotpotqa
+from longdoc.tasks.nq import NQOptions
 from longdoc.tasks.nq import features as nq_features
 from longdoc.tasks.nq.model import NQModel
 from longdoc.tasks.nq.reader import read_examples as read_nq
@@ -162,7 +163,7 @@ def test_nq_exports_give_the_official_examples_and_features(shared_data, tokeniz
         assert [(e.id, e.question, e.answers) for e in examples] == [(e.id, e.question, e.answers) for e in expected]
         assert [e.labels["example_id"] for e in examples] == [line["example_id"] for line in lines]
     config = _config(tokenizer, NQModel)
-    options = {"null_window_keep_rate": 1.0}
+    options = NQOptions(null_window_keep_rate=1.0)
     assert (nq_features.training_features(tmp_path / "saved", tokenizer, config, options, progress=False)
             == nq_features.training_features(official, tokenizer, config, options, progress=False))
 

@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from longdoc.cli import main
 from longdoc.evaluate.leaderboard import read_metrics_json
+from longdoc.tasks import REGISTRY
 from longdoc.train import checkpoints
 from tests.train import toy_task
 
@@ -67,7 +68,7 @@ def test_outputs_of_a_run(reference, data):
         "step-000000002", "step-000000004", "step-000000006"]
     model = toy_task.ToyModel.from_pretrained(reference)
     assert model.config.task == "toy"
-    record = read_metrics_json(reference / "metrics.json")
+    record = read_metrics_json(reference / "metrics.json", REGISTRY)
     assert record.task == "toy" and set(record.metrics) == {"accuracy"}
     assert json.loads((reference / "dev_predictions.json").read_text()).keys() == {f"e{i}" for i in range(8)}
     assert (reference / "eval" / "step-000000003" / "dev_predictions.json").is_file()

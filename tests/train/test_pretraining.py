@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from longdoc.convert.pretrained import default_tokenizer
 from longdoc.data.features import GlobalMarkers
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
@@ -23,6 +22,8 @@ from longdoc.data.pretraining_corpus import (
     read_corpus,
 )
 from longdoc.model.pretraining import HEADS_FILE, GlobalLocalForPretraining
+from longdoc.model_folder import write_new_folder
+from longdoc.train.pretraining import save_encoder
 
 NAMES = "alice bob carol dave erin frank grace henry irene jack kate liam mary nick olga paul rose sam tina victor".split()
 CITIES = "paris berlin rome madrid oslo vienna london dublin prague warsaw".split()
@@ -57,11 +58,6 @@ def tiny_config(tokenizer, **overrides) -> GlobalLocalConfig:
                   intermediate_size=64, long_max_len=128, global_max_len=16, local_radius=8,
                   initializer_range=0.2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     return GlobalLocalConfig(**{**values, **overrides})
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return default_tokenizer()
 
 
 @pytest.fixture
@@ -238,7 +234,7 @@ def test_model_losses_tied_decoder_and_saved_encoder(tmp_path, tokenizer):
     # Chance level at the start: the CPC loss is about log(number of candidates).
     assert abs(float(output.cpc_loss) - torch.log(output.cpc_sentences.float())) < 1.5
 
-    out = model.save_encoder(tmp_path / "pretrained", tokenizer)
+    out = write_new_folder(tmp_path / "pretrained", lambda folder: save_encoder(folder, model, tokenizer))
     assert (out / "model.safetensors").is_file() and (out / HEADS_FILE).is_file()
     encoder = GlobalLocalModel.from_pretrained(out).eval()
     inputs_only = {k: v for k, v in batch.items() if not k.startswith(("cpc_", "mlm_"))}
@@ -283,9 +279,9 @@ def test_a_short_run_lowers_both_losses_resumes_exactly_and_gives_an_init(tmp_pa
     from safetensors.torch import load_file
 
     from longdoc.cli import main
-    from longdoc.commands.pretrain import PRETRAINING_OPTIONS
+    from longdoc.commands.pretrain import PRETRAINING_FLAGS
     from longdoc.tasks.hotpotqa.model import HotpotQAModel
-    from longdoc.train.options import resolve_options
+    from longdoc.train.options import PretrainingOptions, resolve_options
     from longdoc.train.pretraining import EVALUATION_FILE, build_pretraining_job
 
     corpus = write_people(tmp_path / "corpus")
@@ -296,8 +292,8 @@ def test_a_short_run_lowers_both_losses_resumes_exactly_and_gives_an_init(tmp_pa
     # Before: the held-out losses of the job's starting model (same rows, same fixed masks as the run's).
     arguments = dict(zip(command[1::2], command[2::2]))
     given = {option.name: option.type(arguments[option.flag]) if option.flag in arguments else None
-             for option in PRETRAINING_OPTIONS}
-    job = build_pretraining_job(resolve_options(given, PRETRAINING_OPTIONS))
+             for option in PRETRAINING_FLAGS}
+    job = build_pretraining_job(*resolve_options(given, (PretrainingOptions,)))
     with torch.no_grad():
         before = job.evaluate(job.model.eval(), tmp_path)
 
@@ -349,10 +345,10 @@ def test_a_short_run_lowers_both_losses_resumes_exactly_and_gives_an_init(tmp_pa
 def test_command_defaults_are_the_library_defaults():
     import dataclasses
 
-    from longdoc.commands.pretrain import PRETRAINING_OPTIONS
+    from longdoc.train.options import PretrainingOptions
 
     # The packed lengths come from the encoder's config; the masking and corpus ones are options.
-    defaults = {option.name: option.default for option in PRETRAINING_OPTIONS}
+    defaults = {field.name: field.default for field in dataclasses.fields(PretrainingOptions)}
     library = {field.name: field.default for field in dataclasses.fields(PretrainingSettings)}
     for name in ("mask_rate", "cpc_sentence_rate", "min_sentences", "max_sentence_tokens"):
         assert defaults[name] == library[name], name
@@ -374,7 +370,8 @@ def test_command_refuses_a_corpus_with_nothing_to_train_on(tmp_path, tokenizer, 
 
 
 def test_a_batch_too_small_for_cpc_is_said_and_not_logged_as_a_zero_loss(tmp_path, tokenizer, one_thread):
-    from longdoc.cli import main
+    from longdoc.cli import _format_warning, main
+    from longdoc.errors import OptionWarning
     from longdoc.train.pretraining import EVALUATION_FILE
 
     # Six-sentence inputs at rate 0.1: one CPC sentence each, so one row per pass has no negatives.
@@ -383,9 +380,12 @@ def test_a_batch_too_small_for_cpc_is_said_and_not_logged_as_a_zero_loss(tmp_pat
     command = pretrain_command(corpus, tmp_path / "out", init, tmp_path / "cache", **{
         "batch-size": 1, "cpc-sentence-rate": 0.1, "max-steps": 2, "eval-steps": 0, "log-steps": 1,
         "eval-rows": 4, "eval-batch-size": 4})
-    with pytest.warns(UserWarning, match=r"CPC is not trained: a forward pass of --batch-size 1 holds at most 1 "
-                      r"CPC sentence\(s\) \(inputs of up to 6 sentences at --cpc-sentence-rate 0.1\)"):
+    with pytest.warns(OptionWarning, match=r"CPC is not trained: a forward pass of batch_size 1 holds at most 1 "
+                      r"CPC sentence\(s\) \(inputs of up to 6 sentences at cpc_sentence_rate 0.1\)") as caught:
         assert main(command) == 0
+    [warning] = [w for w in caught if isinstance(w.message, OptionWarning)]
+    # as the command line prints it: the options as its flags
+    assert "a forward pass of --batch-size 1 holds" in _format_warning(warning.message, OptionWarning, "", 0)
     metrics = json.loads((tmp_path / "out" / EVALUATION_FILE).read_text())
     assert "train_mlm_loss" in metrics and "train_cpc_loss" not in metrics  # not a CPC loss of 0.0
     log = [json.loads(line) for line in (tmp_path / "out" / "train_log.jsonl").read_text().splitlines()]

@@ -18,6 +18,7 @@ from longdoc.cli import main
 from longdoc.train import checkpoints
 from tests.train import toy_task
 from tests.train.test_engine import assert_same_weights, command
+from tests.conftest import logged_losses
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("toy_tasks")]
@@ -89,10 +90,6 @@ def test_sigkill_between_checkpoints_then_rerun_is_exact(dropout_data, tmp_path)
     assert_same_weights(load_file(out / "model.safetensors"), load_file(reference / "model.safetensors"))
 
 
-def losses(out: Path) -> list[float]:
-    return [line["loss"] for line in map(json.loads, (out / "train_log.jsonl").read_text().splitlines()) if "loss" in line]
-
-
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
 def test_torchrun_two_processes_follow_one_process(data, single, tmp_path, sharding):
     out = tmp_path / "torchrun"
@@ -103,8 +100,8 @@ def test_torchrun_two_processes_follow_one_process(data, single, tmp_path, shard
                           "-m", "tests.train.toy_train", *argv],
                          cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert losses(out) == pytest.approx(losses(single), rel=1e-5)
-    assert len(losses(out)) == 3
+    assert logged_losses(out) == pytest.approx(logged_losses(single), rel=1e-5)
+    assert len(logged_losses(out)) == 3
     assert [path.name for path in checkpoints.list_checkpoints(out)] == ["step-000000003"]
     trainer_state, _, state = checkpoints.read_checkpoint_files(checkpoints.list_checkpoints(out)[0])
     assert trainer_state["processes"] == 2 and len(state["rng"]) == 2
@@ -126,4 +123,4 @@ def test_torchrun_two_processes_derive_accumulation_from_the_effective_batch(dat
     assert run.returncode == 0, run.stderr[-3000:]
     resolved = json.loads((out / "train_options.json").read_text())
     assert (resolved["effective_batch_size"], resolved["grad_accum"]) == (4, 2)
-    assert losses(out) == pytest.approx(losses(single), rel=1e-5)
+    assert logged_losses(out) == pytest.approx(logged_losses(single), rel=1e-5)

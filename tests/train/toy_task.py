@@ -29,7 +29,10 @@ from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.inputs import InputSpec
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.task_model import TaskModel
-from longdoc.tasks import Option, Task, register, unregister
+from longdoc.options import option, stored_defaults
+from longdoc.task import Task
+from longdoc.tasks import register, unregister
+from tests.model.conftest import tiny_config as model_tiny_config
 
 WORDS = [f"w{i}" for i in range(40)]
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]"]
@@ -37,13 +40,11 @@ LABEL = InputSpec("labels", ("batch",), torch.long, pad=-100)
 
 
 def tiny_config(**overrides) -> GlobalLocalConfig:
-    settings = dict(
-        vocab_size=len(SPECIAL) + len(WORDS), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=32, local_radius=3, long_max_len=32, global_max_len=4, max_relative_distance=2,
-        relative_vocab_size=8, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-    )
-    settings.update(overrides)
-    return GlobalLocalConfig(**settings)
+    """tests/model's tiny encoder, for the toy vocabulary and inputs, with dropout (resuming must
+    restore its random streams)."""
+    return model_tiny_config(**{"vocab_size": len(SPECIAL) + len(WORDS), "num_hidden_layers": 2,
+                                "num_attention_heads": 2, "long_max_len": 32, "global_max_len": 4,
+                                "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, **overrides})
 
 
 def make_tokenizer():
@@ -91,7 +92,7 @@ def _row(example, tokenizer, config) -> dict:
             "global_input_ids": [tokenizer.cls_token_id], "global_attention_mask": [1], "global_sees_all": [True]}
 
 
-def training_features(path, tokenizer, config, options, progress=True):
+def training_features(path, tokenizer, config, options=None, progress=True):
     return [{**_row(example, tokenizer, config), "labels": example["label"]} for example in read_examples(path)]
 
 
@@ -120,9 +121,14 @@ class ToyOutput(ModelOutput):
     logits: Tensor | None = None
 
 
+@dataclass(frozen=True)
+class ToyOptions:
+    label_smoothing: float = option(0.0, "label smoothing of the toy loss")
+
+
 class ToyModel(TaskModel):
     task_name = "toy"
-    default_task_options = {"label_smoothing": 0.0}
+    default_task_options = stored_defaults(ToyOptions)
 
     def __init__(self, config):
         super().__init__(config)
@@ -142,7 +148,7 @@ class OtherToyModel(ToyModel):
 
 
 # decode
-def predict(model, data_path, out_path, *, tokenizer, options, batch_size, progress=True):
+def predict(model, data_path, out_path, *, tokenizer, options=None, tune=False, batch_size=8, progress=True):
     examples = list(read_examples(data_path))
     outputs = model.forward_rows([_row(example, tokenizer, model.config) for example in examples], collate,
                                  batch_size, progress=False)
@@ -162,7 +168,7 @@ def _task(name: str, model: str) -> Task:
     return Task(name=name, description="toy classification for the engine tests", reader=__name__,
                 metric=__name__, headline_metric="accuracy", features=__name__, model=f"{__name__}:{model}",
                 decode=__name__, configs=Path(__file__).parent / "toy_configs",
-                train_options=(Option("label_smoothing", float, 0.0, "label smoothing of the toy loss"),))
+                options=ToyOptions)
 
 
 # "toy-alias" trains the "toy" model under another name, as multihop trains HotpotQA's model.

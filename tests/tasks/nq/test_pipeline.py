@@ -13,6 +13,7 @@ from longdoc.cli import main
 from longdoc.data.features import GlobalKind, GlobalMarkers, build_features
 from longdoc.errors import InputError
 from longdoc.tasks import get_task
+from longdoc.tasks.nq import NQOptions
 from longdoc.tasks.nq.decode import candidate_tokens
 from longdoc.tasks.nq.features import (
     NULL, SHORT, HtmlMarkerTokenizer, document_token_index, feature_settings, gold_answer,
@@ -22,6 +23,7 @@ from longdoc.tasks.nq.model import NQModel
 from longdoc.tasks.nq.reader import read_examples, token_char_spans
 from longdoc.tasks.nq.synthetic import write_synthetic_nq
 from tests.tasks.conftest import TINY_ENCODER, write_encoder
+from tests.conftest import logged_losses
 
 SAMPLE = "natural_questions/simplified-nq-train.sample2.jsonl"
 
@@ -90,9 +92,9 @@ def test_real_sample_windows_cover_candidates_and_offsets_map_back(shared_data, 
 
 def test_null_windows_are_downsampled(shared_data, tokenizer, encoder_dir):
     model = nq_model(encoder_dir)
-    every = training_features(shared_data / SAMPLE, tokenizer, model.config, {"null_window_keep_rate": 1.0},
+    every = training_features(shared_data / SAMPLE, tokenizer, model.config, NQOptions(null_window_keep_rate=1.0),
                               progress=False)
-    some = training_features(shared_data / SAMPLE, tokenizer, model.config, {"null_window_keep_rate": 0.2},
+    some = training_features(shared_data / SAMPLE, tokenizer, model.config, NQOptions(null_window_keep_rate=0.2),
                              progress=False)
     answered = [r for r in every if r["answer_type"] != NULL]
     assert answered and [r for r in some if r["answer_type"] != NULL] == answered
@@ -100,7 +102,7 @@ def test_null_windows_are_downsampled(shared_data, tokenizer, encoder_dir):
     print(f"null windows: {nulls} at rate 1.0, {kept} kept at rate 0.2")
     assert 0.1 * nulls < kept < 0.3 * nulls
     # The same draw again: the same windows.
-    again = training_features(shared_data / SAMPLE, tokenizer, model.config, {"null_window_keep_rate": 0.2},
+    again = training_features(shared_data / SAMPLE, tokenizer, model.config, NQOptions(null_window_keep_rate=0.2),
                               progress=False)
     assert [r["long_input_ids"] for r in again] == [r["long_input_ids"] for r in some]
 
@@ -167,11 +169,6 @@ def test_streaming_with_two_processes_gives_the_same_rows(tmp_path, tokenizer, e
     one = [rows for rows in iter_training_rows(path, tokenizer, config, None, num_proc=1, progress=False)]
     two = [rows for rows in iter_training_rows(path, tokenizer, config, None, num_proc=2, progress=False)]
     assert len(one) == 20 and one == two
-
-
-def logged_losses(out) -> list[float]:
-    return [json.loads(line)["loss"] for line in (out / "train_log.jsonl").read_text().splitlines()
-            if "loss" in json.loads(line)]
 
 
 @pytest.mark.slow

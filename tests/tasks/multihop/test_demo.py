@@ -1,4 +1,4 @@
-"""The README's main job (`longdoc demo`, longdoc.demo): the cut to the first N wordpieces, and the
+"""The README's main job (`longdoc demo`, longdoc.tasks.multihop.demo): the cut to the first N wordpieces, and the
 whole orchestration end to end on a tiny budget."""
 
 import json
@@ -9,13 +9,6 @@ from longdoc.cli import main
 from longdoc.errors import InputError
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    from longdoc.convert.pretrained import default_tokenizer
-
-    return default_tokenizer()
-
-
 def _layout_length(record, tokenizer) -> int:
     """Wordpieces of the long input the feature builder lays out: [CLS] question [SEP] paragraphs [SEP]."""
     texts = [record["question"]] + [piece for title, sentences in record["context"] for piece in (title, *sentences)]
@@ -23,7 +16,7 @@ def _layout_length(record, tokenizer) -> int:
 
 
 def test_first_tokens_keeps_a_prefix_within_the_limit_and_never_both_facts(tokenizer):
-    from longdoc.demo import first_tokens
+    from longdoc.tasks.multihop.demo import first_tokens
     from longdoc.tasks.multihop.generator import make_examples
 
     records = make_examples(6, seed=3, length=400, min_distance=200, comparison_fraction=0.5, tokenizer=tokenizer,
@@ -43,11 +36,11 @@ def test_first_tokens_keeps_a_prefix_within_the_limit_and_never_both_facts(token
 
 
 def test_restricted_length_must_leave_the_facts_apart():
-    from longdoc.demo import DemoData
+    from longdoc.tasks.multihop.demo import DemoData
 
-    with pytest.raises(InputError, match="--min-distance 300 must be at least --restricted-length 512"):
+    with pytest.raises(InputError, match="min_distance 300 must be at least restricted_length 512"):
         DemoData(min_distance=300)
-    with pytest.raises(InputError, match="--restricted-length 512 must be below --length 512"):
+    with pytest.raises(InputError, match="restricted_length 512 must be below length 512"):
         DemoData(length=512)
 
 

@@ -368,7 +368,7 @@ def test_real_simplified_sample_scored_against_itself_is_perfect(shared_data, tm
     # Every figure is 1, the best thresholds included (they are the shared score, 1.0).
     assert len(metrics) == 23 and set(metrics.values()) == {1.0}
     with pytest.warns(UserWarning, match=r"no example has more than 1 annotation\(s\), fewer than the non-null "
-                                         r"thresholds \(2 long, 2 short\).*--long-non-null-threshold 1"):
+                                         r"thresholds \(2 long, 2 short\).*long_non_null_threshold 1"):
         assert evaluate_files(gold_path, pred)[TASK.headline_metric] == 0.0
 
 

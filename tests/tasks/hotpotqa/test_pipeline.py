@@ -19,6 +19,7 @@ from longdoc.tasks.hotpotqa.features import sentence_facts, training_features, w
 from longdoc.tasks.hotpotqa.model import HotpotQAModel
 from longdoc.tasks.hotpotqa.reader import answer_spans
 from tests.tasks.conftest import write_encoder
+from tests.conftest import logged_losses
 
 SAMPLE = "hotpotqa/hotpot_dev_distractor_v1.first53.json"
 WIKIHOP_SAMPLE = "wikihop/wikihop_train.first22.json"
@@ -160,11 +161,6 @@ def small_sample(shared_data, tmp_path):
     return path
 
 
-def _train_log_losses(out):
-    return [record["loss"] for record in map(json.loads, (out / "train_log.jsonl").read_text().splitlines())
-            if "loss" in record]
-
-
 @pytest.mark.slow
 def test_short_training_run_predict_and_evaluate(small_sample, tokenizer, tmp_path, capsys):
     data, out = small_sample, tmp_path / "run"
@@ -172,7 +168,7 @@ def test_short_training_run_predict_and_evaluate(small_sample, tokenizer, tmp_pa
     assert main(["train", "hotpotqa", "--config", "cpu", "--train", str(data), "--dev", str(data), "--out", str(out),
                  "--init", str(encoder), "--long-max-len", "256", "--global-max-len", "128", "--stride", "32",
                  "--max-steps", "30", "--batch-size", "4", "--lr", "1e-3", "--log-steps", "5", "--seed", "0"]) == 0
-    losses = _train_log_losses(out)
+    losses = logged_losses(out)
     with capsys.disabled():
         print(f"\nhotpotqa training loss (engine log, mean of steps 1-5 vs 26-30): before {losses[0]:.4f} "
               f"after {losses[-1]:.4f}")

@@ -22,6 +22,7 @@ from longdoc.model.heads import MASKED_LOGIT, NgramScorer, pool_linked
 from longdoc.tasks.openkp.model import OpenKPModel, ngram_loss
 from longdoc.tasks.openkp.reader import read_examples
 from tests.tasks.conftest import TINY_ENCODER, write_encoder
+from tests.conftest import logged_losses
 
 SAMPLE = "openkp/openkp_readme_example.jsonl"
 
@@ -149,8 +150,7 @@ def test_training_lowers_the_loss_and_predictions_score(shared_data, tokenizer, 
     assert main(["train", "openkp", "--init", str(encoder_dir), "--train", str(shared_data / SAMPLE), "--dev",
                  str(shared_data / SAMPLE), "--out", str(out), "--max-steps", "15", "--batch-size", "1",
                  "--lr", "3e-3", "--warmup-ratio", "0", "--log-steps", "1", "--stride", "64"]) == 0
-    losses = [json.loads(line)["loss"] for line in (out / "train_log.jsonl").read_text().splitlines()
-              if "loss" in json.loads(line)]
+    losses = logged_losses(out)
     print(f"openkp loss on the real page (longdoc train, 15 steps): {losses[0]:.4f} -> {losses[-1]:.4f}")
     assert len(losses) == 15 and losses[-1] < 0.85 * losses[0]
     assert "F1@3" in json.loads((out / "metrics.json").read_text())["metrics"]

@@ -17,6 +17,7 @@ from longdoc.tasks.wikihop.features import training_features, window_row
 from longdoc.tasks.wikihop.model import WikiHopModel
 from longdoc.tasks.wikihop.reader import find_mentions
 from tests.tasks.conftest import write_encoder
+from tests.conftest import logged_losses
 
 TRAIN = "wikihop/wikihop_train.first22.json"
 DEV = "wikihop/wikihop_dev.first28.json"
@@ -101,11 +102,6 @@ def test_a_hotpotqa_file_is_refused(shared_data, tokenizer):
         training_features(shared_data / HOTPOT, tokenizer, _config(tokenizer, 256), progress=False)
 
 
-def _train_log_losses(out):
-    return [record["loss"] for record in map(json.loads, (out / "train_log.jsonl").read_text().splitlines())
-            if "loss" in record]
-
-
 @pytest.mark.slow
 def test_short_training_run_predict_and_evaluate(shared_data, tokenizer, tmp_path, capsys):
     encoder = write_encoder(tmp_path / "encoder", tokenizer, **ENCODER, long_max_len=256)
@@ -116,7 +112,7 @@ def test_short_training_run_predict_and_evaluate(shared_data, tokenizer, tmp_pat
                      "--init", str(encoder), "--long-max-len", "256", "--global-max-len", "128",
                      "--max-steps", "40", "--batch-size", "4", "--lr", "1e-3",
                      "--log-steps", "10", "--seed", "0"]) == 0
-    losses = _train_log_losses(out)
+    losses = logged_losses(out)
     with capsys.disabled():
         print(f"\nwikihop training loss (engine log, mean of steps 1-10 vs 31-40): before {losses[0]:.4f} "
               f"after {losses[-1]:.4f}")

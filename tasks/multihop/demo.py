@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from longdoc.errors import InputError
+from longdoc.errors import OptionError
+from longdoc.model.cache import cache_dir
+from longdoc.task import TaskLookup
 
 TASK_NAME = "multihop"
 CONFIG_NAME = "demo"  # tasks/multihop/configs/demo.json: the training options
@@ -38,6 +40,11 @@ FULL_RUN = "full"
 RESTRICTED_RUN = "first-{length}"
 # After answer F1 (the headline): what the demo's questions test (`longdoc leaderboard` shows all).
 LEADERBOARD_COLUMNS = ["em", "sp_f1", "joint_f1"]
+
+
+def default_model_dir() -> Path:
+    """Where `longdoc demo` saves its trained multi-hop model, for `longdoc ask --model`."""
+    return cache_dir() / "models" / "multihop"
 
 
 @dataclass(frozen=True)
@@ -58,11 +65,12 @@ class DemoData:
 
     def __post_init__(self):
         if self.restricted_length >= self.length:
-            raise InputError(f"--restricted-length {self.restricted_length} must be below --length {self.length}")
+            raise OptionError("{restricted_length} {restricted} must be below {length} {whole}",
+                              restricted=self.restricted_length, whole=self.length)
         if self.min_distance < self.restricted_length:
             # Otherwise the first `restricted_length` tokens could hold both facts.
-            raise InputError(f"--min-distance {self.min_distance} must be at least --restricted-length "
-                             f"{self.restricted_length}")
+            raise OptionError("{min_distance} {distance} must be at least {restricted_length} {restricted}",
+                              distance=self.min_distance, restricted=self.restricted_length)
 
 
 @dataclass
@@ -135,34 +143,12 @@ def write_document(record: dict, path: Path) -> Path:
     return path
 
 
-def publish_model(run_dir: Path, target: Path) -> Path:
-    """The final model of a run (its weights, config and tokenizer: no checkpoints, predictions or
-    logs) copied to `target`, replacing what was there only once the copy is whole."""
-    import shutil
+def run_options(task, given: Mapping[str, Any], config: str | Path | None = CONFIG_NAME) -> tuple:
+    """The resolved options (the engine's, the task's) of `longdoc train multihop --config demo` with
+    `given` on the command line."""
+    from longdoc.train.options import resolve_task_options
 
-    target = Path(target)
-    staging = target.with_name(f".{target.name}.staging")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for path in Path(run_dir).iterdir():
-        if path.is_file() and (path.suffix == ".safetensors" or path.name == "config.json"
-                               or path.name.startswith(("tokenizer", "special_tokens", "vocab"))):
-            shutil.copy2(path, staging / path.name)
-    previous = target.with_name(f".{target.name}.previous")
-    shutil.rmtree(previous, ignore_errors=True)
-    if target.exists():
-        target.rename(previous)
-    staging.rename(target)
-    shutil.rmtree(previous, ignore_errors=True)
-    return target
-
-
-def run_options(task, given: Mapping[str, Any], config: str | Path | None = CONFIG_NAME) -> dict[str, Any]:
-    """The resolved options of `longdoc train multihop --config demo` with `given` on the command line."""
-    from longdoc.train.options import ENGINE_OPTIONS, TrainOption, resolve_options
-
-    own = [TrainOption(option.name, option.type, option.default, option.help) for option in task.train_options]
-    return resolve_options(given, (*ENGINE_OPTIONS, *own), config, task.configs)
+    return resolve_task_options(task, given, config)
 
 
 @dataclass
@@ -175,8 +161,8 @@ class CurvePoint:
     metrics: dict[str, float]
 
 
-def timed_training(task, options: Mapping[str, Any], minutes: float) -> list[CurvePoint]:
-    """`longdoc train` of `task` with resolved `options` (evaluating every `eval_steps`) stopped
+def timed_training(task, options, task_options, minutes: float) -> list[CurvePoint]:
+    """`longdoc train` of `task` with resolved `options` and `task_options` (evaluating every `eval_steps`) stopped
     after `minutes` of training time, or at `max_steps`, whichever comes first; the learning curve.
 
     The engine's own job and loop (`build_task_job`, `run_training`): its evaluation is wrapped to
@@ -193,10 +179,11 @@ def timed_training(task, options: Mapping[str, Any], minutes: float) -> list[Cur
     from longdoc.train.engine import run_training
     from longdoc.train.finetune import build_task_job
 
-    out = Path(options["out"])
+    out = Path(options.out)
     if (out / "checkpoints").exists():
-        raise InputError(f"{out} holds checkpoints of an earlier run: a timed run starts afresh; give another --out")
-    job = build_task_job(task, options)
+        raise OptionError("{out} {path} holds checkpoints of an earlier run: a timed run starts afresh; give another "
+                          "{out}", path=out)
+    job = build_task_job(task, options, task_options)
     evaluate, collate = job.evaluate, job.collate
     clock = {"start": None, "evaluating": 0.0, "batches": 0, "stopping": False}
     points: list[CurvePoint] = []
@@ -206,7 +193,7 @@ def timed_training(task, options: Mapping[str, Any], minutes: float) -> list[Cur
 
     def timed_evaluate(model, folder: Path) -> dict[str, float]:
         began = time.perf_counter()
-        at = CurvePoint(clock["batches"] // options["grad_accum"], training_minutes(), {})
+        at = CurvePoint(clock["batches"] // options.grad_accum, training_minutes(), {})
         at.metrics = evaluate(model, folder)
         clock["evaluating"] += time.perf_counter() - began
         points.append(at)
@@ -238,36 +225,35 @@ def timed_training(task, options: Mapping[str, Any], minutes: float) -> list[Cur
 def evaluate_restricted(task, model_dir: Path, dev: Path, out: Path, restricted_length: int) -> dict[str, float]:
     """The trained model of `model_dir` predicting on the cut dev file `dev`, scored by the task's
     official metric; predictions and metrics.json written in `out` (a leaderboard row)."""
-    from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.evaluate.leaderboard import write_metrics_json
+    from longdoc.model_folder import load_model
     from longdoc.train.finetune import DEV_PREDICTIONS_FILE, predict_and_score
 
     out.mkdir(parents=True, exist_ok=True)
-    model = task.load("model").from_pretrained(model_dir).eval()
-    metrics = predict_and_score(task, model, dev, out / DEV_PREDICTIONS_FILE, read_tokenizer(model_dir))
+    model, tokenizer = load_model(model_dir, task.load("model"))
+    metrics = predict_and_score(task, model, dev, out / DEV_PREDICTIONS_FILE, tokenizer)
     write_metrics_json(out, task=task.name, split="dev", model=f"{model_dir} (first {restricted_length} wordpieces)",
                        config={"model": str(model_dir), "dev": str(dev), "restricted_length": restricted_length},
                        metrics=metrics, gold=dev)
     return metrics
 
 
-def run_demo(out: Path, data: DemoData = DemoData(), overrides: Mapping[str, Any] | None = None,
+def run_demo(tasks: TaskLookup, out: Path, data: DemoData = DemoData(), overrides: Mapping[str, Any] | None = None,
              config: str | Path | None = CONFIG_NAME, model_dir: Path | None = None,
              progress: bool = True) -> DemoResult:
     """Steps 1-5 of the module docstring in `out` (data/, full/, first-N/; the whole-document model
-    copied to `model_dir` when given); `overrides` are engine options over the config's (as on
-    `longdoc train`'s command line). Rerun on the same `out`, a finished run is only evaluated
-    again (the engine resumes from its folder)."""
+    copied to `model_dir` when given), with the multihop task of `tasks` (the registry); `overrides`
+    are engine options over the config's (as on `longdoc train`'s command line). Rerun on the same
+    `out`, a finished run is only evaluated again (the engine resumes from its folder)."""
     from longdoc.convert.pretrained import default_model_path
-    from longdoc.convert.checkpoint import read_tokenizer
     from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, leaderboards_markdown
     from longdoc.io import read_json
-    from longdoc.tasks import get_task
+    from longdoc.model_folder import copy_model, read_tokenizer
     from longdoc.train.finetune import train_task
 
     out = Path(out)
     (out / "data").mkdir(parents=True, exist_ok=True)
-    task = get_task(TASK_NAME)
+    task = tasks.get(TASK_NAME)
     overrides = dict(overrides or {})
     tokenizer = read_tokenizer(overrides.get("init") or default_model_path())
     paths = write_data(out / "data", data, tokenizer, progress, cut=("dev",))  # the model trains on whole documents
@@ -275,9 +261,9 @@ def run_demo(out: Path, data: DemoData = DemoData(), overrides: Mapping[str, Any
     result = DemoResult(runs={FULL_RUN: out / FULL_RUN, restricted: out / restricted})
     print(f"longdoc demo: training on documents of up to {data.length} wordpieces in {out / FULL_RUN}",
           file=sys.stderr)
-    options = run_options(task, {**overrides, "train": paths["train"], "dev": paths["dev"], "out": out / FULL_RUN,
-                                 "long_max_len": data.length}, config)
-    trained = train_task(task, options)
+    options, task_options = run_options(task, {**overrides, "train": paths["train"], "dev": paths["dev"],
+                                               "out": out / FULL_RUN, "long_max_len": data.length}, config)
+    trained = train_task(task, options, task_options)
     if trained.interrupted:
         raise KeyboardInterrupt
     result.metrics[FULL_RUN] = trained.metrics
@@ -285,9 +271,10 @@ def run_demo(out: Path, data: DemoData = DemoData(), overrides: Mapping[str, Any
           "document", file=sys.stderr)
     result.metrics[restricted] = evaluate_restricted(task, out / FULL_RUN, paths["dev-restricted"], out / restricted,
                                                      data.restricted_length)
-    result.leaderboard = leaderboards_markdown(build_leaderboards(find_runs(result.runs.values()), LEADERBOARD_COLUMNS))
+    result.leaderboard = leaderboards_markdown(build_leaderboards(find_runs(result.runs.values(), tasks), tasks,
+                                                                  LEADERBOARD_COLUMNS))
     if model_dir is not None:
-        publish_model(result.runs[FULL_RUN], model_dir)
+        copy_model(result.runs[FULL_RUN], model_dir)
     first = read_json(paths["dev"])[0]
     result.question, result.document = first["question"], write_document(first, out / "data" / "document.txt")
     return result

@@ -1,0 +1,185 @@
+"""A longdoc model folder, read and written in one place for every command.
+
+A model folder holds `config.json` (a `GlobalLocalConfig`, model_type "longdoc-global-local"; a
+trained task model's also names its `task` and `task_options`), `model.safetensors`, the tokenizer's
+files, and, where a command made it from another checkpoint (`longdoc lift`, `longdoc convert`), a
+model card `README.md` saying from what and how; a pretrained encoder adds its pretraining heads.
+
+Reading: `read_tokenizer(DIR)` (the folder's own tokenizer class, from local files only) and
+`load_model(DIR, model_class)` (the weights through the class's checks: a folder of another kind
+is a ModelFolderError, a damaged weights file an InputError naming it; longdoc.model.encoder_folder
+holds those checks, which the model classes run themselves).
+
+Writing: `save_model(folder, model, tokenizer, ...)` writes the files; where they go decides how a
+folder changes, never half-written:
+- `write_new_folder(out, write)`: a folder that must not exist yet (lift, convert): built beside it,
+  then renamed into place;
+- `replace_folder(target, write)`: a folder that may exist and is replaced whole (the demo's published
+  model, a pretrained encoder);
+- `write_into(folder, write)`: a model added to a folder that holds other things (a training run's
+  output, with its checkpoints and logs): each file written beside, then renamed over its name.
+`copy_model(source, target)` copies a folder's model files (not its checkpoints, predictions or
+logs) with `replace_folder`.
+"""
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Mapping
+
+from longdoc.errors import InputError, OptionError
+
+MODEL_CARD = "README.md"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
+
+
+def read_tokenizer(directory: str | Path):
+    """The folder's own tokenizer (a transformers tokenizer), loaded from local files only.
+
+    The class tokenizer_config.json names is loaded directly: AutoTokenizer would also read
+    config.json to guess it, and warn that transformers does not know a longdoc folder's model_type
+    (`longdoc-global-local`). A BERT folder without that name is left to AutoTokenizer (its config's
+    model_type says which tokenizer)."""
+    import json
+
+    from transformers import AutoTokenizer
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    directory = Path(directory)
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise InputError(f"{directory}: no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)})")
+    tokenizer_class = AutoTokenizer
+    config_path = directory / "tokenizer_config.json"
+    if config_path.is_file():
+        try:
+            class_name = json.loads(config_path.read_text(encoding="utf-8")).get("tokenizer_class")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as error:
+            raise InputError(f"{config_path}: not a JSON object ({error})") from None
+        if class_name:
+            tokenizer_class = tokenizer_class_from_name(class_name)
+            if tokenizer_class is None:
+                raise InputError(f"{config_path}: tokenizer_class {class_name!r} is not a transformers tokenizer")
+    try:
+        return tokenizer_class.from_pretrained(directory, local_files_only=True)
+    except (OSError, ValueError) as error:
+        raise InputError(f"{directory}: the tokenizer could not be loaded: {error}") from None
+
+
+def load_model(directory: str | Path, model_class) -> tuple:
+    """(the model of `model_class` in `directory`, in eval mode, its tokenizer)."""
+    return model_class.from_pretrained(directory).eval(), read_tokenizer(directory)
+
+
+def save_model(folder: str | Path, model, tokenizer=None, *, state_dict: Mapping | None = None, card: str | None = None,
+               extra_weights: Mapping[str, Mapping] | None = None) -> None:
+    """Write `model` (config.json, model.safetensors; `state_dict` instead of its own weights, e.g.
+    gathered from shards), its tokenizer, the model card and `extra_weights` ({file name: tensors},
+    safetensors) into `folder`."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    model.save_pretrained(folder, state_dict=None if state_dict is None else dict(state_dict),
+                          safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    if card is not None:
+        (folder / MODEL_CARD).write_text(card, encoding="utf-8")
+    for name, tensors in (extra_weights or {}).items():
+        save_file({key: value.contiguous() for key, value in tensors.items()}, str(folder / name))
+
+
+def is_model_file(path: Path) -> bool:
+    """Whether a file of a folder is part of its model (weights, config, tokenizer, card)."""
+    return path.is_file() and (path.suffix == ".safetensors" or path.name in ("config.json", MODEL_CARD)
+                               or path.name.startswith(("tokenizer", "special_tokens", "vocab")))
+
+
+def write_new_folder(out: Path, write: Callable[[Path], None]) -> Path:
+    """Run `write(folder)` on a fresh temporary folder beside `out`, then rename it to `out` (which
+    must not exist, or be an empty folder). On any error nothing is left behind."""
+    refuse_existing(out)
+    building = _building_beside(out)
+    try:
+        write(building)
+        _readable_by_all(building)
+        refuse_existing(out)
+        if out.is_dir():
+            out.rmdir()  # empty: checked just above
+        os.rename(building, out)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    return out
+
+
+def refuse_existing(out: Path) -> None:
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
+        raise OptionError("{out} {path}: already exists and is not an empty folder; choose another or remove it",
+                          path=out)
+
+
+def replace_folder(target: Path, write: Callable[[Path], None]) -> Path:
+    """Run `write(folder)` on a fresh folder beside `target`, then put it in `target`'s place; what was
+    there is removed only once the new folder is whole."""
+    target = Path(target)
+    building = _building_beside(target)
+    previous = target.with_name(f".{target.name}.previous")
+    try:
+        write(building)
+        _readable_by_all(building)
+        shutil.rmtree(previous, ignore_errors=True)
+        if target.exists():
+            target.rename(previous)
+        os.rename(building, target)
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    shutil.rmtree(previous, ignore_errors=True)
+    return target
+
+
+def write_into(folder: Path, write: Callable[[Path], None]) -> None:
+    """Run `write(staging)` on a staging folder inside `folder`, then move each file it wrote over its
+    name in `folder`, flushed to disk first: each file appears whole (others in `folder` stay)."""
+    folder = Path(folder)
+    staging = folder / f".staging-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        write(staging)
+        for path in sorted(staging.rglob("*")):
+            if path.is_file():
+                target = folder / path.relative_to(staging)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "rb") as handle:
+                    os.fsync(handle.fileno())
+                os.replace(path, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def copy_model(source: Path, target: Path) -> Path:
+    """The model files of `source` (`is_model_file`) copied to `target`, which is replaced whole."""
+
+    def copy(folder: Path) -> None:
+        for path in Path(source).iterdir():
+            if is_model_file(path):
+                shutil.copy2(path, folder / path.name)
+
+    return replace_folder(target, copy)
+
+
+def _building_beside(out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+
+
+def _readable_by_all(folder: Path) -> None:
+    """Give the folder and its files the permissions the user's umask asks for: mkdtemp makes the
+    folder private and the weights writer makes its file private, but a model folder is meant to be shared."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for path in folder.iterdir():
+        os.chmod(path, 0o666 & ~umask)
