@@ -1,10 +1,11 @@
 """Benchmarks of `longdoc ask` (docs/benchmarks.md).
 
-  python scripts/bench_ask.py retrieval [--data HOTPOT_JSON] [--passages 2 4 6 8 10]
+  python scripts/bench_ask.py retrieval [--data HOTPOT_JSON] [--passages 4 8 16]
       how often one / all gold supporting sentences of each question lie inside the retrieved
-      passages, with and without the second hop, against MiniLM sentence retrieval given the same
-      number of words (longdoc.ask.benchmark.retrieval_quality), on all the paragraphs of a
-      HotpotQA file as one document (default: the sample in ../shared/data).
+      passages, for MiniLM alone (with and without the second hop), BM25 alone and both fused, at
+      each fixed number of passages and with the default adaptive budget
+      (longdoc.ask.benchmark.retrieval_quality), on all the paragraphs of a HotpotQA file as one
+      document (default: the sample in ../shared/data).
   python scripts/bench_ask.py speed [--model DIR] [--words 100000]
       seconds to index a generated document of that many words (nothing cached), and per answer
       once indexed (retrieval + reading), with the model DIR or, without one, an untrained
@@ -36,8 +37,8 @@ def retrieval(args) -> list[dict]:
     print(f"{args.data}: {len(document.text.split())} words, {len(document.questions)} questions", file=sys.stderr)
     with tempfile.TemporaryDirectory() as cache:
         rows = retrieval_quality(document, SentenceEmbedder(), tuple(args.passages), cache_root=Path(cache))
-    return [{**row, "one": round(row["one"], 3), "all": round(row["all"], 3), "words": round(row["words"])}
-            for row in rows]
+    return [{**row, "one": round(row["one"], 3), "all": round(row["all"], 3), "read": round(row["read"], 1),
+             "words": round(row["words"])} for row in rows]
 
 
 def speed(args) -> list[dict]:
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
     modes = parser.add_subparsers(dest="mode", required=True)
     quality = modes.add_parser("retrieval", help="retrieval quality on a HotpotQA file's paragraphs")
     quality.add_argument("--data", type=Path, default=SAMPLE)
-    quality.add_argument("--passages", type=int, nargs="+", default=[2, 4, 6, 8, 10])
+    quality.add_argument("--passages", type=int, nargs="+", default=[4, 8, 16])
     timing = modes.add_parser("speed", help="indexing and answering time on a long generated document")
     timing.add_argument("--model", type=Path, help="a trained model (default: untrained, same size)")
     timing.add_argument("--words", type=int, default=100_000)
