@@ -10,6 +10,11 @@
       seconds to index a generated document of that many words (nothing cached), and per answer
       once indexed (retrieval + reading), with the model DIR or, without one, an untrained
       HotpotQA model on the lifted MiniLM (same size, same time).
+  python scripts/bench_ask.py indexing [--data HOTPOT_JSON] [--words 20000]
+      indexing throughput (words per second) and peak memory, each in a fresh process, beside
+      MiniLM's tokenizer and forward alone on the same passages (longdoc.ask.indexing_benchmark),
+      for the reader benchmark's generated document of that many words and the HotpotQA file's
+      paragraphs as one document.
   python scripts/bench_ask.py sentences [--data HOTPOT_JSON]
       sentence mode (no reader) on real text: each HotpotQA question that is not yes/no asked of its
       own paragraphs; how often the first answer sentence holds the gold answer, beside plain MiniLM
@@ -57,19 +62,30 @@ def main(argv=None) -> int:
     timing.add_argument("--model", type=Path, help="a trained model (default: untrained, same size)")
     timing.add_argument("--words", type=int, default=100_000)
     timing.add_argument("--questions", type=int, default=5)
+    indexing = modes.add_parser("indexing", help="indexing throughput and peak memory beside MiniLM's forward")
+    indexing.add_argument("--data", type=Path, default=SAMPLE)
+    indexing.add_argument("--words", type=int, default=20_000)
     sentences = modes.add_parser("sentences", help="sentence mode on real text: the first answer sentence of each "
                                                    "HotpotQA question asked of its own paragraphs")
     sentences.add_argument("--data", type=Path, default=SAMPLE)
     refusal = modes.add_parser("no-answer", help="the evidence floor on generated documents")
     refusal.add_argument("--documents", type=int, default=40)
     refusal.add_argument("--calibration", type=int, default=20)
-    for sub in (quality, timing, sentences, refusal):
+    for sub in (quality, timing, indexing, sentences, refusal):
         sub.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     from longdoc.cpu_memory import configure_allocator
 
     configure_allocator()  # as the `longdoc` command: freed memory kept (longdoc/cpu_memory.py)
-    if args.mode == "no-answer":
+    if args.mode == "indexing":
+        from longdoc.ask.benchmark import hotpotqa_document
+        from longdoc.ask.indexing_benchmark import indexing_rows
+        from longdoc.bench.readers import make_fact_questions
+
+        generated = make_fact_questions(1, seed=2, words=args.words, distractors=40)[0].context
+        rows = indexing_rows({"generated (reader benchmark)": generated,
+                              "HotpotQA sample paragraphs": hotpotqa_document(args.data).text})
+    elif args.mode == "no-answer":
         from longdoc.ask.benchmark import no_answer_rows
 
         rows = no_answer_rows(args.documents, args.calibration)
