@@ -11,9 +11,12 @@ sentence holds both together (`longdoc.ask.index.CorpusIndex.search_text` ranks 
 best sentence).
 
 Tokens: `unicode61` (letters and digits, case and diacritics folded, every script's letters) then
-the Porter stemmer ("works" and "work" match). A query is every distinct word of its text, each a
-quoted FTS5 string joined with OR: no word of the question is FTS5 syntax, and a question with no
-word the documents contain matches nothing (an empty ranking, never an error).
+the Porter stemmer ("works" and "work" match). A query is every distinct word of its text but the
+English stop words of Lucene's classic analyzer (`STOP_WORDS`, the default of its English analysis:
+"the", "of", "was" carry no topic, and where a text happens to use them rarely their IDF would
+outweigh a relation word), each a quoted FTS5 string joined with OR: no word of the question is
+FTS5 syntax, and a question with no word the documents contain matches nothing (an empty ranking,
+never an error). The index keeps every word; only queries drop stop words.
 
 The index of one document lives in its `ask` cache folder (`longdoc.ask.index`) as one SQLite file,
 built in a temporary file of that folder and renamed over the target when complete.
@@ -29,11 +32,14 @@ from typing import Iterable, Iterator, Sequence
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 LEXICAL_FORMAT = 1  # bump when the table or its tokenizer change: cached indexes are keyed by it
 _WORD = re.compile(r"\w+")
+STOP_WORDS = frozenset("a an and are as at be but by for if in into is it no not of on or such that the their then "
+                       "there these they this to was will with".split())
 
 
 def match_expression(text: str) -> str:
-    """`text`'s distinct words as an FTS5 query that matches a row holding any of them ("" when none)."""
-    words = dict.fromkeys(word.lower() for word in _WORD.findall(text))
+    """`text`'s distinct words but STOP_WORDS as an FTS5 query that matches a row holding any of them
+    ("" when none)."""
+    words = dict.fromkeys(word for word in map(str.lower, _WORD.findall(text)) if word not in STOP_WORDS)
     return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
 
 
