@@ -19,14 +19,16 @@ from longdoc.errors import InputError
 
 SUPPORT_SHOWN = 3  # supporting sentences printed per answer (--json has all)
 
-HELP = "answer questions from long documents (.txt, .md, .html, folders) with the answer's exact location"
+HELP = ("answer questions from long documents (.txt, .md, .html, .pdf, .docx, folders) with the answer's exact "
+        "location")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from longdoc.ask.retrieve import LEAST_PASSAGES, RETRIEVERS
     from longdoc.ask.session import MIN_EVIDENCE, PASSAGES_READ
 
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="files (.txt, .md, .html, .htm) and folders")
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="files (.txt, .md, .html, .htm, .pdf, .docx) and folders")
     parser.add_argument("--model", type=Path, metavar="DIR",
                         help="the reader: an extractive QA checkpoint lifted with `longdoc lift --from QA_CHECKPOINT "
                              "--out DIR` (BertForQuestionAnswering, RobertaForQuestionAnswering, ...), or a model "
