@@ -1,14 +1,20 @@
 """Benchmarks of `longdoc ask` (docs/benchmarks.md).
 
-  python scripts/bench_ask.py retrieval [--data HOTPOT_JSON] [--passages 2 4 6 8 10]
+  python scripts/bench_ask.py retrieval [--data HOTPOT_JSON] [--passages 4 8 16]
       how often one / all gold supporting sentences of each question lie inside the retrieved
-      passages, with and without the second hop, against MiniLM sentence retrieval given the same
-      number of words (longdoc.ask.benchmark.retrieval_quality), on all the paragraphs of a
-      HotpotQA file as one document (default: the sample in ../shared/data).
+      passages, for MiniLM alone (with and without the second hop), BM25 alone and both fused, at
+      each fixed number of passages and with the default adaptive budget
+      (longdoc.ask.benchmark.retrieval_quality), on all the paragraphs of a HotpotQA file as one
+      document (default: the sample in ../shared/data).
   python scripts/bench_ask.py speed [--model DIR] [--words 100000]
       seconds to index a generated document of that many words (nothing cached), and per answer
       once indexed (retrieval + reading), with the model DIR or, without one, an untrained
       HotpotQA model on the lifted MiniLM (same size, same time).
+  python scripts/bench_ask.py indexing [--data HOTPOT_JSON] [--words 20000]
+      indexing throughput (words per second) and peak memory, each in a fresh process, beside
+      MiniLM's tokenizer and forward alone on the same passages (longdoc.ask.indexing_benchmark),
+      for the reader benchmark's generated document of that many words and the HotpotQA file's
+      paragraphs as one document.
   python scripts/bench_ask.py sentences [--data HOTPOT_JSON]
       sentence mode (no reader) on real text: each HotpotQA question that is not yes/no asked of its
       own paragraphs; how often the first answer sentence holds the gold answer, beside plain MiniLM
@@ -36,8 +42,8 @@ def retrieval(args) -> list[dict]:
     print(f"{args.data}: {len(document.text.split())} words, {len(document.questions)} questions", file=sys.stderr)
     with tempfile.TemporaryDirectory() as cache:
         rows = retrieval_quality(document, SentenceEmbedder(), tuple(args.passages), cache_root=Path(cache))
-    return [{**row, "one": round(row["one"], 3), "all": round(row["all"], 3), "words": round(row["words"])}
-            for row in rows]
+    return [{**row, "one": round(row["one"], 3), "all": round(row["all"], 3), "read": round(row["read"], 1),
+             "words": round(row["words"])} for row in rows]
 
 
 def speed(args) -> list[dict]:
@@ -69,24 +75,35 @@ def main(argv=None) -> int:
     modes = parser.add_subparsers(dest="mode", required=True)
     quality = modes.add_parser("retrieval", help="retrieval quality on a HotpotQA file's paragraphs")
     quality.add_argument("--data", type=Path, default=SAMPLE)
-    quality.add_argument("--passages", type=int, nargs="+", default=[2, 4, 6, 8, 10])
+    quality.add_argument("--passages", type=int, nargs="+", default=[4, 8, 16])
     timing = modes.add_parser("speed", help="indexing and answering time on a long generated document")
     timing.add_argument("--model", type=Path, help="a trained model (default: untrained, same size)")
     timing.add_argument("--words", type=int, default=100_000)
     timing.add_argument("--questions", type=int, default=5)
+    indexing = modes.add_parser("indexing", help="indexing throughput and peak memory beside MiniLM's forward")
+    indexing.add_argument("--data", type=Path, default=SAMPLE)
+    indexing.add_argument("--words", type=int, default=20_000)
     sentences = modes.add_parser("sentences", help="sentence mode on real text: the first answer sentence of each "
                                                    "HotpotQA question asked of its own paragraphs")
     sentences.add_argument("--data", type=Path, default=SAMPLE)
     refusal = modes.add_parser("no-answer", help="the evidence floor on generated documents")
     refusal.add_argument("--documents", type=int, default=40)
     refusal.add_argument("--calibration", type=int, default=20)
-    for sub in (quality, timing, sentences, refusal):
+    for sub in (quality, timing, indexing, sentences, refusal):
         sub.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     from longdoc.cpu_memory import configure_allocator
 
     configure_allocator()  # as the `longdoc` command: freed memory kept (longdoc/cpu_memory.py)
-    if args.mode == "no-answer":
+    if args.mode == "indexing":
+        from longdoc.ask.benchmark import hotpotqa_document
+        from longdoc.ask.indexing_benchmark import indexing_rows
+        from longdoc.bench.readers import make_fact_questions
+
+        generated = make_fact_questions(1, seed=2, words=args.words, distractors=40)[0].context
+        rows = indexing_rows({"generated (reader benchmark)": generated,
+                              "HotpotQA sample paragraphs": hotpotqa_document(args.data).text})
+    elif args.mode == "no-answer":
         rows = no_answer(args)
     elif args.mode == "sentences":
         from longdoc.ask.benchmark import sentence_mode_rows

@@ -1,82 +1,164 @@
-"""Which passages the reader reads: the nearest to the question, then a second hop.
+"""Which passages the reader reads: a lexical and a dense ranking of the question, then a second hop.
+
+Two retrievers rank the passages: BM25 over their words (`longdoc.ask.lexical`), which finds the one
+passage that names a rare name among many that state the same relation for others, and MiniLM's
+cosine (`longdoc.ask.index`), which finds passages that say what the question asks in other words.
+Their rankings are fused by taking places in turn (`longdoc.ask.fusion.interleave`), so each
+retriever's best passages are read whatever the other thinks of them.
 
 A multi-hop question names only the start of its chain ("Where is the employer of A based?"): the
 passage that answers it (about A's employer) shares few words with the question, so it is rarely
 near the question itself. The second hop reads what the first found: for each of the best
 `expand` first-hop passages, its sentence nearest to the question (the bridge sentence, "A works
-for B.") is appended to the question, and the nearest passages to that new query join the
-candidates (the query-plus-evidence construction of multi-hop dense retrieval, Xiong et al.,
-2021, arXiv:2009.12756, with the untrained sentence model; one sentence rather than the whole
-passage, so the bridge entity is not drowned by the passage's other sentences). The `expand` seed
-passages stay; the other places go round the hops' ranked lists in turn (see `retrieve`).
+for B.") is appended to the question, and both retrievers rank the passages for that new query
+(the query-plus-evidence construction of multi-hop dense retrieval, Xiong et al., 2021,
+arXiv:2009.12756, with the untrained sentence model; one sentence rather than the whole passage, so
+the bridge entity is not drowned by the passage's other sentences; for BM25 the bridge adds the new
+name, B, which the answer passage shares). The `expand` seed passages stay; the other places go
+round the hops' fused rankings in turn.
 
-Measured on the HotpotQA sample (scripts/bench_ask.py retrieval, README): the second hop raises how
-often all gold supporting sentences are read (8 passages: 0.642 -> 0.717; 10: 0.717 -> 0.774;
-6: 0.547 -> 0.623; 4: 0.509 -> 0.528) at the cost of one question's "any sentence" at 6 passages.
+How many passages: at least `least`, more while the rankings cannot tell their best apart: when
+every retriever's first hop has many near-ties of its best score (`reading_budget`), enough places
+to read one retriever's ties whole, at most `passages`.
 """
 
-from longdoc.ask.index import CorpusIndex, Hit
+from dataclasses import dataclass
 
+import numpy as np
+
+from longdoc.ask.fusion import interleave, near_ties
+from longdoc.ask.index import CorpusIndex, Hit, Rank
+
+DENSE, LEXICAL = "minilm", "bm25"
+RETRIEVERS = {"hybrid": (LEXICAL, DENSE), DENSE: (DENSE,), LEXICAL: (LEXICAL,)}
 EXPAND = 3  # first-hop passages the second hop starts from
+LEAST_PASSAGES = 8
+MOST_PASSAGES = 32
+TIE_TOLERANCE = 0.1  # a score within 10% of its ranking's best is a near-tie of it
 
 
-def retrieve(question: str, corpus: CorpusIndex, embedder, k: int, second_hop: bool = True,
-             expand: int = EXPAND) -> list[Hit]:
-    """The k passages to read, in the order chosen (the seeds first), with their retrieval scores."""
-    question_vector = embedder.embed([question])[0]
-    hits = corpus.search(question_vector[None], k)[0]
-    if not second_hop or not hits:
-        return hits
-    seeds = hits[:expand]
-    bridges = []
-    for hit in seeds:
-        passage, document = corpus.passage(hit), corpus.documents[hit.document]
-        sentences = [document.source.text[start:end] for start, end in passage.sentences]
-        nearest = int((embedder.embed(sentences) @ question_vector).argmax())
-        bridges.append(sentences[nearest])
-    queries = [f"{question} {sentence}" for sentence in bridges]
-    # Each hop's list is ranked on its own: a query that repeats the question scores every passage
-    # near the question higher than the bridge's answer passage, so comparing cosines across
-    # queries lets the first hop's neighbours crowd out what the second hop found. The places left
-    # after the seeds go round the lists in turn (each seed's second hop, then the first hop), each
-    # list giving its best passage not yet chosen.
-    def key(hit: Hit) -> tuple[int, int]:
-        return hit.document, hit.passage
+@dataclass(frozen=True)
+class RetrievalOptions:
+    """`retrieval`: a key of RETRIEVERS; `passages`: the most passages read per question; `least`: the
+    fewest (when `passages` allows); `second_hop`: rank again from the first passages' bridges."""
+    retrieval: str = "hybrid"
+    passages: int = MOST_PASSAGES
+    least: int = LEAST_PASSAGES
+    second_hop: bool = True
+    expand: int = EXPAND
 
-    chosen = {key(hit): hit for hit in seeds}
-    lists = [iter(row) for row in corpus.search(embedder.embed(queries), k)] + [iter(hits)]
-    while len(chosen) < k and lists:
-        for row in list(lists):
-            hit = next((hit for hit in row if key(hit) not in chosen), None)
-            if hit is None:
-                lists.remove(row)
-            elif len(chosen) < k:
-                chosen[key(hit)] = hit
-    return list(chosen.values())
+    def __post_init__(self):
+        if self.retrieval not in RETRIEVERS:
+            raise ValueError(f"retrieval must be one of {', '.join(RETRIEVERS)}, got {self.retrieval!r}")
+        if self.passages < 1 or self.least < 1:
+            raise ValueError(f"passages and least must be >= 1, got {self.passages} and {self.least}")
+
+
+def _key(hit: Hit) -> tuple[int, int]:
+    return hit.document, hit.passage
+
+
+def reading_budget(rankings: dict[str, list[Hit]], least: int, most: int) -> int:
+    """Passages to read: `least`, or, when every ranking's best is one of many near-ties, enough places
+    (the rankings taking turns) to read the smallest such group whole; at most `most`."""
+    ties = [near_ties([hit.score for hit in ranking], TIE_TOLERANCE) for ranking in rankings.values()]
+    wanted = len(ties) * min(ties) if ties else 0
+    return min(most, max(least, wanted))
+
+
+class Retriever:
+    """The rankings of one corpus: `retrieve(question, options)` gives the passages to read."""
+
+    def __init__(self, corpus: CorpusIndex, embedder, evidence: "SentenceEvidence"):
+        self.corpus, self.embedder, self.evidence = corpus, embedder, evidence
+
+    def _rankings(self, queries: list[str], vectors: np.ndarray, retrievers: tuple[str, ...],
+                  depth: int) -> list[dict[str, list[Hit]]]:
+        """Per query, each retriever's best `depth` passages."""
+        dense = self.corpus.search(vectors, depth) if DENSE in retrievers else None
+        return [{name: (self.corpus.search_text(query, depth) if name == LEXICAL else dense[q]) for name in retrievers}
+                for q, query in enumerate(queries)]
+
+    def _bridges(self, question_vector: np.ndarray, hits: list[Hit]) -> list[str]:
+        """The sentence of each hit's passage nearest to the question."""
+        bridges = []
+        for hit, vectors in zip(hits, self.evidence.sentence_vectors(hits)):
+            start, end = self.corpus.passage(hit).sentences[int((vectors @ question_vector).argmax())]
+            bridges.append(self.corpus.documents[hit.document].source.text[start:end])
+        return bridges
+
+    def everything(self, question: str) -> list[Hit]:
+        """Every passage in file order, scored by its MiniLM cosine with the question (no ranking chose it)."""
+        vector = self.evidence.question_vector(question)
+        return sorted(self.corpus.search(vector[None], len(self.corpus.locations))[0], key=_key)
+
+    def retrieve(self, question: str, options: RetrievalOptions = RetrievalOptions()) -> list[Hit]:
+        """The passages to read, in the order chosen (the seeds first); each hit's score is its MiniLM
+        cosine with the question, its `found_by` the rankings that placed it."""
+        retrievers = RETRIEVERS[options.retrieval]
+        question_vector = self.evidence.question_vector(question)
+        [first] = self._rankings([question], question_vector[None], retrievers, options.passages)
+        budget = reading_budget(first, min(options.least, options.passages), options.passages)
+        fused = interleave([[_key(hit) for hit in ranking] for ranking in first.values()], budget)
+        hops = [(1, first)]
+        if options.second_hop and fused:
+            seeds = fused[:options.expand]
+            queries = [f"{question} {bridge}" for bridge in self._bridges(question_vector, [Hit(*seed, 0.0)
+                                                                                          for seed in seeds])]
+            second = self._rankings(queries, self.embedder.embed(queries) if DENSE in retrievers else None,
+                                    retrievers, budget)
+            lists = [interleave([[_key(hit) for hit in ranking] for ranking in rankings.values()], budget)
+                     for rankings in second] + [fused]
+            fused = seeds + interleave(lists, budget - len(seeds), taken=seeds)
+            hops += [(2, rankings) for rankings in second]
+        return [Hit(document, passage, self.corpus.cosine(question_vector, Hit(document, passage, 0.0)),
+                    _found_by((document, passage), hops)) for document, passage in fused]
+
+
+def _found_by(key: tuple[int, int], hops: list[tuple[int, dict[str, list[Hit]]]]) -> tuple[Rank, ...]:
+    """The best place of `key` in each (hop, retriever)'s rankings, hop 1 first."""
+    best: dict[tuple[int, str], int] = {}
+    for hop, rankings in hops:
+        for name, ranking in rankings.items():
+            place = next((rank for rank, hit in enumerate(ranking, start=1) if _key(hit) == key), None)
+            if place is not None and place < best.get((hop, name), place + 1):
+                best[(hop, name)] = place
+    return tuple(Rank(name, hop, rank) for (hop, name), rank in sorted(best.items()))
 
 
 class SentenceEvidence:
     """The sentences of the passages read, ranked by how much they speak of a question (cosine with
     it): the best is the question's evidence (the no-answer rule of `longdoc.ask.session`), and the
-    answers of sentence mode. Sentence vectors are computed once per passage and kept."""
+    answers of sentence mode. Sentence vectors are computed once per passage and kept (the second
+    hop's bridges use them too)."""
 
     def __init__(self, corpus: CorpusIndex, embedder):
         self.corpus, self.embedder = corpus, embedder
         self.vectors = {}  # (document, passage) -> its sentences' unit vectors, [sentences, dimension]
+        self.last_question: tuple[str, np.ndarray] | None = None
+
+    def question_vector(self, question: str) -> np.ndarray:
+        """The question's unit vector; the last question's is kept (retrieval and evidence both ask for it)."""
+        if self.last_question is None or self.last_question[0] != question:
+            self.last_question = question, self.embedder.embed([question])[0]
+        return self.last_question[1]
+
+    def sentence_vectors(self, hits: list[Hit]) -> list[np.ndarray]:
+        """Each hit's sentence vectors, [sentences, dimension]; the missing ones embedded in one batch."""
+        missing = list(dict.fromkeys(_key(hit) for hit in hits if _key(hit) not in self.vectors))
+        spans = [self.corpus.documents[d].passages[p].sentences for d, p in missing]
+        vectors = self.embedder.embed([self.corpus.documents[d].source.text[start:end]
+                                       for (d, _), sentences in zip(missing, spans) for start, end in sentences])
+        first = 0
+        for key, sentences in zip(missing, spans):
+            self.vectors[key] = vectors[first:first + len(sentences)]
+            first += len(sentences)
+        return [self.vectors[_key(hit)] for hit in hits]
 
     def ranked(self, question: str, hits: list[Hit]) -> list[tuple[float, Hit, tuple[int, int]]]:
         """(cosine with `question`, hit, character span) for every sentence of the passages `hits`, best
         first; the first cosine is the question's evidence."""
-        missing = [hit for hit in hits if (hit.document, hit.passage) not in self.vectors]
-        sentences = [self.corpus.passage(hit).sentences for hit in missing]
-        vectors = self.embedder.embed([self.corpus.documents[hit.document].source.text[start:end]
-                                       for hit, spans in zip(missing, sentences) for start, end in spans])
-        first = 0
-        for hit, spans in zip(missing, sentences):  # one batch for all, then each passage's rows
-            self.vectors[(hit.document, hit.passage)] = vectors[first:first + len(spans)]
-            first += len(spans)
-        question_vector = self.embedder.embed([question])[0]
-        scored = [(float(cosine), hit, span) for hit in hits
-                  for cosine, span in zip(self.vectors[(hit.document, hit.passage)] @ question_vector,
-                                          self.corpus.passage(hit).sentences)]
+        question_vector = self.question_vector(question)
+        scored = [(float(cosine), hit, span) for hit, vectors in zip(hits, self.sentence_vectors(hits))
+                  for cosine, span in zip(vectors @ question_vector, self.corpus.passage(hit).sentences)]
         return sorted(scored, key=lambda item: item[0], reverse=True)

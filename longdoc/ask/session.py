@@ -3,11 +3,15 @@
 `AskSession(sources, model_dir)` takes the documents `load_sources` read, indexes them (cached,
 `longdoc.ask.index`), loads the embedder and the reader once; `ask(question)` retrieves
 (`longdoc.ask.retrieve`), reads and returns the result object `longdoc ask --json` prints:
-{"question", "mode", "evidence", "answers": [{"text", "score", "file", "start", "end", "support":
-[...]}], "passages": [{"file", "start", "end", "score"}], "documents": [...]}. "documents" says, per
-file, what its offsets count: the file's decoded text, or the text extracted from it (HTML, PDF,
-DOCX); "evidence" is the cosine (MiniLM) between the question and the sentence of the passages
-read nearest to it.
+{"question", "mode", "evidence", "read", "answers": [{"text", "score", "file", "start", "end",
+"support": [...], "found_by": [...]}], "passages": [{"file", "start", "end", "score", "found_by"}],
+"documents": [...]}. "documents" says, per file, what its offsets count: the file's decoded text, or
+the text extracted from it (HTML, PDF, DOCX); "evidence" is the cosine (MiniLM) between the question
+and the sentence of the passages read nearest to it. "read" is "retrieved" (the passages retrieval
+chose) or "all" (every passage: asked with `read_all`, or the corpus fits the reader's input or the
+reading budget); "found_by" lists the rankings that chose a passage ({"retriever": "bm25" or
+"minilm", "hop": 1 or 2, "rank": 1 for first}), and an answer's are those of the passage it lies in
+(empty when all was read).
 
 What answers, by `model_dir`:
 - none: "mode" "sentence": the sentences of the passages read nearest to the question (the MiniLM
@@ -31,11 +35,11 @@ from typing import Any, Sequence
 
 from longdoc.ask.documents import SourceText
 from longdoc.ask.index import CorpusIndex, Hit, index_documents
-from longdoc.ask.retrieve import SentenceEvidence, retrieve
+from longdoc.ask.retrieve import MOST_PASSAGES, RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.errors import InputError, ModelFolderError
 from longdoc.task import SpanAnswerReading, TaskLookup
 
-PASSAGES_READ = 8
+PASSAGES_READ = MOST_PASSAGES  # the most passages read per question (longdoc.ask.retrieve: fewer when they separate)
 MIN_EVIDENCE = 0.5  # calibrated on generated documents (docs/ask.md)
 
 
@@ -97,6 +101,7 @@ class AskSession:
                                                   progress=progress))
         self.passages = passages
         self.evidence = SentenceEvidence(self.corpus, self.embedder)
+        self.retriever = Retriever(self.corpus, self.embedder, self.evidence)
         self.second_hop = second_hop
         # Retrieval is for what the reader cannot read at once: documents that fit its input (beside
         # the question) are read whole, as the reader was trained.
@@ -118,15 +123,21 @@ class AskSession:
         return self.corpus_wordpieces + question_wordpieces + 3 <= limit
 
     def ask(self, question: str, top_k: int = 1, min_score: float | None = None, min_evidence: float | None = None,
-            max_answer_len: int | None = None, handle_impossible: bool = False) -> dict:
+            max_answer_len: int | None = None, handle_impossible: bool = False, retrieval: str = "hybrid",
+            read_all: bool = False) -> dict:
         """The result object for `question` (see the module docstring). `min_score`: the lowest final
         score of a task model's span answers (longdoc.ask.reader.MIN_SCORE when None); `min_evidence`: MIN_EVIDENCE when None;
         `max_answer_len`: a QA reader's longest answer in wordpieces (its own setting, 15, when None);
-        `handle_impossible`: a SQuAD 2.0 reader's null score may refuse."""
+        `handle_impossible`: a SQuAD 2.0 reader's null score may refuse; `retrieval`: "hybrid", "bm25"
+        or "minilm" (longdoc.ask.retrieve.RETRIEVERS); `read_all`: read every passage (a QA reader: every
+        window of each document, as the sliding-window reader does) instead of retrieving."""
         question = question.strip()
-        whole = self.reads_whole_corpus(question)
-        passages = len(self.corpus.locations) if whole else self.passages
-        hits = retrieve(question, self.corpus, self.embedder, passages, self.second_hop) if question else []
+        options = RetrievalOptions(retrieval=retrieval, passages=self.passages, second_hop=self.second_hop)
+        whole = read_all or self.reads_whole_corpus(question) or len(self.corpus.locations) <= self.passages
+        if not question:
+            hits = []
+        else:
+            hits = self.retriever.everything(question) if whole else self.retriever.retrieve(question, options)
         ranked = self.evidence.ranked(question, hits) if hits else []
         evidence = ranked[0][0] if ranked else -1.0
         grounded = evidence >= (MIN_EVIDENCE if min_evidence is None else min_evidence)
@@ -143,14 +154,20 @@ class AskSession:
             answers = [answer.to_json() for answer in read_answers(
                 question, self.corpus, hits, self.model, self.tokenizer, self.reading, top_k=top_k,
                 min_score=MIN_SCORE if min_score is None else min_score)]
+        passages = [{"file": self.corpus.documents[hit.document].source.path, "start": self.corpus.passage(hit).start,
+                     "end": self.corpus.passage(hit).end, "score": hit.score,
+                     "found_by": [rank.to_json() for rank in hit.found_by]} for hit in hits]
+        for answer in answers:  # the rankings of the passage read that holds it
+            answer["found_by"] = next((passage["found_by"] for passage in passages if answer["file"] is not None
+                                       and passage["file"] == answer["file"]
+                                       and passage["start"] <= answer["start"] < passage["end"]), [])
         return {
             "question": question,
             "mode": self.mode,
             "evidence": evidence,
+            "read": "all" if whole else "retrieved",
             "answers": answers,
-            "passages": [{"file": self.corpus.documents[hit.document].source.path,
-                          "start": self.corpus.passage(hit).start, "end": self.corpus.passage(hit).end,
-                          "score": hit.score} for hit in hits],
+            "passages": passages,
             "documents": [{"file": source.path, "sha256": source.sha256,
                            "offsets_into": f"text extracted from {source.extracted_from}" if source.extracted
                            else "decoded file text"}

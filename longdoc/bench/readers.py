@@ -7,11 +7,13 @@ every window of the document (384 wordpieces, 128 shared between neighbours), an
 the best start + end logit over all windows, among spans of at most 15 wordpieces inside the
 document's text.
 
-The questions are single-hop facts of one relation, "P was born in C." -> "Where was P born?",
-about invented people and cities (names composed from syllables, seeded, nothing downloaded):
-short contexts to fine-tune the packaged MiniLM as a `BertForQuestionAnswering` with transformers'
-own model and loss, and long documents (filler sentences with the fact at a random depth among
-same-relation distractors: other people born in other cities) to read.
+The questions are single-hop facts of one relation (`RELATIONS`: "P was born in C." -> "Where was P
+born?", or "P moved to C in Y." -> "Where did P move to?"; neither is a relation of longdoc's
+multi-hop generator), about invented people and cities (names composed from syllables, seeded,
+nothing downloaded): short contexts to fine-tune the packaged MiniLM as a `BertForQuestionAnswering`
+with transformers' own model and loss (on "born"), and long documents (filler sentences with the
+fact at a random depth among same-relation distractors: other people, other cities) to read. A
+reader fine-tuned on one relation and asked about another is what a Hub reader faces.
 """
 
 import random
@@ -21,8 +23,19 @@ from typing import Sequence
 
 import torch
 
-BORN_IN = "{person} was born in {city}."
-QUESTIONS = ("Where was {person} born?", "In which city was {person} born?")
+
+
+@dataclass(frozen=True)
+class Relation:
+    fact: str  # a sentence template with {person}, {city} and optionally {year}
+    questions: tuple[str, ...]  # question templates with {person}; the answer is the city
+
+
+RELATIONS = {
+    "born": Relation("{person} was born in {city}.", ("Where was {person} born?", "In which city was {person} born?")),
+    "moved": Relation("{person} moved to {city} in {year}.",
+                      ("Where did {person} move to?", "To which city did {person} move?")),
+}
 FILLERS = ("{person} visited {city} in {year}.", "{person} wrote a letter to {other}.",
            "{person} and {other} met at a market in {city}.", "{person} studied music for {n} years.",
            "{person} painted the old bridge of {city}.", "{person} sold a boat to {other} in {year}.")
@@ -38,6 +51,12 @@ class FactQuestion:
     answer: str
     answer_start: int  # character offset of the answer in `context`
     facts: tuple[tuple[str, str], ...]  # every (person, city) the document states, the asked one first
+    statements: tuple[str, ...]  # the sentence stating each fact, in the order of `facts`
+
+    def statement_span(self, fact: int) -> tuple[int, int]:
+        """Characters of `context` that state facts[fact]."""
+        start = self.context.index(self.statements[fact])
+        return start, start + len(self.statements[fact])
 
 
 def _word(rng: random.Random, syllables: int) -> str:
@@ -58,15 +77,20 @@ def _filler(rng: random.Random, people: Sequence[str], cities: Sequence[str]) ->
                                       year=rng.randint(1900, 2020), n=rng.randint(2, 9))
 
 
-def make_fact_question(rng: random.Random, *, words: int, distractors: int, paragraph_sentences: int = 6
-                       ) -> FactQuestion:
-    """One document of about `words` words: filler, `distractors` same-relation facts about other
-    people, and the asked fact at a random depth; paragraphs of `paragraph_sentences` sentences."""
+def make_fact_question(rng: random.Random, *, words: int, distractors: int, paragraph_sentences: int = 6,
+                       relation: str = "born") -> FactQuestion:
+    """One document of about `words` words: filler, `distractors` facts of `relation` (a key of
+    RELATIONS) about other people, and the asked fact at a random depth; paragraphs of
+    `paragraph_sentences` sentences."""
+    template = RELATIONS[relation]
     people = [_person(rng) for _ in range(distractors + 8)]
     cities = list(dict.fromkeys(_city(rng) for _ in range(distractors + 8)))
     person, city = people[0], cities[0]
     facts = [(person, city)] + [(people[1 + i], rng.choice(cities[1:])) for i in range(distractors)]
-    sentences = [BORN_IN.format(person=p, city=c) for p, c in facts]
+    # Years drawn only where the template has one: "born" documents stay those the reader trained on.
+    sentences = [template.fact.format(person=p, city=c, year=rng.randint(1900, 2020) if "{year}" in template.fact
+                                      else None) for p, c in facts]
+    statements = tuple(sentences)
     asked = sentences[0]
     while sum(len(sentence.split()) for sentence in sentences) < words:
         sentences.append(_filler(rng, people[1:], cities))
@@ -74,12 +98,15 @@ def make_fact_question(rng: random.Random, *, words: int, distractors: int, para
     paragraphs = [" ".join(sentences[i:i + paragraph_sentences]) for i in range(0, len(sentences), paragraph_sentences)]
     context = "\n\n".join(paragraphs)
     answer_start = context.index(asked) + asked.index(city)
-    return FactQuestion(context, rng.choice(QUESTIONS).format(person=person), city, answer_start, tuple(facts))
+    return FactQuestion(context, rng.choice(template.questions).format(person=person), city, answer_start,
+                        tuple(facts), statements)
 
 
-def make_fact_questions(n: int, *, seed: int, words: int, distractors: int) -> list[FactQuestion]:
+def make_fact_questions(n: int, *, seed: int, words: int, distractors: int, relation: str = "born"
+                        ) -> list[FactQuestion]:
     """`n` documents, question i seeded by (seed, i) alone."""
-    return [make_fact_question(random.Random(f"{seed}:{i}"), words=words, distractors=distractors) for i in range(n)]
+    return [make_fact_question(random.Random(f"{seed}:{i}"), words=words, distractors=distractors, relation=relation)
+            for i in range(n)]
 
 
 def finetune_qa_reader(base_dir: str | Path, examples: Sequence[FactQuestion], out_dir: str | Path, *,

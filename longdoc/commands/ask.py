@@ -21,13 +21,16 @@ SUPPORT_SHOWN = 3  # supporting sentences printed per answer (--json has all)
 SENTENCE_MODE_NOTE = ("answering with sentences (no reader given); for answer spans, lift an extractive QA "
                       "checkpoint: `longdoc lift --from QA_CHECKPOINT --out READER`, then `longdoc ask --model READER`")
 
-HELP = "answer questions from long documents (.txt, .md, .html, folders) with the answer's exact location"
+HELP = ("answer questions from long documents (.txt, .md, .html, .pdf, .docx, folders) with the answer's exact "
+        "location")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from longdoc.ask.retrieve import LEAST_PASSAGES, RETRIEVERS
     from longdoc.ask.session import MIN_EVIDENCE, PASSAGES_READ
 
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="files (.txt, .md, .html, .htm) and folders")
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="files (.txt, .md, .html, .htm, .pdf, .docx) and folders")
     parser.add_argument("--model", type=Path, metavar="DIR",
                         help="the reader: an extractive QA checkpoint lifted with `longdoc lift --from QA_CHECKPOINT "
                              "--out DIR` (BertForQuestionAnswering, RobertaForQuestionAnswering, ...), or a model "
@@ -36,8 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--question", help="the question; without it, questions are read from standard input")
     parser.add_argument("--top-k", type=int, default=1, metavar="K", help="answers to show per question (default 1)")
     parser.add_argument("--passages", type=int, default=PASSAGES_READ, metavar="N",
-                        help=f"passages retrieved and read per question when the documents are longer than the "
-                             f"model reads at once (default {PASSAGES_READ}); shorter ones are read whole")
+                        help=f"the most passages retrieved and read per question (default {PASSAGES_READ}): "
+                             f"{LEAST_PASSAGES} when the rankings' best passages stand out, more when they are "
+                             "near-ties; documents with no more passages than N, or that fit the model's input, "
+                             "are read whole")
+    parser.add_argument("--retrieval", choices=list(RETRIEVERS), default="hybrid",
+                        help="how passages are ranked: hybrid (default: BM25 and MiniLM taking places in turn), "
+                             "bm25 (words) or minilm (sentence embeddings)")
+    parser.add_argument("--read-all", action="store_true",
+                        help="read every passage instead of retrieving (a QA reader reads every window of 384 "
+                             "wordpieces, stride 128, as the standard sliding-window reader does): slower, for "
+                             "checking what retrieval misses")
     parser.add_argument("--max-answer-len", type=int, metavar="N",
                         help="a QA reader's longest answer, in wordpieces (default: the reader's, 15)")
     parser.add_argument("--handle-impossible-answer", action="store_true",
@@ -53,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-second-hop", dest="second_hop", action="store_false",
                         help="retrieve with the question only (no second hop from the first passages)")
     parser.add_argument("--json", action="store_true",
-                        help="print one JSON object per question (answers, support, passages, with offsets)")
+                        help="print one JSON object per question (answers, support, passages, with offsets; "
+                             "found_by: the rankings that chose each passage and answer, as retriever, hop, rank)")
     inference.add_arguments(parser)  # the reader's; the MiniLM retriever runs on the CPU
 
 
@@ -138,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     questions = [args.question] if args.question is not None else _questions(sys.stdin.isatty())
     for question in questions:
         result = session.ask(question, top_k=args.top_k, min_score=args.min_score, min_evidence=args.min_evidence,
-                             max_answer_len=args.max_answer_len, handle_impossible=args.handle_impossible_answer)
+                             max_answer_len=args.max_answer_len, handle_impossible=args.handle_impossible_answer,
+                             retrieval=args.retrieval, read_all=args.read_all)
         if args.json:
             print(json.dumps(result, ensure_ascii=False), flush=True)
         else:

@@ -66,7 +66,7 @@ def _ask_service(args):
         print(f"longdoc serve: error: {error}", file=sys.stderr)
     if not sources:
         raise InputError("no readable document to serve")
-    return AskService(sources, args.model, placement=placement, attention=args.attention)
+    return AskService(sources, args.model, placement=placement, attention=args.attention, tasks=REGISTRY)
 
 
 def run(args) -> int:

@@ -49,8 +49,10 @@ def served_sources(paths: Sequence) -> tuple[list[SourceText], list[SourceError]
 
 class AskService:
     def __init__(self, sources: Sequence[SourceText], model_dir=None, *, placement=None, attention: str | None = None,
-                 log=sys.stderr):
+                 tasks=None, log=sys.stderr):
+        """`tasks`: the registry a trained task model's task is found in (longdoc.ask.session.AskSession)."""
         self.sources = list(sources)
+        self.tasks = tasks
         self.model_dir = model_dir
         self.placement, self.attention = placement, attention
         self.log = log
@@ -77,7 +79,7 @@ class AskService:
             del embedder  # the session loads its own
             self.state = "loading the reader" if self.model_dir is not None else "loading"
             self.session = AskSession(self.sources, self.model_dir, progress=False, placement=self.placement,
-                                      attention=self.attention)
+                                      attention=self.attention, tasks=self.tasks)
             self.state = "ready"
             print(f"longdoc serve: {len(self.sources)} documents indexed; answering in {self.session.mode} mode",
                   file=self.log, flush=True)
@@ -111,7 +113,8 @@ class AskService:
         session.passages, session.second_hop = options.passages, options.second_hop
         return session.ask(options.question, top_k=options.top_k, min_score=options.min_score,
                            min_evidence=options.min_evidence, max_answer_len=options.max_answer_len,
-                           handle_impossible=options.handle_impossible_answer)
+                           handle_impossible=options.handle_impossible_answer, retrieval=options.retrieval,
+                           read_all=options.read_all)
 
     def close(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)

@@ -5,6 +5,8 @@ Unknown names are refused (422 naming them), so a misspelt option is never silen
 values are checked as `longdoc ask` checks its flags (at least 1 answer, passage, wordpiece).
 """
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from longdoc.ask.session import MIN_EVIDENCE, PASSAGES_READ
@@ -21,6 +23,9 @@ class AskOptions(BaseModel):
     top_k: int = Field(1, ge=1, description="answers to return")
     passages: int = Field(PASSAGES_READ, ge=1, description="passages retrieved and read when the documents are "
                                                             "longer than the reader reads at once")
+    retrieval: Literal["hybrid", "bm25", "minilm"] = Field("hybrid", description="the rankings that choose the "
+                                                                             "passages (BM25 and MiniLM in turn, or one)")
+    read_all: bool = Field(False, description="read every passage instead of retrieving")
     second_hop: bool = Field(True, description="retrieve again with the question and the sentence nearest to it in "
                                                "the best passages (false: the question only)")
     min_score: float | None = Field(None, description="a HotpotQA-style model: drop span answers it gives a lower "

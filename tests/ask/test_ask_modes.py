@@ -6,6 +6,7 @@ reading rules (null score, answer length) are pinned with hand-made logits."""
 
 import json
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,3 +131,25 @@ def test_answers_are_at_most_max_answer_len_wordpieces_and_inside_the_context():
     assert context[best.start:best.end] == "Mara was born in Tallinnford"
     [best, *_] = read_spans(question, [context], reader, tokenizer, max_answer_len=2)
     assert context[best.start:best.end] == "Tallinnford"  # 1 + 5 beats "Mara was" (5 + 0)
+
+
+def test_read_all_gives_the_sliding_window_readers_answer_on_a_real_document(lifted_reader, tmp_path, capsys):
+    # The ten paragraphs of the first HotpotQA dev-sample question: real text over several 384-wordpiece windows.
+    record = json.loads((Path(__file__).parents[2] / "../shared/data/hotpotqa/hotpot_dev_distractor_v1.first53.json")
+                        .read_text(encoding="utf-8"))[0]
+    text = "\n\n".join(title + "\n" + "".join(sentences) for title, sentences in record["context"])
+    path = tmp_path / "paragraphs.txt"
+    path.write_text(text, encoding="utf-8")
+    peer = SlidingWindowReader(lifted_reader / "source")
+    assert len(peer.tokenizer(record["question"], text)["input_ids"]) > 2 * 384
+    expected = peer.answer(record["question"], text)
+    options = ["ask", "--model", str(lifted_reader / "lifted"), "--question", record["question"], "--passages", "2",
+               "--min-evidence", "-1", "--json", str(path)]
+    assert main(options) == 0
+    assert json.loads(capsys.readouterr().out)["read"] == "retrieved"
+    assert main([*options, "--read-all"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["read"] == "all" and result["answers"][0]["found_by"] == []
+    answer = result["answers"][0]
+    assert (answer["text"], answer["start"], answer["end"]) == (expected.text, expected.start, expected.end)
+    assert text[answer["start"]:answer["end"]] == answer["text"] != ""

@@ -9,7 +9,7 @@ import pytest
 from longdoc.ask.documents import SourceText
 from longdoc.ask.embedding import SentenceEmbedder
 from longdoc.ask.index import CorpusIndex, index_documents
-from longdoc.ask.retrieve import retrieve
+from longdoc.ask.retrieve import RETRIEVERS, RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.tasks.multihop.generator import make_examples
 
 
@@ -80,9 +80,15 @@ def test_the_passage_at_the_far_end_of_a_long_document_is_retrieved(embedder, tm
                        + ["Pyraxis Foundry is based in Ostmouth Harbour."])
     assert len(embedder.tokenizer(text)["input_ids"]) > 20 * 512
     corpus = CorpusIndex(index_documents([source(text)], embedder, cache_root=tmp_path, progress=False))
-    for second_hop in (False, True):
-        hits = retrieve("Which city is Pyraxis Foundry based in?", corpus, embedder, 4, second_hop=second_hop)
-        assert len(hits) == 4
-        [last] = [hit for hit in hits if corpus.passage(hit).end == len(text)]
-        assert corpus.text(last).endswith("Pyraxis Foundry is based in Ostmouth Harbour.")
-        assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)
+    retriever = Retriever(corpus, embedder, SentenceEvidence(corpus, embedder))
+    question = "Which city is Pyraxis Foundry based in?"
+    for retrieval in ("minilm", "bm25", "hybrid"):
+        for second_hop in (False, True):
+            hits = retriever.retrieve(question, RetrievalOptions(retrieval, passages=4, second_hop=second_hop))
+            assert len(hits) == 4
+            [last] = [hit for hit in hits if corpus.passage(hit).end == len(text)]
+            assert corpus.text(last).endswith("Pyraxis Foundry is based in Ostmouth Harbour.")
+            assert {rank.retriever for rank in last.found_by} <= set(RETRIEVERS[retrieval])
+            # Scores are cosines with the question whichever ranking chose the passage.
+            cosines = embedder.embed([corpus.text(hit) for hit in hits]) @ embedder.embed([question])[0]
+            np.testing.assert_allclose([hit.score for hit in hits], cosines, atol=1e-5)

@@ -63,7 +63,9 @@ function options() {
   number("opt-min-evidence", "min_evidence", Number);
   number("opt-min-score", "min_score", Number);
   number("opt-max-answer-len", "max_answer_len", (v) => parseInt(v, 10));
+  body.retrieval = $("opt-retrieval").value;
   body.second_hop = $("opt-second-hop").checked;
+  body.read_all = $("opt-read-all").checked;
   body.handle_impossible_answer = $("opt-impossible").checked;
   return body;
 }
