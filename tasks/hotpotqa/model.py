@@ -24,7 +24,7 @@ from longdoc.model.heads import (
 )
 from longdoc.model.task_model import TaskModel
 from longdoc.tasks.hotpotqa import TASK
-from longdoc.tasks.hotpotqa.features import ANSWER_TYPES
+from longdoc.tasks.hotpotqa.features import ANSWER_TYPES, EXTRA_INPUTS
 
 
 @dataclass
@@ -43,6 +43,8 @@ class HotpotQAModel(TaskModel):
     task_name = "hotpotqa"
     # stride, max_question_len, max_answer_length, sp_threshold: see the Task record's train_options.
     default_task_options = TASK.train_defaults()
+    prediction_inputs = tuple(spec for spec in EXTRA_INPUTS
+                              if spec.name in ("answer_mask", "sentence_mask", "question_mask"))
 
     def __init__(self, config):
         super().__init__(config)

@@ -18,7 +18,7 @@ from transformers.utils import ModelOutput
 from longdoc.model.heads import GlobalTokenClassifier, SpanHead, classification_loss, mean_loss, span_loss
 from longdoc.model.task_model import TaskModel
 from longdoc.tasks.nq import TASK
-from longdoc.tasks.nq.features import ANSWER_TYPES, RUN_OPTIONS
+from longdoc.tasks.nq.features import ANSWER_TYPES, ROW_SPECS, RUN_OPTIONS
 
 
 @dataclass
@@ -39,6 +39,7 @@ class NQModel(TaskModel):
     # stride, max_question_len, max_short_answer_length (the Task record's train_options, less
     # those that only concern reading the training file): prediction reads them from config.json.
     default_task_options = {name: value for name, value in TASK.train_defaults().items() if name not in RUN_OPTIONS}
+    prediction_inputs = tuple(spec for spec in ROW_SPECS if spec.name == "answer_mask")
 
     def __init__(self, config):
         super().__init__(config)

@@ -21,7 +21,7 @@ from transformers.utils import ModelOutput
 from longdoc.model.heads import NgramScorer, pool_linked
 from longdoc.model.task_model import TaskModel
 from longdoc.tasks.openkp import TASK
-from longdoc.tasks.openkp.features import MAX_NGRAM
+from longdoc.tasks.openkp.features import MAX_NGRAM, ROW_SPECS
 from longdoc.tasks.openkp.reader import VISUAL_FEATURE_SIZE
 
 
@@ -50,6 +50,7 @@ class OpenKPModel(TaskModel):
     task_name = "openkp"
     # stride: see the Task record's train_options.
     default_task_options = TASK.train_defaults()
+    prediction_inputs = tuple(spec for spec in ROW_SPECS if spec.name in ("word_ids", "word_mask"))
 
     def __init__(self, config):
         if config.global_feature_size != VISUAL_FEATURE_SIZE:

@@ -18,6 +18,7 @@ from transformers.utils import ModelOutput
 from longdoc.model.heads import GlobalTokenScorer, classification_loss, pool_linked
 from longdoc.model.task_model import TaskModel
 from longdoc.tasks.wikihop import TASK
+from longdoc.tasks.wikihop.features import EXTRA_INPUTS
 
 
 @dataclass
@@ -32,6 +33,7 @@ class WikiHopModel(TaskModel):
     task_name = "wikihop"
     # max_question_len: see the Task record's train_options.
     default_task_options = TASK.train_defaults()
+    prediction_inputs = tuple(spec for spec in EXTRA_INPUTS if spec.name == "candidate_mask")
 
     def __init__(self, config):
         super().__init__(config)
