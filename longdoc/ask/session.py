@@ -59,17 +59,25 @@ def load_reader(model_dir) -> tuple[str, object, object]:
 class AskSession:
     def __init__(self, sources: Sequence[SourceText], model_dir=None, *, passages: int = PASSAGES_READ,
                  second_hop: bool = True, progress: bool = True, cache_root: Path | None = None,
-                 placement: tuple | None = None, attention: str | None = None):
+                 placement: tuple | None = None, attention: str | None = None, runtime: str = "torch"):
         """`placement`: (torch.device, torch.dtype) the reader runs on (`longdoc.inference.resolve_placement`);
         None: where it loads, the CPU in float32. `attention`: with `placement`, the reader's attention
-        backend (None: its config's; longdoc.inference.place_model). The MiniLM embedder stays on the CPU
-        in float32: the cached indexes hold its vectors."""
+        backend (None: its config's; longdoc.inference.place_model). `runtime`: "torch", or "onnx" for
+        the folder's exported graph in ONNX Runtime (longdoc.export.serving). The MiniLM embedder stays
+        on the CPU in float32: the cached indexes hold its vectors."""
         from longdoc.ask.embedding import SentenceEmbedder
         from longdoc.inference import place_model
 
         self.model_dir = None if model_dir is None else Path(model_dir)
-        self.reader_kind, self.model, self.tokenizer = (None, None, None) if model_dir is None else load_reader(model_dir)
-        if self.model is not None and placement is not None:
+        if model_dir is not None and runtime == "onnx":
+            from longdoc.ask.reader import READER_TASK
+            from longdoc.export.serving import load_reader as load_exported_reader
+
+            device = None if placement is None else placement[0]
+            self.reader_kind, self.model, self.tokenizer = load_exported_reader(self.model_dir, READER_TASK, device)
+        else:
+            self.reader_kind, self.model, self.tokenizer = (None, None, None) if model_dir is None else load_reader(model_dir)
+        if self.model is not None and placement is not None and runtime != "onnx":
             self.model = place_model(self.model, *placement, self.model_dir, attention=attention)
         self.mode = "sentence" if self.model is None else "span"
         self.sources = list(sources)
