@@ -7,8 +7,9 @@ Peers' exports gave wrong outputs when the runtime length differed from the trac
 batch, at `check_lengths(config)` long tokens (at least three, none the traced one: one shorter
 than a block, one not a multiple of the block, the longest the model takes, and one over 4096
 where the model takes more), with global tokens and, for an encoder's graph, without any;
-each output's largest difference is recorded, and one over `TOLERANCE` refuses the export
-(`ExportMismatch`: which output, length and global count, how much).
+each output's largest difference over the real tokens is recorded (a padded position's output is
+none: a query that may attend to nothing averages whatever keys its block has), and one over
+`TOLERANCE` refuses the export (`ExportMismatch`: which output, length and global count, how much).
 """
 
 from dataclasses import dataclass
@@ -77,22 +78,31 @@ def compare(model: torch.nn.Module, session, signature: GraphSignature, *, lengt
                 inputs = sample_batch(signature, config, length=length, num_globals=num_globals, seed=length)
                 if progress is not None:
                     progress(f"checking {length} long tokens, {num_globals} global tokens")
-                checks.append(_compare_one(flat, session, signature, inputs, length, num_globals))
+                checks.append(compare_batch(flat, session, signature, inputs))
     finally:
         model.set_attention_backend(None)
     return checks
 
 
-def _compare_one(flat, session, signature, inputs, length: int, num_globals: int) -> LengthCheck:
+def compare_batch(flat: PositionalGraph, session, signature: GraphSignature, inputs: dict) -> LengthCheck:
+    """The graph and the model (`flat`) on one batch (inputs by name, in the signature's order): the
+    largest difference per output over real tokens; ExportMismatch over TOLERANCE."""
+    length = inputs["long_input_ids"].shape[1]
+    num_globals = inputs["global_input_ids"].shape[1] if "global_input_ids" in inputs else 0
     with torch.no_grad():
         expected = flat(*inputs.values())
     got = session.run(list(signature.outputs), {name: value.numpy() for name, value in inputs.items()})
     differences = {}
-    for name, want, have in zip(signature.outputs, expected, got):
+    masks = {"long": inputs["long_attention_mask"].bool().numpy(),
+             "global": inputs["global_attention_mask"].bool().numpy() if "global_attention_mask" in inputs else None}
+    for name, axes, want, have in zip(signature.outputs, signature.output_axes, expected, got):
         want = want.float().numpy()
         if want.shape != have.shape:
             raise ExportMismatch(f"the ONNX model's {name} has shape {have.shape} at {length} long tokens and "
                                  f"{num_globals} global tokens, PyTorch's {want.shape}; nothing was written")
+        # Real tokens only: what a padded position holds is no output (the decoders never read it).
+        if len(axes) > 1 and axes[1] in masks:
+            want, have = want[masks[axes[1]]], have[masks[axes[1]]]
         difference = np.abs(want - have)
         differences[name] = float(difference.max()) if difference.size else 0.0
         allowed = TOLERANCE * np.maximum(1.0, np.abs(want))

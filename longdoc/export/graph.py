@@ -85,8 +85,9 @@ def _converted(proto, opset: int):
 
 
 def _operator_named(message: str) -> str | None:
-    """The operator an error of ONNX's version converter names ("No Adapter To Version $17 for Pad")."""
+    """The operator an error of ONNX's version converter names ("No Adapter To Version $17 for Pad",
+    "No Previous Version of LayerNormalization exists")."""
     import re
 
-    match = re.search(r"\bfor (?:op )?'?([A-Z][A-Za-z0-9]+)", message)
+    match = re.search(r"(?:\bfor|Version of) (?:op )?'?([A-Z][A-Za-z0-9]+)", message)
     return f"operator {match.group(1)}" if match else None

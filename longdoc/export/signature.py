@@ -37,11 +37,13 @@ NEUTRAL = {
 @dataclass(frozen=True)
 class GraphSignature:
     """kind: "encoder", or the task model's task name; inputs: the graph's inputs in order; outputs: the
-    names of its outputs in order (an encoder's hidden states, a task model's typed output fields)."""
+    names of its outputs in order (an encoder's hidden states, a task model's typed output fields);
+    output_axes: each output's axes, "batch", "long", "global" or a size (what the comparisons mask)."""
 
     kind: str
     inputs: tuple[InputSpec, ...]
     outputs: tuple[str, ...]
+    output_axes: tuple[tuple[str | int, ...], ...] = ()
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -52,7 +54,7 @@ class GraphSignature:
         return "global_input_ids" in self.input_names
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "outputs": list(self.outputs),
+        return {"kind": self.kind, "outputs": list(self.outputs), "output_axes": [list(axes) for axes in self.output_axes],
                 "inputs": [{"name": spec.name, "axes": list(spec.axes), "dtype": str(spec.dtype).removeprefix("torch.")}
                            for spec in self.inputs]}
 
@@ -67,18 +69,28 @@ def encoder_input_specs(config, reads_global_tokens: bool = True) -> tuple[Input
 
 def signature_of(model: nn.Module) -> GraphSignature:
     """The signature of `model`'s graph: a GlobalLocalModel, or a task model (longdoc.model.task_model)
-    whose outputs are those its forward gives on a small sample batch."""
+    whose outputs are those its forward gives. The outputs' axes are found by running the model on
+    three small batches: one more long token, then one more global token, shows which axis follows which."""
     from longdoc.model.modeling import GlobalLocalModel
     from longdoc.model.span_reader import SpanReader
 
     if isinstance(model, GlobalLocalModel):
-        return GraphSignature(KIND_ENCODER, encoder_input_specs(model.config), ENCODER_OUTPUTS)
-    inputs = encoder_input_specs(model.config, not isinstance(model, SpanReader)) + tuple(model.prediction_inputs)
-    sample = sample_batch(GraphSignature(model.task_name, inputs, ()), model.config, length=5, num_globals=3)
-    with torch.no_grad():
-        output = model.eval()(**sample)
-    outputs = tuple(name for name, value in output.items() if isinstance(value, Tensor) and name != "loss")
-    return GraphSignature(model.task_name, inputs, outputs)
+        signature = GraphSignature(KIND_ENCODER, encoder_input_specs(model.config), ENCODER_OUTPUTS)
+    else:
+        inputs = encoder_input_specs(model.config, not isinstance(model, SpanReader)) + tuple(model.prediction_inputs)
+        signature = GraphSignature(model.task_name, inputs, ())
+    reads_globals = signature.reads_global_tokens
+    shapes = []
+    for length, num_globals in ((11, 6), (12, 6), (11, 7)):
+        sample = sample_batch(signature, model.config, length=length, num_globals=num_globals if reads_globals else 0)
+        with torch.no_grad():
+            output = model.eval()(**sample)
+        shapes.append({name: value.shape for name, value in output.items() if isinstance(value, Tensor) and name != "loss"})
+    base, longer, more_globals = shapes
+    axes = tuple(tuple("batch" if dim == 0 else "long" if size != longer[name][dim] else
+                       "global" if size != more_globals[name][dim] else size for dim, size in enumerate(shape))
+                 for name, shape in base.items())
+    return GraphSignature(signature.kind, signature.inputs, tuple(base), axes)
 
 
 class PositionalGraph(nn.Module):
@@ -146,4 +158,11 @@ def sample_batch(signature: GraphSignature, config, *, length: int, num_globals:
         else:
             low = spec.pad if isinstance(spec.pad, int) and spec.pad < 0 else 0
             values[name] = integers(low, 2, spec).to(spec.dtype)
+    # Padded positions hold each input's padding value, as the task's collate pads them.
+    for spec in signature.inputs:
+        mask = long_mask if spec.axes[1:2] == ("long",) else global_mask if spec.axes[1:2] == ("global",) else None
+        if mask is not None and spec.name not in ("long_attention_mask", "global_attention_mask"):
+            pad = config.pad_token_id if spec.name.endswith("input_ids") else spec.pad_value(config.pad_token_id)
+            padded = ~mask.bool().view(*mask.shape, *([1] * (values[spec.name].dim() - 2)))
+            values[spec.name] = values[spec.name].masked_fill(padded, pad)
     return {name: values[name] for name in signature.input_names}
