@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from longdoc.errors import InputError
-from longdoc.export.signature import GraphSignature, PositionalGraph, sample_batch
+from longdoc.export.signature import STATIC_AXES, GraphSignature, PositionalGraph, sample_batch
 
 DEFAULT_OPSET = 18
 # The sizes traced (any would do; none may be 0 or 1).
@@ -49,8 +49,8 @@ def export_onnx(model: torch.nn.Module, signature: GraphSignature, opset: int = 
         num_globals = TRACED["num_globals"] if signature.reads_global_tokens else 0
         inputs = sample_batch(signature, config, length=traced_length(config), num_globals=num_globals,
                               batch=TRACED["batch"])
-        dynamic = tuple({axis: torch.export.Dim.DYNAMIC for axis, name in enumerate(spec.axes) if isinstance(name, str)}
-                        for spec in signature.inputs)
+        dynamic = tuple({axis: torch.export.Dim.DYNAMIC for axis, name in enumerate(spec.axes)
+                         if isinstance(name, str) and name not in STATIC_AXES} for spec in signature.inputs)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the exporter's notes to torch developers
             program = torch.onnx.export(

@@ -12,7 +12,7 @@ that sees all, one example per row (0). `sentence_ids` has none (without it no h
 with every id -1 a global token sees no long token): a batch must hold it.
 
 Axes are the schema's names: "batch", "long", "global", and a task's own (OpenKP's "word"); each is
-dynamic in the graph.
+dynamic in the graph but "feature", the config's `global_feature_size`.
 """
 
 from dataclasses import dataclass
@@ -24,6 +24,7 @@ from longdoc.model.inputs import ENCODER_INPUTS, InputSpec
 
 KIND_ENCODER = "encoder"
 ENCODER_OUTPUTS = ("long_hidden_state", "global_hidden_state")
+STATIC_AXES = {"feature"}
 LONG_ONLY_INPUTS = ("long_input_ids", "long_attention_mask", "long_token_type_ids")
 
 # An absent input -> the value that the model computes exactly as the absence (see the docstring).
