@@ -76,8 +76,8 @@ def run(args) -> int:
                "seconds": round(seconds, 3), "examples_per_second": round(examples / seconds, 3),
                "device": str(device), "dtype": str(dtype).removeprefix("torch."), "runtime": runtime}
     print(f"wrote {path}: {examples} examples ({counter.windows} windows) in {seconds:.1f} s, "
-          f"{summary['examples_per_second']} examples/s on {summary['device']} in {summary['dtype']} ({runtime})",
-          file=sys.stderr)
+          f"{summary['examples_per_second']} examples/s on {summary['device']} in {summary['dtype']}"
+          + (" (ONNX Runtime)" if runtime == "onnx" else ""), file=sys.stderr)
     if args.json:
         print(json.dumps(summary))
     return 0

@@ -14,8 +14,8 @@ ONNX's version converter, keeping 18 (with a warning) where the conversion fails
 the graph could not be converted to is refused, naming the operator (`OpsetError`).
 """
 
+import logging
 import warnings
-from pathlib import Path
 
 import torch
 
@@ -45,6 +45,9 @@ def export_onnx(model: torch.nn.Module, signature: GraphSignature, opset: int = 
     config = model.config
     model.eval()
     model.set_attention_backend("eager")
+    exporter_log = logging.getLogger("torch.onnx")
+    level = exporter_log.level
+    exporter_log.setLevel(logging.ERROR)  # (its notes on optional packages it does not need here)
     try:
         num_globals = TRACED["num_globals"] if signature.reads_global_tokens else 0
         inputs = sample_batch(signature, config, length=traced_length(config), num_globals=num_globals,
@@ -60,6 +63,7 @@ def export_onnx(model: torch.nn.Module, signature: GraphSignature, opset: int = 
             )
     finally:
         model.set_attention_backend(None)
+        exporter_log.setLevel(level)
     proto = program.model_proto
     if opset < DEFAULT_OPSET:
         proto = _converted(proto, opset)

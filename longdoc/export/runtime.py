@@ -137,8 +137,9 @@ def has_onnx_model(folder: Path) -> bool:
     return (Path(folder) / ONNX_FILE).is_file()
 
 
-def load_onnx_model(folder: str | Path, device: torch.device | str | None = None) -> OnnxModel:
-    """The exported model in `folder` on ONNX Runtime (see the module docstring for what is refused)."""
+def load_onnx_model(folder: str | Path, device: torch.device | str | None = None, threads: int | None = None) -> OnnxModel:
+    """The exported model in `folder` on ONNX Runtime (see the module docstring for what is refused);
+    `threads`: ONNX Runtime's threads within an operator (None: its default, one per core)."""
     import onnx
     import onnxruntime
 
@@ -160,7 +161,10 @@ def load_onnx_model(folder: str | Path, device: torch.device | str | None = None
     signature = json.loads(metadata[SIGNATURE_KEY])
     _check_matches(path, graph, json.loads(metadata[CONFIG_KEY]), found, signature)
     try:
-        session = onnxruntime.InferenceSession(str(path), providers=providers(device))
+        options = onnxruntime.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = threads
+        session = onnxruntime.InferenceSession(str(path), options, providers=providers(device))
     except Exception as error:  # onnxruntime's own exception types
         raise InputError(f"{path}: ONNX Runtime cannot load it ({str(error).splitlines()[0][:200]})") from None
     config = GlobalLocalConfig.from_dict(found)
