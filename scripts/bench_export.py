@@ -12,6 +12,11 @@ measurement is one process: the model is loaded, one batch (or file) runs once t
 `--repeats` times; the median time is reported. Peak memory: the process's resident high-water mark
 (VmHWM) at the end, and for the encoder the peak of the timed forward passes above what was resident
 before them (longdoc.bench.memory). Torch and ONNX Runtime both get `--threads` threads.
+
+Each table gives ONNX Runtime's time as a ratio of PyTorch's measured in the same run, and compares
+the two runtimes' results: the encoder's hidden states within the export check's tolerance
+(longdoc.export.check.TOLERANCE), predict's prediction files byte for byte. A comparison that fails
+is printed and the script exits with status 1 after the table.
 """
 
 import argparse
@@ -23,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 GLOBAL_TOKENS = 256  # HotpotQA's global_max_len, ETC's
 RUNTIMES = ("torch", "onnx")
@@ -68,7 +75,8 @@ def task_folder(work: Path, task_name: str) -> Path:
 
 
 def encoder_worker(args) -> dict:
-    """One runtime at one length in this process: median seconds, peak memory."""
+    """One runtime at one length in this process: median seconds, peak memory; the hidden states of the
+    last pass saved in `args.outputs` (.npz)."""
     import torch
 
     from longdoc.bench.memory import PeakMemory
@@ -93,8 +101,9 @@ def encoder_worker(args) -> dict:
         with PeakMemory("cpu") as peak:
             for _ in range(args.repeats):
                 started = time.perf_counter()
-                runner(**inputs)
+                output = runner(**inputs)
                 seconds.append(time.perf_counter() - started)
+    np.savez(args.outputs, **{name: getattr(output, name).float().numpy() for name in ENCODER_OUTPUTS})
     return {"runtime": args.runtime, "length": args.length, "seconds": statistics.median(seconds),
             "forward_peak_mib": peak.peak_mib, "process_peak_mib": _process_peak_mib()}
 
@@ -127,30 +136,57 @@ def _in_fresh_process(worker: str, **options) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def bench_encoder(args) -> None:
+def largest_difference(torch_file: Path, onnx_file: Path) -> tuple[float, bool]:
+    """The largest difference between the two runtimes' hidden states, and whether every one is within
+    the export check's tolerance (relative to values over 1)."""
+    from longdoc.export.check import TOLERANCE
+
+    largest, within = 0.0, True
+    with np.load(torch_file) as expected, np.load(onnx_file) as got:
+        for name in expected.files:
+            difference = np.abs(expected[name] - got[name])
+            largest = max(largest, float(difference.max()))
+            allowed = TOLERANCE * np.maximum(1.0, np.abs(expected[name]))
+            within &= bool(np.isfinite(got[name]).all() and (difference <= allowed).all())
+    return largest, within
+
+
+def bench_encoder(args) -> int:
     folder = encoder_folder(args.work, max(args.lengths))
     print(f"model: {folder} (the lifted MiniLM, exported); batch 1, {GLOBAL_TOKENS} global tokens, {args.threads} "
           f"threads, median of {args.repeats} after a warm-up, each runtime and length in a fresh process\n")
-    print("| L | torch (cpu kernel) s | onnx s | onnx / torch | torch forward MiB | onnx forward MiB | "
-          "torch process MiB | onnx process MiB |")
-    print("|---|---|---|---|---|---|---|---|")
-    for length in args.lengths:
-        rows = {runtime: _in_fresh_process("encoder-worker", model=folder, runtime=runtime, length=length,
-                                           threads=args.threads, repeats=args.repeats) for runtime in RUNTIMES}
-        torch_row, onnx_row = rows["torch"], rows["onnx"]
-        print(f"| {length} | {torch_row['seconds']:.3f} | {onnx_row['seconds']:.3f} | "
-              f"{onnx_row['seconds'] / torch_row['seconds']:.2f} | {torch_row['forward_peak_mib']:.0f} | "
-              f"{onnx_row['forward_peak_mib']:.0f} | {torch_row['process_peak_mib']:.0f} | "
-              f"{onnx_row['process_peak_mib']:.0f} |", flush=True)
+    print("| L | torch (cpu kernel) s | onnx s | onnx / torch | largest difference | torch forward MiB | "
+          "onnx forward MiB | torch process MiB | onnx process MiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    failed = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for length in args.lengths:
+            outputs = {runtime: Path(scratch) / f"{runtime}-{length}.npz" for runtime in RUNTIMES}
+            rows = {runtime: _in_fresh_process("encoder-worker", model=folder, runtime=runtime, length=length,
+                                               threads=args.threads, repeats=args.repeats, outputs=outputs[runtime])
+                    for runtime in RUNTIMES}
+            torch_row, onnx_row = rows["torch"], rows["onnx"]
+            difference, within = largest_difference(outputs["torch"], outputs["onnx"])
+            if not within:
+                failed.append(length)
+            print(f"| {length} | {torch_row['seconds']:.3f} | {onnx_row['seconds']:.3f} | "
+                  f"{onnx_row['seconds'] / torch_row['seconds']:.2f} | {difference:.2g}{'' if within else ' (OVER)'} | "
+                  f"{torch_row['forward_peak_mib']:.0f} | {onnx_row['forward_peak_mib']:.0f} | "
+                  f"{torch_row['process_peak_mib']:.0f} | {onnx_row['process_peak_mib']:.0f} |", flush=True)
+    if failed:
+        print(f"\nFAILED: the runtimes' hidden states differ beyond the export check's tolerance at "
+              f"{', '.join(map(str, failed))} long tokens", file=sys.stderr)
+        return 1
+    return 0
 
 
-def bench_predict(args) -> None:
+def bench_predict(args) -> int:
     folder = task_folder(args.work, args.task)
     print(f"model: {folder} ({args.task} heads fresh on the default lifted MiniLM, exported); data {args.data}; "
           f"{args.threads} threads; each runtime in a fresh process, {args.repeats} runs\n")
-    print("| runtime | seconds | examples/s | windows | process peak MiB |")
-    print("|---|---|---|---|---|")
-    outputs = {}
+    print("| runtime | seconds | examples/s | time / torch | windows | process peak MiB |")
+    print("|---|---|---|---|---|---|")
+    outputs, medians = {}, {}
     with tempfile.TemporaryDirectory() as scratch:
         for runtime in RUNTIMES:
             runs = []
@@ -159,11 +195,15 @@ def bench_predict(args) -> None:
                 runs.append(_in_fresh_process("predict-worker", model=folder, task=args.task, data=args.data,
                                               out=out, runtime=runtime, threads=args.threads))
                 outputs[runtime] = out.read_text(encoding="utf-8")
-            seconds = statistics.median(run["seconds"] for run in runs)
-            print(f"| {runtime} | {seconds:.1f} | {runs[0]['examples'] / seconds:.2f} | {runs[0]['windows']} | "
+            seconds = medians[runtime] = statistics.median(run["seconds"] for run in runs)
+            print(f"| {runtime} | {seconds:.1f} | {runs[0]['examples'] / seconds:.2f} | "
+                  f"{seconds / medians['torch']:.2f} | {runs[0]['windows']} | "
                   f"{max(run['process_peak_mib'] for run in runs):.0f} |", flush=True)
-    same = outputs["torch"] == outputs["onnx"]
-    print(f"\nprediction files {'identical' if same else 'DIFFERENT'} between the runtimes")
+    if outputs["torch"] != outputs["onnx"]:
+        print("\nFAILED: the runtimes' prediction files differ", file=sys.stderr)
+        return 1
+    print("\nprediction files identical between the runtimes")
+    return 0
 
 
 def main() -> None:
@@ -182,6 +222,7 @@ def main() -> None:
     for name in ("--model", "--runtime"):
         worker.add_argument(name, required=True)
     worker.add_argument("--length", type=int, required=True)
+    worker.add_argument("--outputs", type=Path, required=True)
     worker.add_argument("--threads", type=int, required=True)
     worker.add_argument("--repeats", type=int, required=True)
     task_worker = commands.add_parser("predict-worker")
@@ -195,7 +236,7 @@ def main() -> None:
         print(json.dumps(predict_worker(args)))
     else:
         args.work.mkdir(parents=True, exist_ok=True)
-        (bench_encoder if args.command == "encoder" else bench_predict)(args)
+        raise SystemExit((bench_encoder if args.command == "encoder" else bench_predict)(args))
 
 
 if __name__ == "__main__":
