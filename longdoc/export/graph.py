@@ -79,8 +79,9 @@ def _converted(proto, opset: int):
     try:
         converted = version_converter.convert_version(proto, opset)
     except Exception as error:  # the converter raises RuntimeError, or ValueError for an unknown adapter
-        raise OpsetError(f"--opset {opset}: {_operator_named(str(error)) or 'the graph'} cannot be written in opset "
-                         f"{opset} ({str(error).splitlines()[0][:200]}); use --opset {DEFAULT_OPSET} or later") from None
+        operator = _operator_named(str(error)) or "the graph"
+        raise OpsetError(f"--opset {opset}: ONNX's version converter cannot take {operator} to opset {opset} "
+                         f"({str(error).splitlines()[0][:200]}); use --opset {DEFAULT_OPSET} or later") from None
     found = {entry.domain: entry.version for entry in converted.opset_import}.get("", None)
     if found != opset:
         raise OpsetError(f"--opset {opset}: the graph was left at opset {found}; use --opset {DEFAULT_OPSET} or later")

@@ -1,6 +1,8 @@
 """Tiny model folders of every kind `longdoc export` takes, and exports of them shared by the tests
-(an export of a tiny model takes seconds: each is made once per session)."""
+(an export of a tiny model takes seconds: each is made once per session). Without the onnx extra the
+tests skip, saying why; under CI=true (which installs it with the test extra) they fail instead."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,21 @@ TASK_ENCODER = dict(TINY_ENCODER, long_max_len=512, global_max_len=128, talking_
 # Options each task model needs to fit that encoder (question globals within global_max_len).
 TASK_OPTIONS = {"hotpotqa": dict(max_question_len=32, type_from_question=True), "wikihop": dict(max_question_len=32),
                 "nq": dict(max_question_len=32, stride=64), "openkp": {}}
+
+
+ONNX_EXTRA = ("onnx", "onnxscript", "onnxruntime")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _onnx_extra() -> None:
+    for module in ONNX_EXTRA:
+        try:
+            __import__(module)
+        except ImportError:
+            reason = f'the onnx extra is not installed ({module}): pip install -e ".[onnx]"'
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"CI=true but {reason}")
+            pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

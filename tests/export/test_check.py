@@ -1,7 +1,6 @@
 """The export's check refuses a graph whose outputs differ from the model's, saying which output,
 length and global count, and how much."""
 
-import onnxruntime
 import pytest
 import torch
 
@@ -14,6 +13,8 @@ from tests.model.conftest import tiny_config
 
 @pytest.mark.slow
 def test_a_graph_of_other_weights_is_refused_at_the_first_length_with_the_difference():
+    import onnxruntime
+
     torch.manual_seed(0)
     model = GlobalLocalModel(tiny_config()).eval()
     signature = signature_of(model)

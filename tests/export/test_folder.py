@@ -5,7 +5,6 @@ with exit status 2 and nothing written."""
 import json
 
 import pytest
-from onnx import TensorProto, helper
 
 from longdoc.cli import main
 from longdoc.export.check import TOLERANCE, ExportMismatch
@@ -54,12 +53,14 @@ def test_an_opset_too_old_is_refused_naming_the_operator_and_nothing_is_written(
     assert main(["export", "--model", str(task_encoder), "--out", str(tmp_path / "out"), "--opset", "16",
                  "--quiet"]) == 2
     error = capsys.readouterr().err.strip()
-    assert error.startswith("longdoc export: error: --opset 16: operator ") and "\n" not in error
+    assert error.startswith("longdoc export: error: --opset 16: ONNX's version converter cannot take operator ") and "\n" not in error
     assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == []
 
 
 def test_a_graph_that_differs_from_the_model_is_refused_and_nothing_is_written(tmp_path, task_encoder, monkeypatch,
                                                                                capsys):
+    from onnx import TensorProto, helper
+
     def differing(*args, **kwargs):
         raise ExportMismatch("the ONNX model's long_hidden_state differs from PyTorch's by 0.5 at 45 long tokens and "
                              "5 global tokens (allowed 0.0001); nothing was written")
