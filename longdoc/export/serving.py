@@ -15,7 +15,9 @@ from longdoc.errors import InputError
 
 RUNTIMES = ("auto", "torch", "onnx")
 # The faster runtime per device type, as docs/export.md measured it (a device it does not name: torch).
-FASTER_RUNTIME = {"cpu": "onnx"}
+# None today: on the CPU the figures there have ONNX Runtime slower than PyTorch's compiled attention
+# kernel (except on short inputs) and larger in memory; no GPU has been measured.
+FASTER_RUNTIME: dict[str, str] = {}
 
 
 def add_runtime_argument(parser) -> None:
