@@ -34,6 +34,7 @@ COMMANDS = {
     "ask": "longdoc.commands.ask",
     "serve": "longdoc.commands.serve",
     "predict": "longdoc.commands.predict",
+    "export": "longdoc.commands.export",
     "train": "longdoc.commands.train",
     "pretrain": "longdoc.commands.pretrain",
     "demo": "longdoc.commands.demo",

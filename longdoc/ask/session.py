@@ -53,18 +53,18 @@ class Reader:
     reading: SpanAnswerReading | None
 
 
-def load_reader(model_dir, tasks: TaskLookup | None) -> Reader:
+def load_reader(model_dir, tasks: TaskLookup | None, runtime: str = "torch", device=None) -> Reader:
     """The reader in `model_dir`: a lifted extractive QA reader, or a trained model of a task of `tasks`
     that reads passages; InputError saying what the folder is otherwise (a damaged weights file
-    included: TaskModel.from_pretrained reads it through readable_weights)."""
+    included: TaskModel.from_pretrained reads it through readable_weights). `runtime` "onnx": the
+    folder's exported graph on ONNX Runtime (on `device`) in the place of the PyTorch model."""
     from longdoc.model.encoder_folder import describe_checkpoint
     from longdoc.model.span_reader import SpanReader
-    from longdoc.model_folder import load_model
 
     model_dir = Path(model_dir)
     task_name = describe_checkpoint(model_dir).get("task")
     if task_name == SpanReader.task_name:
-        return Reader(*load_model(model_dir, SpanReader), None)
+        return Reader(*_load(model_dir, SpanReader, runtime, device), None)
     if not task_name:
         raise ModelFolderError(f"{model_dir}: is a bare encoder (GlobalLocalModel, no task head), not a reader",
                                model_dir, "", ModelFolderError.READER)
@@ -74,25 +74,39 @@ def load_reader(model_dir, tasks: TaskLookup | None) -> Reader:
     if task.ask is None:
         raise InputError(f"{model_dir}: holds a trained {task_name} model; the {task_name} task does not read "
                          "passages for ask (its answers are not spans of the text)")
-    return Reader(*load_model(model_dir, task.load("model")), task.load("ask"))
+    return Reader(*_load(model_dir, task.load("model"), runtime, device), task.load("ask"))
+
+
+def _load(model_dir: Path, model_class, runtime: str, device) -> tuple[Any, Any]:
+    """(model, tokenizer) of a reader folder: the PyTorch model, or its exported graph on ONNX Runtime."""
+    from longdoc.model_folder import load_model, read_tokenizer
+
+    if runtime == "onnx":
+        from longdoc.export.serving import load_task_model
+
+        return load_task_model(model_dir, model_class.task_name, device), read_tokenizer(model_dir)
+    return load_model(model_dir, model_class)
 
 
 class AskSession:
     def __init__(self, sources: Sequence[SourceText], model_dir=None, *, passages: int = PASSAGES_READ,
                  second_hop: bool = True, progress: bool = True, cache_root: Path | None = None,
-                 placement: tuple | None = None, attention: str | None = None, tasks: TaskLookup | None = None):
+                 placement: tuple | None = None, attention: str | None = None, tasks: TaskLookup | None = None,
+                 runtime: str = "torch"):
         """`placement`: (torch.device, torch.dtype) the reader runs on (`longdoc.inference.resolve_placement`);
         None: where it loads, the CPU in float32. `attention`: with `placement`, the reader's attention
         backend (None: its config's; longdoc.inference.place_model). The MiniLM embedder stays on the CPU
         in float32: the cached indexes hold its vectors. `tasks`: where the task of a trained task model
-        is found (the registry, `longdoc.tasks.REGISTRY`); not needed for a lifted QA reader or none."""
+        is found (the registry, `longdoc.tasks.REGISTRY`); not needed for a lifted QA reader or none.
+        `runtime`: "torch", or "onnx" for the folder's exported graph in ONNX Runtime (longdoc.export.serving)."""
         from longdoc.ask.embedding import SentenceEmbedder
         from longdoc.inference import place_model
 
         self.model_dir = None if model_dir is None else Path(model_dir)
-        reader = Reader(None, None, None) if model_dir is None else load_reader(model_dir, tasks)
+        device = None if placement is None else placement[0]
+        reader = Reader(None, None, None) if model_dir is None else load_reader(model_dir, tasks, runtime, device)
         self.model, self.tokenizer, self.reading = reader.model, reader.tokenizer, reader.reading
-        if self.model is not None and placement is not None:
+        if self.model is not None and placement is not None and runtime != "onnx":
             self.model = place_model(self.model, *placement, self.model_dir, attention=attention)
         self.mode = "sentence" if self.model is None else "span"
         self.sources = list(sources)

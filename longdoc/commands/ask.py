@@ -16,6 +16,7 @@ from pathlib import Path
 
 from longdoc import inference
 from longdoc.errors import InputError
+from longdoc.export.serving import add_runtime_argument, resolve_runtime
 
 SUPPORT_SHOWN = 3  # supporting sentences printed per answer (--json has all)
 SENTENCE_MODE_NOTE = ("answering with sentences (no reader given); for answer spans, lift an extractive QA "
@@ -68,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print one JSON object per question (answers, support, passages, with offsets; "
                              "found_by: the rankings that chose each passage and answer, as retriever, hop, rank)")
     inference.add_arguments(parser)  # the reader's; the MiniLM retriever runs on the CPU
+    add_runtime_argument(parser)
 
 
 def _line_column(text: str, offset: int) -> tuple[int, int]:
@@ -139,13 +141,16 @@ def run(args: argparse.Namespace) -> int:
                              "`longdoc train hotpotqa`; without --model, answers are the sentences nearest the question")
         describe_checkpoint(args.model)
     placement = inference.resolve_placement(args.device, args.dtype)
+    runtime = "torch" if args.model is None else resolve_runtime(
+        args.runtime, args.model, placement[0], placement[1] if args.dtype else None, args.attention)
     sources, errors = load_sources(args.paths)
     for error in errors:
         print(f"longdoc ask: error: {error}", file=sys.stderr)
     if not sources:
         return 2
     session = AskSession(sources, args.model, passages=args.passages, second_hop=args.second_hop,
-                         progress=args.progress, placement=placement, attention=args.attention, tasks=REGISTRY)
+                         progress=args.progress, placement=placement, attention=args.attention, tasks=REGISTRY,
+                         runtime=runtime)
     if session.mode == "sentence":
         print(f"longdoc ask: {SENTENCE_MODE_NOTE}", file=sys.stderr)
     questions = [args.question] if args.question is not None else _questions(sys.stdin.isatty())

@@ -1,4 +1,5 @@
-"""`longdoc predict TASK --model DIR --data FILE --out FILE [--batch-size N] [--device DEV] [--dtype T] [--json]`:
+"""`longdoc predict TASK --model DIR --data FILE --out FILE [--batch-size N] [--device DEV] [--dtype T]
+[--runtime auto|torch|onnx] [--json]`:
 a trained model's official prediction file for a dataset file."""
 
 import json
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from longdoc import inference
 from longdoc.errors import InputError
+from longdoc.export.serving import add_runtime_argument, load_task_model, resolve_runtime
 from longdoc.tasks import get_task, task_names
 
 HELP = "write the official prediction file of a trained task model for a dataset file"
@@ -22,9 +24,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="where to write the prediction file")
     parser.add_argument("--batch-size", type=int, default=8, metavar="N", help="windows per forward pass (default 8)")
     inference.add_arguments(parser)
+    add_runtime_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout at the end: the prediction file, task, examples and "
-                             "windows predicted, seconds, examples per second, device and dtype")
+                             "windows predicted, seconds, examples per second, device, dtype and runtime")
 
 
 class _WindowCounter:
@@ -45,7 +48,7 @@ class _WindowCounter:
 
 
 def run(args) -> int:
-    from longdoc.model_folder import load_model
+    from longdoc.model_folder import load_model, read_tokenizer
 
     task = get_task(args.task)
     if task.decode is None or task.model is None:
@@ -56,8 +59,12 @@ def run(args) -> int:
         raise InputError(f"{args.data}: no such file or folder (--data takes a {args.task} file in its official "
                          "format, or the Hub's datasets export of it)")
     device, dtype = inference.resolve_placement(args.device, args.dtype)
-    model, tokenizer = load_model(args.model, task.load("model"))
-    model = inference.place_model(model, device, dtype, args.model, attention=args.attention)
+    runtime = resolve_runtime(args.runtime, args.model, device, dtype if args.dtype else None, args.attention)
+    if runtime == "onnx":
+        model, tokenizer = load_task_model(args.model, task.load("model").task_name, device), read_tokenizer(args.model)
+    else:
+        model, tokenizer = load_model(args.model, task.load("model"))
+        model = inference.place_model(model, device, dtype, args.model, attention=args.attention)
     started = time.perf_counter()
     with _WindowCounter(model) as counter:
         predicted = task.load("decode").predict(model, args.data, args.out, tokenizer=tokenizer, options=None,
@@ -66,9 +73,10 @@ def run(args) -> int:
     path, examples = predicted.path, predicted.examples
     summary = {"predictions": str(path), "task": args.task, "examples": examples, "windows": counter.windows,
                "seconds": round(seconds, 3), "examples_per_second": round(examples / seconds, 3),
-               "device": str(device), "dtype": str(dtype).removeprefix("torch.")}
+               "device": str(device), "dtype": str(dtype).removeprefix("torch."), "runtime": runtime}
     print(f"wrote {path}: {examples} examples ({counter.windows} windows) in {seconds:.1f} s, "
-          f"{summary['examples_per_second']} examples/s on {summary['device']} in {summary['dtype']}", file=sys.stderr)
+          f"{summary['examples_per_second']} examples/s on {summary['device']} in {summary['dtype']}"
+          + (" (ONNX Runtime)" if runtime == "onnx" else ""), file=sys.stderr)
     if args.json:
         print(json.dumps(summary))
     return 0

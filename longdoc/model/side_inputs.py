@@ -133,7 +133,9 @@ def blocks_for(local_radius: int, length: int) -> tuple[int, int]:
     serves every length up to long_max_len, shorter inputs padded to two blocks (a length that
     might be one block, or a view of the padded input, would tie the program to a range of lengths)."""
     if torch.compiler.is_exporting():
-        return local_radius + 1, torch.sym_max(2, -(-length // (local_radius + 1)))
+        # (length + r) // (r + 1), not -(-length // (r + 1)): ONNX's integer Div truncates, so the
+        # exporter's floor division of a negative length rounds toward zero, a block short.
+        return local_radius + 1, torch.sym_max(2, (length + local_radius) // (local_radius + 1))
     block_size = min(local_radius + 1, length)
     return block_size, -(-length // block_size)
 

@@ -7,9 +7,10 @@ supporting-fact threshold), and whose weights are one safetensors file: the enco
 `encoder.`, the heads' beside them. So `Class.from_pretrained(DIR)` restores a trained model in one
 line, with its settings.
 
-A subclass sets `task_name`, `default_task_options` and builds its heads (`longdoc.model.heads`)
-in `__init__(config)`, reading `self.task_options`; its `forward(**batch)` names the labels and
-masks it takes, calls `self.encode(inputs)` with the rest (the encoder's inputs; any other key is
+A subclass sets `task_name`, `default_task_options`, `prediction_inputs` (the specs of the inputs
+besides the encoder's that its forward reads at prediction time: what an exported graph takes) and
+builds its heads (`longdoc.model.heads`) in `__init__(config)`, reading `self.task_options`; its
+`forward(**batch)` names the labels and masks it takes, calls `self.encode(inputs)` with the rest (the encoder's inputs; any other key is
 an error) and the heads, never the encoder's insides, and returns a typed output with `.loss` when
 labels are given.
 
@@ -24,7 +25,8 @@ Starting points:
   get the right model). The tokenizer saved beside it: `longdoc.model_folder.read_tokenizer(DIR)`.
 
 `model.forward_rows(rows, collate, batch_size)` runs a trained model over feature rows batched by
-length, with a progress bar: what every task's `decode.predict` needs.
+length, with a progress bar: what every task's `decode.predict` needs. `run_rows` is that loop for
+any callable from a batch to outputs (an exported model's runtime, longdoc.export.runtime, too).
 """
 
 import inspect
@@ -38,7 +40,7 @@ from tqdm.auto import tqdm
 from longdoc.errors import InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.encoder_folder import EncoderWithHeads, describe_checkpoint, readable_weights
-from longdoc.model.inputs import MODEL_INPUT_NAMES, check_encoder_inputs, encoder_inputs
+from longdoc.model.inputs import MODEL_INPUT_NAMES, InputSpec, check_encoder_inputs, encoder_inputs
 from longdoc.model.modeling import GlobalLocalModelOutput
 
 
@@ -65,6 +67,9 @@ class TaskModel(EncoderWithHeads):
     task_name: ClassVar[str] = ""
     # Head and decoding settings and their defaults; what from_encoder is given overrides them.
     default_task_options: ClassVar[dict[str, Any]] = {}
+    # The inputs besides the encoder's that forward reads at prediction time (never labels), as the
+    # task's collate batches them: the masks its heads need.
+    prediction_inputs: ClassVar[tuple[InputSpec, ...]] = ()
 
     def __init__(self, config: GlobalLocalConfig):
         super().__init__(config)
@@ -98,29 +103,11 @@ class TaskModel(EncoderWithHeads):
         self, rows: Sequence[dict[str, Any]], collate: Callable, batch_size: int, progress: bool = True,
         desc: str = "predicting",
     ) -> list[dict[str, Tensor]]:
-        """The model's outputs for each feature row (in eval mode, no labels needed), in the rows' order.
-
-        Rows are batched by length (`length_batches`, longest first), padded by `collate(rows,
-        pad_token_id)` and moved to the model's device; each result holds every batched tensor output
-        at that row's index, on the CPU (results of a whole file add up: they stay out of GPU memory),
-        floating ones as float32 whatever the model's dtype (decoders add and compare logits, which a
-        lower precision would round), still padded to its batch's length (positions past the row's
-        own length are padding).
-        """
+        """The model's outputs for each feature row (in eval mode, no labels needed), in the rows' order
+        (`run_rows`, with each batch moved to the model's device)."""
         self.eval()
-        results: list[dict[str, Tensor] | None] = [None] * len(rows)
-        batches = length_batches([len(row["long_input_ids"]) for row in rows], batch_size)
-        with tqdm(total=len(rows), desc=desc, unit=" windows", disable=not progress) as bar:
-            for indices in batches:
-                batch = collate([rows[i] for i in indices], self.config.pad_token_id)
-                check_encoder_inputs(batch, self.config)  # the values, here on the CPU, not in forward on the device
-                output = self(**{name: value.to(self.device) for name, value in batch.items()})
-                tensors = {name: _to_cpu(value) for name, value in output.items()
-                           if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == len(indices)}
-                for position, index in enumerate(indices):
-                    results[index] = {name: value[position] for name, value in tensors.items()}
-                bar.update(len(indices))
-        return results
+        return run_rows(lambda batch: self(**{name: value.to(self.device) for name, value in batch.items()}),
+                        self.config, rows, collate, batch_size, progress, desc)
 
     @classmethod
     def from_encoder(
@@ -162,3 +149,31 @@ def check_task_checkpoint(directory: str | Path, task_name: str) -> dict[str, An
         raise ModelFolderError(f"{directory}: is a trained {found['task']} model, not a {task_name} model",
                                directory, found["task"], task_name)
     return found
+
+
+def run_rows(
+    run: Callable[[dict[str, Tensor]], Any], config: GlobalLocalConfig, rows: Sequence[dict[str, Any]],
+    collate: Callable, batch_size: int, progress: bool = True, desc: str = "predicting",
+) -> list[dict[str, Tensor]]:
+    """`run(batch)`'s outputs (a mapping by output name) for each feature row, in the rows' order.
+
+    Rows are batched by length (`length_batches`, longest first), padded by `collate(rows,
+    config.pad_token_id)` and their values checked on the CPU (`check_encoder_inputs`); each result
+    holds every batched tensor output at that row's index, on the CPU (results of a whole file add
+    up: they stay out of GPU memory), floating ones as float32 whatever the model's dtype (decoders
+    add and compare logits, which a lower precision would round), still padded to its batch's length
+    (positions past the row's own length are padding).
+    """
+    results: list[dict[str, Tensor] | None] = [None] * len(rows)
+    batches = length_batches([len(row["long_input_ids"]) for row in rows], batch_size)
+    with tqdm(total=len(rows), desc=desc, unit=" windows", disable=not progress) as bar:
+        for indices in batches:
+            batch = collate([rows[i] for i in indices], config.pad_token_id)
+            check_encoder_inputs(batch, config)  # the values, here on the CPU, not in forward on the device
+            output = run(batch)
+            tensors = {name: _to_cpu(value) for name, value in output.items()
+                       if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == len(indices)}
+            for position, index in enumerate(indices):
+                results[index] = {name: value[position] for name, value in tensors.items()}
+            bar.update(len(indices))
+    return results

@@ -25,7 +25,7 @@ from longdoc.model.heads import (
 from longdoc.model.task_model import TaskModel
 from longdoc.options import stored_defaults
 from longdoc.tasks.hotpotqa import HotpotQAOptions
-from longdoc.tasks.hotpotqa.features import ANSWER_TYPES
+from longdoc.tasks.hotpotqa.features import ANSWER_TYPES, EXTRA_INPUTS
 
 
 @dataclass
@@ -43,6 +43,8 @@ class HotpotQAOutput(ModelOutput):
 class HotpotQAModel(TaskModel):
     task_name = "hotpotqa"
     default_task_options = stored_defaults(HotpotQAOptions)
+    prediction_inputs = tuple(spec for spec in EXTRA_INPUTS
+                              if spec.name in ("answer_mask", "sentence_mask", "question_mask"))
 
     def __init__(self, config):
         super().__init__(config)

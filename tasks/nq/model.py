@@ -19,7 +19,7 @@ from longdoc.model.heads import GlobalTokenClassifier, SpanHead, classification_
 from longdoc.model.task_model import TaskModel
 from longdoc.options import stored_defaults
 from longdoc.tasks.nq import NQOptions
-from longdoc.tasks.nq.features import ANSWER_TYPES
+from longdoc.tasks.nq.features import ANSWER_TYPES, ROW_SPECS
 
 
 @dataclass
@@ -39,6 +39,7 @@ class NQModel(TaskModel):
     task_name = "nq"
     # Those of NQOptions a model keeps (not how a training file is read): prediction reads them from config.json.
     default_task_options = stored_defaults(NQOptions)
+    prediction_inputs = tuple(spec for spec in ROW_SPECS if spec.name == "answer_mask")
 
     def __init__(self, config):
         super().__init__(config)

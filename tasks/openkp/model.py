@@ -22,7 +22,7 @@ from longdoc.data.windows import StrideOption
 from longdoc.model.heads import NgramScorer, pool_linked
 from longdoc.model.task_model import TaskModel
 from longdoc.options import stored_defaults
-from longdoc.tasks.openkp.features import MAX_NGRAM
+from longdoc.tasks.openkp.features import MAX_NGRAM, ROW_SPECS
 from longdoc.tasks.openkp.reader import VISUAL_FEATURE_SIZE
 
 
@@ -50,6 +50,7 @@ def ngram_loss(logits: Tensor, labels: Tensor) -> Tensor | None:
 class OpenKPModel(TaskModel):
     task_name = "openkp"
     default_task_options = stored_defaults(StrideOption)
+    prediction_inputs = tuple(spec for spec in ROW_SPECS if spec.name in ("word_ids", "word_mask"))
 
     def __init__(self, config):
         if config.global_feature_size != VISUAL_FEATURE_SIZE:

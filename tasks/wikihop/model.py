@@ -19,6 +19,7 @@ from longdoc.data.windows import QuestionLengthOption
 from longdoc.model.heads import GlobalTokenScorer, classification_loss, pool_linked
 from longdoc.model.task_model import TaskModel
 from longdoc.options import stored_defaults
+from longdoc.tasks.wikihop.features import EXTRA_INPUTS
 
 
 @dataclass
@@ -32,6 +33,7 @@ class WikiHopOutput(ModelOutput):
 class WikiHopModel(TaskModel):
     task_name = "wikihop"
     default_task_options = stored_defaults(QuestionLengthOption)
+    prediction_inputs = tuple(spec for spec in EXTRA_INPUTS if spec.name == "candidate_mask")
 
     def __init__(self, config):
         super().__init__(config)

@@ -1,0 +1,66 @@
+"""Tiny model folders of every kind `longdoc export` takes, and exports of them shared by the tests
+(an export of a tiny model takes seconds: each is made once per session). Without the onnx extra the
+tests skip, saying why; under CI=true (which installs it with the test extra) they fail instead."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from longdoc.convert.pretrained import default_tokenizer
+from longdoc.model.span_reader import SpanReader
+from longdoc.tasks import get_task
+from tests.tasks.conftest import TINY_ENCODER, write_encoder
+
+# Lengths the task tests read: the HotpotQA sample's windows fit 512 long tokens with 128 globals.
+TASK_ENCODER = dict(TINY_ENCODER, long_max_len=512, global_max_len=128, talking_heads=True)
+# Options each task model needs to fit that encoder (question globals within global_max_len).
+TASK_OPTIONS = {"hotpotqa": dict(max_question_len=32, type_from_question=True), "wikihop": dict(max_question_len=32),
+                "nq": dict(max_question_len=32, stride=64), "openkp": {}}
+
+
+ONNX_EXTRA = ("onnx", "onnxscript", "onnxruntime")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _onnx_extra() -> None:
+    for module in ONNX_EXTRA:
+        try:
+            __import__(module)
+        except ImportError:
+            reason = f'the onnx extra is not installed ({module}): pip install -e ".[onnx]"'
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"CI=true but {reason}")
+            pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return default_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def task_encoder(tmp_path_factory, tokenizer) -> Path:
+    return write_encoder(tmp_path_factory.mktemp("export_encoder"), tokenizer, **TASK_ENCODER)
+
+
+def write_task_model(folder: Path, task: str, encoder: Path, tokenizer) -> Path:
+    """A task model (fresh heads, seed 0) on the tiny encoder, saved with the tokenizer."""
+    torch.manual_seed(0)
+    model_class = SpanReader if task == SpanReader.task_name else get_task(task).load("model")
+    model = model_class.from_encoder(encoder, **TASK_OPTIONS.get(task, {}))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def exported_hotpotqa(tmp_path_factory, task_encoder, tokenizer) -> Path:
+    """A HotpotQA model exported with `longdoc export` (its folder: model.onnx beside the model)."""
+    from longdoc.cli import main
+
+    root = tmp_path_factory.mktemp("export_hotpotqa")
+    write_task_model(root / "model", "hotpotqa", task_encoder, tokenizer)
+    assert main(["export", "--model", str(root / "model"), "--out", str(root / "exported"), "--quiet"]) == 0
+    return root / "exported"
