@@ -7,3 +7,5 @@ analysis.json and drawn as PNGs. The path: longdoc.analyze.run."""
 # What --statistics chooses among (each names some of the statistics of longdoc.analyze.summary); here,
 # where importing costs nothing, for the command line's --help.
 STATISTIC_GROUPS = ("entropy", "sparsity", "divergence", "carried-share")
+# The figures' file in the output folder (longdoc serve --analysis reads it).
+ANALYSIS_FILE = "analysis.json"

@@ -15,8 +15,9 @@
 
 import copy
 import functools
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
@@ -41,7 +42,23 @@ def task_rows(task_name: str, path: Path, tokenizer, config: GlobalLocalConfig,
     return rows, functools.partial(features.collate, pad_token_id=config.pad_token_id)
 
 
-def text_rows(path: Path, tokenizer, config: GlobalLocalConfig, limit: int) -> tuple[list[dict[str, Any]], Callable]:
+@contextmanager
+def _datasets_progress(shown: bool) -> Iterator[None]:
+    """datasets' progress bars shown or not inside the block, as they were after it."""
+    import datasets
+
+    hidden_before = datasets.are_progress_bars_disabled()
+    if not shown:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not shown and not hidden_before:
+            datasets.enable_progress_bars()
+
+
+def text_rows(path: Path, tokenizer, config: GlobalLocalConfig, limit: int,
+              progress: bool) -> tuple[list[dict[str, Any]], Callable]:
     """The first `limit` plain-text inputs of `path` (a file or a folder of them), and their collate."""
     import torch
 
@@ -56,7 +73,8 @@ def text_rows(path: Path, tokenizer, config: GlobalLocalConfig, limit: int) -> t
     # Without global tokens, sentences are packed as with them (as many as fit), then the globals dropped.
     settings = PretrainingSettings(long_length=config.long_max_len, min_sentences=1,
                                    global_max_len=config.global_max_len if has_globals else config.long_max_len)
-    inputs, _ = prepare_corpus(read_corpus(path), tokenizer, settings)
+    with _datasets_progress(progress):
+        inputs, _ = prepare_corpus(read_corpus(path), tokenizer, settings)
     sentences = PretrainingCollator(tokenizer, settings, config)
     rows = []
     for packed in inputs.select(range(min(limit, len(inputs)))):
@@ -73,7 +91,7 @@ def model_inputs(path: Path, task_name: str | None, tokenizer, config: GlobalLoc
     if not path.exists():
         raise InputError(f"{path}: no such file or folder (--data)")
     if task_name is None:
-        rows, collate = text_rows(path, tokenizer, config, limit)
+        rows, collate = text_rows(path, tokenizer, config, limit, progress)
     else:
         rows, collate = task_rows(task_name, path, tokenizer, config, progress)
     if not rows:

@@ -47,8 +47,13 @@ def draw_overview(analysis: dict, folder: Path) -> str | None:
     shown = [name for name in PLOTTED if analysis["statistics"].get(name, {}).get("applicable")]
     if not shown:
         return None
-    figure = Figure(figsize=(5 * len(shown), 3.8), layout="constrained")
-    for axes, name in zip(figure.subplots(1, len(shown), squeeze=False)[0], shown):
+    columns = min(len(shown), 2)
+    rows = math.ceil(len(shown) / columns)
+    figure = Figure(figsize=(5.5 * columns, 3.8 * rows), layout="constrained")
+    panels = figure.subplots(rows, columns, squeeze=False).ravel()
+    for axes in panels[len(shown):]:
+        axes.set_visible(False)
+    for axes, name in zip(panels, shown):
         statistic = analysis["statistics"][name]
         for piece, entries in statistic["pieces"].items():
             entries = [entry for entry in entries if entry["values"]]

@@ -12,11 +12,10 @@ import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from longdoc.analyze import STATISTIC_GROUPS
+from longdoc.analyze import ANALYSIS_FILE, STATISTIC_GROUPS
 from longdoc.analyze.summary import STATISTICS, Summary
 from longdoc.errors import InputError
 
-ANALYSIS_FILE = "analysis.json"
 FORMAT_VERSION = 1
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from longdoc import inference
-from longdoc.analyze import STATISTIC_GROUPS
+from longdoc.analyze import ANALYSIS_FILE, STATISTIC_GROUPS
 from longdoc.tasks import task_names
 
 HELP = ("measure a model's attention per layer, head and piece: entropy, sparsity, change between layers, "
@@ -68,7 +68,7 @@ def table(analysis: dict) -> str:
 
 
 def run(args) -> int:
-    from longdoc.analyze.run import ANALYSIS_FILE, AnalysisOptions, analyze_attention
+    from longdoc.analyze.run import AnalysisOptions, analyze_attention
 
     statistics = tuple(name.strip() for name in args.statistics.split(",") if name.strip())
     options = AnalysisOptions(model=args.model, data=args.data, out=args.out, task=args.task, examples=args.examples,
