@@ -49,7 +49,10 @@ class AnalysisResult:
 def _check(options: AnalysisOptions, config: dict) -> dict[str, str]:
     """InputError for options that cannot give any figure; the statistics that do not apply (name -> why)."""
     from longdoc.analyze.plots import INSTALL_HINT, plotting_available
+    from longdoc.tasks import task_names
 
+    if options.task is not None and options.task not in task_names():
+        raise InputError(f"--task {options.task}: unknown task; one of {', '.join(task_names())}")
     if options.examples < 1:
         raise InputError(f"--examples must be >= 1, got {options.examples}")
     if options.batch_size < 1:

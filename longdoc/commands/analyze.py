@@ -27,7 +27,8 @@ def add_arguments(parser) -> None:
                         help="with --task, a file of that task in its official format; without, plain text (a file "
                              "or a folder of them), packed as pretraining packs it, one global token per sentence")
     names = task_names()
-    parser.add_argument("--task", choices=names, metavar="TASK",
+    # (no argparse choices: an unknown name is refused in one line, as every other bad input)
+    parser.add_argument("--task", metavar="TASK",
                         help=f"the task whose features the model reads --data as: one of {', '.join(names)}")
     parser.add_argument("--examples", type=int, default=64, metavar="N",
                         help="model inputs to analyse: the first N windows of --data (default 64)")
