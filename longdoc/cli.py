@@ -38,6 +38,7 @@ COMMANDS = {
     "train": "longdoc.commands.train",
     "pretrain": "longdoc.commands.pretrain",
     "demo": "longdoc.commands.demo",
+    "analyze": "longdoc.commands.analyze",
 }
 
 # Commands that never import transformers: its output settings are left unloaded for them.

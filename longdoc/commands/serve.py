@@ -1,6 +1,7 @@
-"""`longdoc serve DOCS... [--model DIR]` and `longdoc serve --task TASK --gold FILE --pred FILE...`: a
-local web page and HTTP API to ask documents, or to browse a model's predictions beside the gold
-(longdoc.serve). Loopback by default; prints the address, serves until Ctrl-C."""
+"""`longdoc serve DOCS... [--model DIR]`, `longdoc serve --task TASK --gold FILE --pred FILE...` and
+`longdoc serve --analysis DIR`: a local web page and HTTP API to ask documents, to browse a model's
+predictions beside the gold, or to show an attention analysis (longdoc.serve). Loopback by default;
+prints the address, serves until Ctrl-C."""
 
 import argparse
 import sys
@@ -12,7 +13,7 @@ from longdoc.commands.evaluate import add_metric_arguments, task_metric_options
 from longdoc.errors import InputError
 from longdoc.tasks import REGISTRY
 
-HELP = "a local web page and HTTP API: ask your documents, or browse predictions beside the gold"
+HELP = "a local web page and HTTP API: ask your documents, browse predictions beside the gold, or show an analysis"
 INSTALL_HINT = 'longdoc serve needs the serve extra: pip install -e ".[serve]" (FastAPI and uvicorn)'
 
 
@@ -31,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run folders (their metrics.json): the page shows their leaderboard, each run that "
                              "records a prediction file on this gold one click away")
     add_metric_arguments(browse)
+    parser.add_argument("--analysis", type=Path, metavar="DIR",
+                        help="instead of DOCS or --task: show the attention analysis in DIR (the --out of `longdoc "
+                             "analyze attention`)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
@@ -38,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_mode(args) -> None:
+    if args.analysis is not None:
+        stray = [flag for flag, value in (("DOCS", args.paths), ("--model", args.model), ("--task", args.task),
+                                          ("--gold", args.gold), ("--pred", args.pred), ("--runs", args.runs)) if value]
+        if stray:
+            raise InputError(f"--analysis shows an analysis alone: leave out {', '.join(stray)}")
+        return
     if args.task is None:
         if not args.paths:
             raise InputError("give documents to ask (longdoc serve DOCS...), or --task TASK --gold FILE --pred FILE "
@@ -72,6 +82,7 @@ def _ask_service(args):
 def run(args) -> int:
     if find_spec("fastapi") is None or find_spec("uvicorn") is None:
         raise InputError(INSTALL_HINT)
+    from longdoc.serve.analysis import AnalysisFolder
     from longdoc.serve.app import create_app
     from longdoc.serve.browser import PredictionBrowser
     from longdoc.serve.server import allowed_hosts, is_loopback, listen
@@ -79,16 +90,20 @@ def run(args) -> int:
 
     _check_mode(args)
     listener = listen(args.host, args.port)  # a port in use is told before minutes of indexing
-    service = browser = None
-    if args.task is None:
+    service = browser = analysis = None
+    if args.analysis is not None:
+        analysis = AnalysisFolder(args.analysis)
+        served = "analysis figures"
+    elif args.task is None:
         service = _ask_service(args)
+        served = "documents"
     else:
         browser = PredictionBrowser(REGISTRY, args.task, args.gold, args.pred, task_metric_options(args), args.runs)
-    app = create_app(asking=service, browser=browser, allowed_hosts=allowed_hosts(args.host))
+        served = "gold and prediction files"
+    app = create_app(asking=service, browser=browser, analysis=analysis, allowed_hosts=allowed_hosts(args.host))
     if not is_loopback(args.host):
-        print(f"longdoc serve: warning: listening on {args.host}, not loopback: the "
-              f"{'documents' if args.task is None else 'gold and prediction files'} become readable from the network",
-              file=sys.stderr)
+        print(f"longdoc serve: warning: listening on {args.host}, not loopback: the {served} become readable from "
+              "the network", file=sys.stderr)
     print(f"longdoc serve: {listener.url}  (Ctrl-C to stop)", flush=True)
     try:
         serve(app, listener, log_level="warning" if args.progress else "error")

@@ -51,11 +51,20 @@ class AttentionWeights:
     """One layer's attention weights (softmax rows, before talking heads' post mix and dropout), in
     the shapes the scores are computed in: `long` [B, h, nb, b, 3b + G] (query block n's row c:
     its window's long token (n - 1) b + c for c < 3b, global token c - 3b after), `global_` [B, h, G,
-    G + Lp] (global tokens, then long tokens), None without global tokens; `block_size` b."""
+    G + Lp] (global tokens, then long tokens), None without global tokens; `block_size` b.
+
+    With them, what reading them needs: each softmax's mask (`long_mask_bias`, `global_mask_bias`:
+    the weights' shapes with 1 for h, 0 where a query may attend) and, under residual attention, the
+    scores the layer received (`carried`, the previous layer's summed scores; empty in the first
+    layer) and the summed scores it passed on (`summed`): the layer's own scores are their difference."""
 
     long: Tensor
     global_: Tensor | None
     block_size: int
+    long_mask_bias: Tensor | None = None
+    global_mask_bias: Tensor | None = None
+    carried: AttentionCarry | None = None
+    summed: AttentionCarry | None = None
 
 
 class SoftmaxParameters(nn.Module):
@@ -137,9 +146,11 @@ class GlobalLocalAttention(nn.Module):
             self.long_softmax, side, carry.long_scores, layer_number, backend.keep_weights,
         ))
         long_out = self.long_output(long.context)
-        weights = AttentionWeights(long.weights, None, side.block_size) if backend.keep_weights else None
+        weights = None
+        if backend.keep_weights:
+            weights = AttentionWeights(long.weights, None, side.block_size, side.long_mask_bias, side.global_mask_bias)
         if global_hidden.shape[1] == 0:
-            return long_out, global_hidden, AttentionCarry(long.summed), weights
+            return long_out, global_hidden, self._kept(AttentionCarry(long.summed), carry, weights), weights
         # Global queries over [all globals | all long tokens].
         global_ = backend.attend(self._operands(
             global_qkv, long_kv_of_global, 0, side.global_mask_bias, side.global_relative_ids,
@@ -148,7 +159,14 @@ class GlobalLocalAttention(nn.Module):
         global_out = (self.global_output or self.long_output)(global_.context)
         if weights is not None:
             weights.global_ = global_.weights
-        return long_out, global_out, AttentionCarry(long.summed, global_.summed), weights
+        return long_out, global_out, self._kept(AttentionCarry(long.summed, global_.summed), carry, weights), weights
+
+    def _kept(self, summed: AttentionCarry, carried: AttentionCarry, weights: AttentionWeights | None) -> AttentionCarry:
+        """`summed`, recorded with the `carried` scores it was computed from in the kept `weights`
+        under residual attention (the backends leave both intact when the weights are kept)."""
+        if weights is not None and self.residual_attention:
+            weights.carried, weights.summed = carried, summed
+        return summed
 
     def _operands(
         self, own: Tensor, other: Tensor, window_block: int, mask_bias: Tensor, relative_ids: Tensor | None,

@@ -194,8 +194,10 @@ class GlobalLocalPreTrainedModel(PreTrainedModel):
 
     def keep_attention_weights(self, keep: bool = True) -> None:
         """Have every encoder in this model return each layer's attention weights
-        (`GlobalLocalModelOutput.attention_weights`), for inspection: they cost memory (a [B, h, L,
-        3b + G] tensor per layer) and nothing in a forward pass needs them."""
+        (`GlobalLocalModelOutput.attention_weights`), with the masks and, under residual attention, the
+        carried and summed scores, for inspection (`longdoc analyze attention`): they cost memory (a [B,
+        h, L, 3b + G] tensor per layer, three under residual attention) and nothing in a forward pass
+        needs them."""
         for module in self.modules():
             if isinstance(module, GlobalLocalModel):
                 module.keeps_attention_weights = keep
@@ -299,8 +301,10 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
         backend = resolve_backend(self.attention_backend or config.attention_backend, long_hidden.device,
                                   _attention_dtype(long_hidden))(
             # Without autograd, big buffers pass from layer to layer instead of being allocated afresh
-            # (under tracing the compiler plans the memory).
-            reuse_buffers=not torch.is_grad_enabled() and not torch.compiler.is_compiling(),
+            # (under tracing the compiler plans the memory); not when the weights are kept, which come
+            # with the scores they were computed from (AttentionWeights), for the layers after to leave.
+            reuse_buffers=(not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+                           and not self.keeps_attention_weights),
             keep_weights=self.keeps_attention_weights,
         )
         # Whole blocks inside the encoder; padded positions are masked as keys and cut off below.

@@ -7,7 +7,9 @@ Routes (the OpenAPI description is at /api/openapi.json):
 - asking (`longdoc serve DOCS...`): `POST /api/ask`, `GET /api/documents` (the documents, their
   sizes and index state), `GET /api/documents/{file}` (one document's text, by the name it is
   listed under; any other name is 404: nothing else on the machine can be reached);
-- browsing (`longdoc serve --task ...`): `GET /api/examples`, `GET /api/examples/{id}`.
+- browsing (`longdoc serve --task ...`): `GET /api/examples`, `GET /api/examples/{id}`;
+- an attention analysis (`longdoc serve --analysis DIR`): `GET /api/analysis` (its analysis.json),
+  `GET /api/analysis/plots/{name}` (a PNG it lists; any other name is 404).
 
 Errors are JSON objects {"error": message, "field": the request field at fault or null} with a
 4xx status: 400 for a body that is not JSON, 404 for an unknown document or example, 413 for a
@@ -24,6 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from longdoc.serve.analysis import AnalysisFolder
 from longdoc.serve.asking import AskService, NotReady
 from longdoc.serve.browser import PredictionBrowser
 from longdoc.serve.options import AskOptions
@@ -135,8 +138,9 @@ ERRORS = {code: {"model": ErrorBody} for code in (400, 404, 413, 422, 503)}
 
 
 def create_app(*, asking: AskService | None = None, browser: PredictionBrowser | None = None,
-               allowed_hosts: tuple[str, ...] = ("*",)) -> FastAPI:
-    """The application for one set of documents (`asking`) or one gold file and its runs (`browser`).
+               analysis: AnalysisFolder | None = None, allowed_hosts: tuple[str, ...] = ("*",)) -> FastAPI:
+    """The application for one set of documents (`asking`), one gold file and its runs (`browser`) or
+    one attention analysis (`analysis`).
     `allowed_hosts`: the Host headers answered (others get 400): the loopback names when bound to
     loopback, so that a web page cannot reach the server through a DNS name rebound to 127.0.0.1."""
     from importlib.metadata import version
@@ -158,6 +162,8 @@ def create_app(*, asking: AskService | None = None, browser: PredictionBrowser |
     def info() -> dict:
         if browser is not None:
             return browser.info()
+        if analysis is not None:
+            return analysis.info()
         return {"mode": "ask", "documents": len(asking.documents), "model": None if asking.model_dir is None
                 else str(asking.model_dir), "defaults": AskOptions(question="?").model_dump(exclude={"question"})}
 
@@ -194,5 +200,17 @@ def create_app(*, asking: AskService | None = None, browser: PredictionBrowser |
             if found is None:
                 return error_response(404, f"no example with id {example_id!r} in {browser.gold}", "id")
             return JSONResponse(found)
+
+    if analysis is not None:
+        @app.get("/api/analysis", summary="the analysis.json of `longdoc analyze attention`")
+        def analysis_figures() -> JSONResponse:
+            return JSONResponse(analysis.analysis)
+
+        @app.get("/api/analysis/plots/{name}", summary="one of the analysis's PNG plots", responses=ERRORS)
+        def analysis_plot(name: str):
+            path = analysis.plot(name)
+            if path is None:
+                return error_response(404, f"the analysis has no plot named {name!r}", "name")
+            return FileResponse(path, media_type="image/png")
 
     return app

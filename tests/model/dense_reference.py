@@ -8,6 +8,7 @@ in float64 on tiny inputs.
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -89,8 +90,22 @@ def dense_masks_and_ids(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, 
     return allowed, ids
 
 
-def dense_forward(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, Tensor]:
-    """(long_hidden_state [B, L, H], global_hidden_state [B, G, H]) by dense attention."""
+@dataclass
+class DenseLayerAttention:
+    """One layer of the dense computation, over [long tokens | global tokens] (N = L + G): `allowed` [B,
+    N, N], the softmax's weights `probs` [B, h, N, N] (before talking heads' post mix), and the summed
+    scores `summed` and the `carried` ones (None in the first layer, or without residual attention)."""
+
+    allowed: Tensor
+    probs: Tensor
+    summed: Tensor
+    carried: Tensor | None
+
+
+def dense_forward(model: GlobalLocalModel, inputs: dict,
+                  record: list[DenseLayerAttention] | None = None) -> tuple[Tensor, Tensor]:
+    """(long_hidden_state [B, L, H], global_hidden_state [B, G, H]) by dense attention; each layer's
+    attention appended to `record` when given."""
     config = model.config
     heads, size = config.num_attention_heads, config.head_size
     long_ids = inputs["long_input_ids"]
@@ -137,8 +152,9 @@ def dense_forward(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, Tensor
                 term = (q.unsqueeze(3) * embedding).sum(-1) + softmax.relative_bias[relative_ids].permute(0, 3, 1, 2)
                 scores = torch.where(rows.view(1, 1, -1, 1), scores + term, scores)
         scores = scores / math.sqrt(size)
-        if config.residual_attention and carried is not None:
-            scores = scores + carried
+        received = carried if config.residual_attention else None
+        if received is not None:
+            scores = scores + received
         carried = scores
         logits = scores / number if config.residual_attention_mean else scores
         if config.talking_heads:
@@ -148,6 +164,8 @@ def dense_forward(model: GlobalLocalModel, inputs: dict) -> tuple[Tensor, Tensor
             logits = mixed
         logits = logits.masked_fill(~allowed.unsqueeze(1), float("-inf"))
         probs = torch.softmax(logits, dim=-1).nan_to_num(0.0)  # padding rows see nothing
+        if record is not None:
+            record.append(DenseLayerAttention(allowed, probs, scores, received))
         if config.talking_heads:
             mixed = torch.empty_like(probs)
             for softmax, rows in ((attention.long_softmax, is_long_query), (attention.global_softmax, ~is_long_query)):

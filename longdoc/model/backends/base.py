@@ -48,7 +48,8 @@ class SoftmaxOperands:
     scale: multiplies the summed scores in the softmax (1 / the layer's number under the running mean).
     drop_probability: attention dropout on the weights that multiply the values (0 outside training).
     keep_summed: return the summed scores (residual attention carries them to the next layer).
-    keep_weights: return the attention weights (for inspection; nothing in a forward pass needs them).
+    keep_weights: return the attention weights (for inspection; nothing in a forward pass needs them),
+      and leave `carried` as it was: the reader of the weights compares it with the summed scores.
     """
 
     own: Tensor

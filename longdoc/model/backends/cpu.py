@@ -47,7 +47,7 @@ class CompiledSoftmax(torch.autograd.Function):
 
     Nothing score-sized is allocated but the carried sum, and when autograd records the call what
     the backward (compiled too) needs: the weights, dropout's mask, and with talking heads the summed
-    scores. Without autograd the summed scores are written over the carried ones.
+    scores. Without autograd the summed scores are written over the carried ones (unless the weights are kept).
     """
 
     @staticmethod
@@ -61,7 +61,9 @@ class CompiledSoftmax(torch.autograd.Function):
         scores_shape = torch.Size((batch, heads, *settings.mask_bias.shape[2:]))
         summed = None
         if settings.keep_summed or (for_backward and talking):  # (talking heads' backward reads them)
-            summed = carried if carried is not None and not for_backward else own.new_empty(scores_shape)
+            # Written over the carried scores where nothing reads those again: kept weights come with both.
+            overwrite = carried is not None and not for_backward and not settings.keep_weights
+            summed = carried if overwrite else own.new_empty(scores_shape)
         probs = None
         if keeps_weights:  # (with key ranges the kernel writes no weight in the columns it skips: 0)
             wanted_whole = settings.keep_weights and settings.key_ranges is not None

@@ -1,11 +1,12 @@
-// The page asks the server what it serves, then starts the ask view or the prediction browser.
+// The page asks the server what it serves, then starts the ask view, the prediction browser or the analysis.
 import { getJSON, setupKeysHelp, shortcuts } from "./common.js";
 
 async function main() {
   const toggleKeys = setupKeysHelp();
   shortcuts({ "?": toggleKeys });
   const info = await getJSON("/api/info");
-  const view = await import(info.mode === "ask" ? "./ask.js" : "./browse.js");
+  const views = { ask: "./ask.js", browse: "./browse.js", analysis: "./analysis.js" };
+  const view = await import(views[info.mode]);
   document.getElementById("loading").hidden = true;
   await view.start(info);
 }
