@@ -35,11 +35,17 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from longdoc.errors import InputError, ModelFolderError
+from longdoc.errors import DeviceMemoryError, InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.encoder_folder import EncoderWithHeads, describe_checkpoint, readable_weights
-from longdoc.model.inputs import MODEL_INPUT_NAMES, check_encoder_inputs, encoder_inputs
+from longdoc.model.inputs import (
+    INPUT_ALIASES, MODEL_INPUT_NAMES, batch_shape, check_encoder_inputs, encoder_inputs, take_aliases,
+)
 from longdoc.model.modeling import GlobalLocalModelOutput
+
+
+# What lowers the memory a prediction batch takes (DeviceMemoryError; options named by field).
+PREDICTION_REMEDIES = "lower {batch_size}, or compute in bfloat16 ({bf16})"
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -84,13 +90,15 @@ class TaskModel(EncoderWithHeads):
     def encode(self, inputs: dict[str, Tensor]) -> GlobalLocalModelOutput:
         """The encoder on `inputs`: what `forward` was given besides the arguments it names. A key that
         is not an encoder input is a TypeError naming it (a misspelled label would otherwise be dropped
-        and its loss never computed), as a call of `forward` with an unknown keyword would be."""
+        and its loss never computed), as a call of `forward` with an unknown keyword would be; transformers'
+        names (`input_ids`, ...: longdoc.model.inputs.INPUT_ALIASES) are the long input's."""
+        inputs = take_aliases(inputs)
         unknown = sorted(set(inputs) - set(MODEL_INPUT_NAMES))
         if unknown:
             named = [name for name, parameter in inspect.signature(self.forward).parameters.items()
                      if parameter.kind is not parameter.VAR_KEYWORD]
             raise TypeError(f"{type(self).__name__}.forward got unknown input(s) {', '.join(unknown)}; "
-                            f"known: {', '.join([*named, *MODEL_INPUT_NAMES])}")
+                            f"known: {', '.join([*named, *MODEL_INPUT_NAMES, *INPUT_ALIASES])}")
         return self.encoder(**encoder_inputs(inputs))
 
     @torch.no_grad()
@@ -105,7 +113,8 @@ class TaskModel(EncoderWithHeads):
         at that row's index, on the CPU (results of a whole file add up: they stay out of GPU memory),
         floating ones as float32 whatever the model's dtype (decoders add and compare logits, which a
         lower precision would round), still padded to its batch's length (positions past the row's
-        own length are padding).
+        own length are padding). A batch the device has no memory for is a DeviceMemoryError naming
+        its shape.
         """
         self.eval()
         results: list[dict[str, Tensor] | None] = [None] * len(rows)
@@ -114,7 +123,10 @@ class TaskModel(EncoderWithHeads):
             for indices in batches:
                 batch = collate([rows[i] for i in indices], self.config.pad_token_id)
                 check_encoder_inputs(batch, self.config)  # the values, here on the CPU, not in forward on the device
-                output = self(**{name: value.to(self.device) for name, value in batch.items()})
+                try:
+                    output = self(**{name: value.to(self.device) for name, value in batch.items()})
+                except torch.OutOfMemoryError:
+                    raise DeviceMemoryError("predicting", *batch_shape(batch), PREDICTION_REMEDIES) from None
                 tensors = {name: _to_cpu(value) for name, value in output.items()
                            if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == len(indices)}
                 for position, index in enumerate(indices):
