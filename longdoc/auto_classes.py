@@ -1,9 +1,11 @@
-"""longdoc's encoder registered with transformers' Auto classes, as `import longdoc` does.
+"""longdoc's encoder registered with transformers' Auto classes, as `import longdoc` does: the config
+with AutoConfig, the encoder with AutoModel, the span reader (longdoc.model.span_reader) with
+AutoModelForQuestionAnswering.
 
 AutoConfig and AutoModel know only the classes registered with them, and registering needs the
 classes: torch and transformers' model code, seconds to import, which `longdoc --help` and the
-metric commands never load. So `register_auto_classes` registers at once what transformers has
-already imported (AutoConfig, AutoModel), and leaves the rest to a finder on `sys.meta_path` that
+metric commands never load. So `register_auto_classes` registers at once with what transformers has
+already imported, and leaves the rest to a finder on `sys.meta_path` that
 registers right after the modules of `WATCHED` finish importing, then takes itself off the path.
 
 transformers imports AutoModel part way through its own model code (modeling_layers imports it
@@ -22,10 +24,8 @@ MODEL_AUTO = "transformers.models.auto.modeling_auto"
 WATCHED = frozenset({
     CONFIG_AUTO, MODEL_AUTO, "transformers.configuration_utils", "transformers.modeling_utils",
     "transformers.modeling_layers", "longdoc.model.config", "longdoc.model.modeling",
+    "longdoc.model.encoder_folder", "longdoc.model.task_model", "longdoc.model.span_reader",
 })
-
-_pending = {CONFIG_AUTO, MODEL_AUTO}  # the Auto classes not registered with yet
-_registering = False
 
 
 def _register_config() -> None:
@@ -44,19 +44,37 @@ def _register_model() -> None:
     AutoModel.register(GlobalLocalConfig, GlobalLocalModel, exist_ok=True)
 
 
+def _register_span_reader() -> None:
+    from transformers.models.auto.modeling_auto import AutoModelForQuestionAnswering
+
+    from longdoc.model.config import GlobalLocalConfig
+    from longdoc.model.span_reader import SpanReader
+
+    AutoModelForQuestionAnswering.register(GlobalLocalConfig, SpanReader, exist_ok=True)
+
+
+# Each registration and the module of transformers' it waits for.
+REGISTRATIONS = ((CONFIG_AUTO, _register_config), (MODEL_AUTO, _register_model), (MODEL_AUTO, _register_span_reader))
+_pending = set(REGISTRATIONS)  # the registrations not done yet
+_registering = False
+
+
 def _register_imported() -> None:
-    """Register with each Auto class transformers has imported; the finder goes once both are done."""
+    """Each registration whose Auto class transformers has imported; the finder goes once all are done."""
     global _registering
     if _registering:  # the registration's own imports finishing
         return
     _registering = True
     try:
-        for name, register in ((CONFIG_AUTO, _register_config), (MODEL_AUTO, _register_model)):
-            if name in _pending and name in sys.modules:
+        for registration in REGISTRATIONS:
+            name, register = registration
+            if registration not in _pending or name not in sys.modules:
+                continue
+            try:
                 register()
-                _pending.discard(name)
-    except ImportError:
-        return  # a half-imported module (see the module docstring): the next watched one tries again
+            except ImportError:
+                continue  # a half-imported module (see the module docstring): the next watched one tries again
+            _pending.discard(registration)
     finally:
         _registering = False
     if not _pending and _FINDER in sys.meta_path:
@@ -101,8 +119,8 @@ _FINDER = _WatchedImports()
 
 
 def register_auto_classes() -> None:
-    """Register GlobalLocalConfig with AutoConfig and GlobalLocalModel with AutoModel: now where
-    transformers has imported them, else as soon as it does."""
+    """Register GlobalLocalConfig with AutoConfig, GlobalLocalModel with AutoModel and SpanReader with
+    AutoModelForQuestionAnswering: now where transformers has imported them, else as soon as it does."""
     _register_imported()
     if _pending and _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)

@@ -5,7 +5,8 @@ Library code raises `InputError` (a `ValueError`) with a message that names the 
 or argument at fault; the command line prints that message and exits with status 2 instead of a
 traceback. The library names options by their field names (`batch_size`); only the command line
 knows its flags, so an `OptionError` (`OptionWarning`) keeps the names apart from the rest of the
-message and the command line shows them as its flags (`--batch-size`).
+message and the command line shows them as its flags (`--batch-size`). A `DeviceMemoryError` is an
+OptionError: the batch that did not fit, and the options that make it fit.
 """
 
 import string
@@ -62,3 +63,15 @@ class OptionWarning(_NamesOptions, UserWarning):
     def __init__(self, template: str, **values):
         self._keep(template, values)
         super().__init__(self.message())
+
+
+class DeviceMemoryError(OptionError):
+    """Out of device memory (torch.OutOfMemoryError) on a batch of known shape: the message says what
+    ran out (`doing`: "training on", "predicting"), the batch's rows and lengths, and `remedies`, a
+    template naming the options that lower the memory a batch takes, e.g. "lower {batch_size}"."""
+
+    def __init__(self, doing: str, rows: int, long_length: int, global_length: int, remedies: str):
+        self.rows, self.long_length, self.global_length = rows, long_length, global_length
+        super().__init__("out of device memory {doing} a batch of {rows} rows of {long_length} long and "
+                         "{global_length} global tokens: " + remedies, doing=doing, rows=rows,
+                         long_length=long_length, global_length=global_length)

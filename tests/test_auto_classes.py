@@ -1,7 +1,10 @@
 """`import longdoc` registers the encoder with transformers' Auto classes: a saved longdoc folder
 loads through AutoModel / AutoConfig in a fresh process, whatever was imported first, and the
-import itself loads neither torch nor transformers."""
+import itself loads neither torch nor transformers; AutoModel on a task model's folder gives its
+encoder without a load report; AutoModelForQuestionAnswering loads a lifted span reader."""
 
+import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -9,9 +12,16 @@ import sys
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from transformers import AutoModel, AutoModelForQuestionAnswering, AutoTokenizer, BertForQuestionAnswering
+from transformers.modeling_outputs import QuestionAnsweringModelOutput
+from transformers.utils import logging as transformers_logging
 
+from longdoc import cli
+from longdoc.convert.pretrained import minilm_path
+from longdoc.errors import ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.span_reader import SpanReader
 from longdoc.tasks import get_task
 
 pytestmark = pytest.mark.slow  # fresh Python processes that import torch and transformers
@@ -40,10 +50,13 @@ def _python(code, *argv):
     return result.stdout.splitlines()
 
 
+SMALL = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+             long_max_len=64, global_max_len=8)
+
+
 @pytest.fixture(scope="module")
 def small_config():
-    return GlobalLocalConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                             intermediate_size=64, long_max_len=64, global_max_len=8)
+    return GlobalLocalConfig(**SMALL)
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +120,92 @@ def test_auto_model_on_a_task_folder_gives_its_encoder(small_config, inputs, tmp
     assert printed[0] == "longdoc.model.modeling GlobalLocalModel GlobalLocalConfig"
     loaded = load_file(tmp_path / "out.safetensors")
     assert torch.equal(loaded["long"], expected[0]) and torch.equal(loaded["global"], expected[1])
+
+
+@contextlib.contextmanager
+def transformers_warnings_shown():
+    """transformers' logging at its default level (warnings) with its progress bars off, whatever an
+    earlier command in this process set (the command line hides its warnings)."""
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_warning()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+
+
+def _load_quietly(auto_class, folder, capfd, caplog):
+    """`auto_class.from_pretrained(folder)` and everything it printed or logged (stdout, stderr, logging)."""
+    capfd.readouterr()
+    caplog.clear()
+    with transformers_warnings_shown(), caplog.at_level(logging.WARNING):
+        model = auto_class.from_pretrained(folder)
+    printed = capfd.readouterr()
+    return model, printed.out + printed.err + caplog.text
+
+
+def test_auto_model_on_a_task_folder_leaves_the_heads_out_without_a_report(small_config, tmp_path, capfd, caplog):
+    torch.manual_seed(0)
+    task_model = get_task("hotpotqa").load("model")(small_config)
+    task_model.save_pretrained(tmp_path / "task")
+    encoder, printed = _load_quietly(AutoModel, tmp_path / "task", capfd, caplog)
+    assert type(encoder) is GlobalLocalModel
+    assert "LOAD REPORT" not in printed and "UNEXPECTED" not in printed, printed
+    expected = task_model.encoder.state_dict()
+    loaded = encoder.state_dict()
+    assert loaded.keys() == expected.keys()
+    assert all(torch.equal(loaded[name], expected[name]) for name in expected)
+    # The heads' keys are left out of the encoder only: the task model loads its own folder with its heads.
+    assert task_model._keys_to_ignore_on_load_unexpected == set()
+
+
+def test_a_key_the_encoder_lacks_inside_its_own_modules_is_still_reported(small_config, tmp_path, capfd, caplog):
+    torch.manual_seed(0)
+    GlobalLocalModel(small_config).save_pretrained(tmp_path / "encoder")
+    weights = load_file(tmp_path / "encoder" / "model.safetensors")
+    weights["encoder.layers.7.long_attention_norm.weight"] = torch.ones(small_config.hidden_size)
+    save_file(weights, tmp_path / "encoder" / "model.safetensors", metadata={"format": "pt"})
+    _, printed = _load_quietly(AutoModel, tmp_path / "encoder", capfd, caplog)
+    assert "LOAD REPORT" in printed and "encoder.layers.7.long_attention_norm.weight" in printed, printed
+
+
+def test_auto_model_for_question_answering_loads_a_lifted_span_reader(tmp_path, monkeypatch, capfd, caplog):
+    # Real weights: MiniLM with a fresh qa_outputs head, saved as a Hub QA checkpoint is, then lifted.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    with transformers_warnings_shown():
+        source = BertForQuestionAnswering.from_pretrained(minilm_path()).eval()
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    source.save_pretrained(tmp_path / "source")
+    tokenizer.save_pretrained(tmp_path / "source")
+    monkeypatch.setattr(cli, "COMMANDS", {"lift": "longdoc.commands.lift"})
+    assert cli.main(["lift", "--from", str(tmp_path / "source"), "--out", str(tmp_path / "reader")]) == 0
+
+    reader, printed = _load_quietly(AutoModelForQuestionAnswering, tmp_path / "reader", capfd, caplog)
+    assert type(reader) is SpanReader and "LOAD REPORT" not in printed, printed
+    reader.eval()
+    own = SpanReader.from_pretrained(tmp_path / "reader").eval()
+    # What a transformers user writes, unchanged: the tokenizer's output in, start/end logits out.
+    encoded = AutoTokenizer.from_pretrained(tmp_path / "reader")(
+        ["Where was Ada Lovelace born?", "Who wrote of the engine?"],
+        ["Ada Lovelace was born in London.", "Ada Lovelace wrote of the engine of Babbage in 1843."],
+        padding=True, return_tensors="pt")
+    with torch.no_grad():
+        output = reader(**encoded)
+        expected = own(long_input_ids=encoded["input_ids"], long_attention_mask=encoded["attention_mask"],
+                       long_token_type_ids=encoded["token_type_ids"])
+        theirs = source(**encoded)
+    assert isinstance(output, QuestionAnsweringModelOutput)
+    start_logits, end_logits = output.to_tuple()  # no loss without positions: as transformers' models
+    assert torch.equal(start_logits, expected.start_logits) and torch.equal(end_logits, expected.end_logits)
+    real = encoded["attention_mask"].bool()
+    assert not bool(real.all())  # the shorter pair is padded
+    for ours, source_logits in ((start_logits, theirs.start_logits), (end_logits, theirs.end_logits)):
+        assert (ours - source_logits)[real].abs().max().item() < 1e-4
+        assert torch.equal(ours.masked_fill(~real, -1e9).argmax(-1), source_logits.masked_fill(~real, -1e9).argmax(-1))
+    # Another task's model is refused by name, not read as a reader.
+    torch.manual_seed(0)
+    get_task("wikihop").load("model")(GlobalLocalConfig(**SMALL)).save_pretrained(tmp_path / "wikihop")
+    with pytest.raises(ModelFolderError, match="is a trained wikihop model, not a span_reader model"):
+        AutoModelForQuestionAnswering.from_pretrained(tmp_path / "wikihop")

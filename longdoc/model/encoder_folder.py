@@ -20,7 +20,7 @@ from safetensors import SafetensorError
 
 from longdoc.errors import InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.modeling import GlobalLocalModel, GlobalLocalPreTrainedModel
+from longdoc.model.modeling import HEAD_KEYS, GlobalLocalModel, GlobalLocalPreTrainedModel
 
 
 @contextmanager
@@ -72,6 +72,12 @@ class EncoderWithHeads(GlobalLocalPreTrainedModel):
     def __init__(self, config: GlobalLocalConfig):
         super().__init__(config)
         self.encoder = GlobalLocalModel(config)
+
+    def post_init(self) -> None:
+        """transformers' post_init, less the encoder's pattern of head keys it gathers from `self.encoder`
+        (modeling.HEAD_KEYS): this model's heads are its own, and keys it does not have are reported."""
+        super().post_init()
+        self._keys_to_ignore_on_load_unexpected.discard(HEAD_KEYS)
 
     @classmethod
     def from_encoder(cls, directory: str | Path, encoder_config: dict[str, Any] | None = None,

@@ -44,6 +44,12 @@ Rules `collate_features` applies to every spec (encoder inputs and extras alike)
 - `pad=PAD_TOKEN_ID` pads with the tokenizer's pad id, given to `collate_features`.
 - Values are converted to the spec's dtype.
 `encoder_inputs(batch)` picks the encoder's inputs out of a batch that also holds labels.
+
+transformers' names. A tokenizer's output names a plain encoder's inputs `input_ids`,
+`attention_mask` and `token_type_ids`; `INPUT_ALIASES` takes them as the long input's, so
+`model(**tokenizer(question, context, return_tensors="pt"))` runs the encoder with no global tokens, as
+it runs a BERT. `take_aliases` renames them (forward and `TaskModel.encode` call it); a name given
+together with its alias is refused.
 """
 
 from dataclasses import dataclass
@@ -106,12 +112,36 @@ ENCODER_INPUTS = (
 MODEL_INPUT_NAMES = tuple(spec.name for spec in ENCODER_INPUTS)
 # Given only for rows that pack several examples (ETC's pretraining); longdoc's features hold one.
 PACKED_ROW_INPUTS = ("long_example_ids", "global_example_ids")
+# transformers' name of a plain encoder's input -> the long input's (see the module docstring).
+INPUT_ALIASES = {"input_ids": "long_input_ids", "attention_mask": "long_attention_mask",
+                 "token_type_ids": "long_token_type_ids"}
+
+
+def take_aliases(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """`inputs` with each of transformers' names (INPUT_ALIASES) given under the long input's name; an
+    alias and its long name both given (not None) is a TypeError naming both."""
+    renamed = {name: value for name, value in inputs.items() if name not in INPUT_ALIASES}
+    for alias, name in INPUT_ALIASES.items():
+        if inputs.get(alias) is None:
+            continue
+        if inputs.get(name) is not None:
+            raise TypeError(f"{alias} and {name} were both given: {alias} (transformers' name) is the long input's "
+                            f"{name}; give one of them")
+        renamed[name] = inputs[alias]
+    return renamed
 
 
 def encoder_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
     """The encoder's inputs in `batch`, a collated batch or one feature row (labels and bookkeeping
     left out, None values dropped)."""
     return {name: batch[name] for name in MODEL_INPUT_NAMES if batch.get(name) is not None}
+
+
+def batch_shape(batch: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(rows, long tokens, global tokens) of a collated batch of encoder inputs."""
+    long_input_ids, global_input_ids = batch["long_input_ids"], batch.get("global_input_ids")
+    return (long_input_ids.shape[0], long_input_ids.shape[1],
+            0 if global_input_ids is None else global_input_ids.shape[1])
 
 
 def _require_shape(name: str, tensor: Tensor | None, shape: tuple[int, ...]) -> None:

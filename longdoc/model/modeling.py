@@ -27,9 +27,13 @@ from longdoc.model.backends.base import AttentionBackend
 from longdoc.model.backends.resolution import check_backend_name, resolve_backend
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.dropout import Dropout
-from longdoc.model.inputs import check_and_collect
+from longdoc.model.inputs import check_and_collect, take_aliases
 from longdoc.model.linear import Linear
 from longdoc.model.side_inputs import SideInputs, build_side_inputs
+
+
+# A checkpoint key outside the encoder's modules (see GlobalLocalModel._keys_to_ignore_on_load_unexpected).
+HEAD_KEYS = r"^(?!(embeddings|encoder)\.)"
 
 
 @dataclass
@@ -227,6 +231,14 @@ class GlobalLocalPreTrainedModel(PreTrainedModel):
 class GlobalLocalModel(GlobalLocalPreTrainedModel):
     """The ETC-style global-local encoder. See `forward` for the inputs."""
 
+    # transformers' patterns of checkpoint keys this model leaves out knowingly: a task model's folder
+    # holds the encoder under `encoder.` (stripped as the base model's prefix) and its heads beside it,
+    # and AutoModel on it gives the encoder, as BertModel from a BertForQuestionAnswering folder. So
+    # every key outside the encoder's own modules (`embeddings.`, `encoder.`) is a head's; a key
+    # inside them that this model lacks is still reported. A model of encoder plus heads drops the
+    # pattern it inherits from here (EncoderWithHeads.post_init): its heads' keys are its own.
+    _keys_to_ignore_on_load_unexpected = [HEAD_KEYS]
+
     def __init__(self, config: GlobalLocalConfig):
         super().__init__(config)
         self.embeddings = GlobalLocalEmbeddings(config)
@@ -244,7 +256,7 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
 
     def forward(
         self,
-        long_input_ids: Tensor,
+        long_input_ids: Tensor | None = None,
         global_input_ids: Tensor | None = None,
         long_attention_mask: Tensor | None = None,
         global_attention_mask: Tensor | None = None,
@@ -258,6 +270,9 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
         global_features: Tensor | None = None,
         long_example_ids: Tensor | None = None,
         global_example_ids: Tensor | None = None,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
     ) -> GlobalLocalModelOutput:
         """
         long_input_ids [B, L]; global_input_ids [B, G] or None (no global tokens);
@@ -271,9 +286,16 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
         to the embedding;
         long_example_ids [B, L], global_example_ids [B, G]: the example each token belongs to, in rows
         that pack several (no attention across examples; ETC's pretraining packs documents).
+        input_ids, attention_mask, token_type_ids: transformers' names (a tokenizer's output) for
+        long_input_ids, long_attention_mask and long_token_type_ids; give one name of each pair.
         (The schema, with dtypes and padding values: longdoc.model.inputs.ENCODER_INPUTS.)
         """
         config = self.config
+        long = take_aliases(dict(long_input_ids=long_input_ids, long_attention_mask=long_attention_mask,
+                                 long_token_type_ids=long_token_type_ids, input_ids=input_ids,
+                                 attention_mask=attention_mask, token_type_ids=token_type_ids))
+        long_input_ids, long_attention_mask, long_token_type_ids = (
+            long["long_input_ids"], long["long_attention_mask"], long["long_token_type_ids"])
         structure = check_and_collect(config, dict(
             long_input_ids=long_input_ids, global_input_ids=global_input_ids,
             long_attention_mask=long_attention_mask, global_attention_mask=global_attention_mask,

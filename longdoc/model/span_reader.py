@@ -7,6 +7,12 @@ The reader reads what its source read: the tokenizer's pair template in the long
 question [SEP] context [SEP] with token types 0 then 1 for BERT; <s> question </s></s> context </s>
 for RoBERTa), and scores every long token as a start and an end.
 
+`import longdoc` registers it with transformers' AutoModelForQuestionAnswering, and its output is a
+`QuestionAnsweringModelOutput` (start_logits, end_logits), so a reader loads and reads as a
+transformers QA model does: `AutoModelForQuestionAnswering.from_pretrained(DIR)`, then
+`model(**tokenizer(question, context, return_tensors="pt"))` (transformers' input names are the long
+input's: longdoc.model.inputs.INPUT_ALIASES).
+
 The head is `heads.SpanHead` under the name task models give theirs, `span_head`, so a task model
 with a span head (HotpotQA's) starts from the reader's: `reader.start_task_model(HotpotQAModel)`.
 """
@@ -15,20 +21,16 @@ import copy
 from dataclasses import dataclass
 
 from torch import Tensor
-from transformers.utils import ModelOutput
+from transformers.modeling_outputs import QuestionAnsweringModelOutput
 
 from longdoc.model.heads import SpanHead, span_loss
 from longdoc.model.task_model import TaskModel
 
 
 @dataclass
-class SpanReaderOutput(ModelOutput):
-    """loss (scalar, with start/end positions); start_logits, end_logits [B, L] (masked to `answer_mask`
-    where it is given)."""
-
-    loss: Tensor | None = None
-    start_logits: Tensor | None = None
-    end_logits: Tensor | None = None
+class SpanReaderOutput(QuestionAnsweringModelOutput):
+    """transformers' QA output: loss (scalar, with start/end positions); start_logits, end_logits [B, L]
+    (masked to `answer_mask` where it is given); hidden_states and attentions are left None."""
 
 
 class SpanReader(TaskModel):

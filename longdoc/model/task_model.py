@@ -37,11 +37,17 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from longdoc.errors import InputError, ModelFolderError
+from longdoc.errors import DeviceMemoryError, InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.encoder_folder import EncoderWithHeads, describe_checkpoint, readable_weights
-from longdoc.model.inputs import MODEL_INPUT_NAMES, InputSpec, check_encoder_inputs, encoder_inputs
+from longdoc.model.inputs import (
+    INPUT_ALIASES, MODEL_INPUT_NAMES, InputSpec, batch_shape, check_encoder_inputs, encoder_inputs, take_aliases,
+)
 from longdoc.model.modeling import GlobalLocalModelOutput
+
+
+# What lowers the memory a prediction batch takes (DeviceMemoryError; options named by field).
+PREDICTION_REMEDIES = "lower {batch_size}, or compute in bfloat16 ({bf16})"
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
@@ -89,13 +95,15 @@ class TaskModel(EncoderWithHeads):
     def encode(self, inputs: dict[str, Tensor]) -> GlobalLocalModelOutput:
         """The encoder on `inputs`: what `forward` was given besides the arguments it names. A key that
         is not an encoder input is a TypeError naming it (a misspelled label would otherwise be dropped
-        and its loss never computed), as a call of `forward` with an unknown keyword would be."""
+        and its loss never computed), as a call of `forward` with an unknown keyword would be; transformers'
+        names (`input_ids`, ...: longdoc.model.inputs.INPUT_ALIASES) are the long input's."""
+        inputs = take_aliases(inputs)
         unknown = sorted(set(inputs) - set(MODEL_INPUT_NAMES))
         if unknown:
             named = [name for name, parameter in inspect.signature(self.forward).parameters.items()
                      if parameter.kind is not parameter.VAR_KEYWORD]
             raise TypeError(f"{type(self).__name__}.forward got unknown input(s) {', '.join(unknown)}; "
-                            f"known: {', '.join([*named, *MODEL_INPUT_NAMES])}")
+                            f"known: {', '.join([*named, *MODEL_INPUT_NAMES, *INPUT_ALIASES])}")
         return self.encoder(**encoder_inputs(inputs))
 
     @torch.no_grad()
@@ -104,10 +112,17 @@ class TaskModel(EncoderWithHeads):
         desc: str = "predicting",
     ) -> list[dict[str, Tensor]]:
         """The model's outputs for each feature row (in eval mode, no labels needed), in the rows' order
-        (`run_rows`, with each batch moved to the model's device)."""
+        (`run_rows`, with each batch moved to the model's device). A batch the device has no memory for
+        is a DeviceMemoryError naming its shape."""
         self.eval()
-        return run_rows(lambda batch: self(**{name: value.to(self.device) for name, value in batch.items()}),
-                        self.config, rows, collate, batch_size, progress, desc)
+
+        def forward(batch: dict[str, Tensor]):
+            try:
+                return self(**{name: value.to(self.device) for name, value in batch.items()})
+            except torch.OutOfMemoryError:
+                raise DeviceMemoryError("predicting", *batch_shape(batch), PREDICTION_REMEDIES) from None
+
+        return run_rows(forward, self.config, rows, collate, batch_size, progress, desc)
 
     @classmethod
     def from_encoder(

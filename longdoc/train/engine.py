@@ -67,19 +67,24 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from longdoc.errors import OptionError
+from longdoc.errors import DeviceMemoryError, OptionError
 from longdoc.io import atomic_write_json, atomic_write_text
-from longdoc.model.inputs import check_encoder_inputs
+from longdoc.model.inputs import batch_shape, check_encoder_inputs
 from longdoc.train import checkpoints as ckpt
 from longdoc.train.distributed import ProcessInfo, barrier, gather_objects, start_processes, stop_processes
 from longdoc.train.options import RESOLVED_OPTIONS_FILE, TrainingOptions, recorded_options
 
 TRAIN_LOG_FILE = "train_log.jsonl"
+TENSORBOARD_FOLDER = "runs"  # `tensorboard --logdir OUT/runs`, where transformers' Trainer writes its events
 EVAL_FOLDER = "eval"
 # Config fields that decide the weights' shapes and the computation they were trained for.
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "relative_vocab_size", "position_embedding_type", "talking_heads", "global_feature_size",
                 "residual_attention", "local_radius")
+# What lowers the memory a batch takes (DeviceMemoryError; options named by field).
+TRAINING_REMEDIES = ("lower {batch_size} (raise {grad_accum} as much to keep the effective batch), lower {long_max_len}, "
+                     "or turn on {gradient_checkpointing} or {bf16}")
+EVALUATION_REMEDIES = "lower {eval_batch_size} (default: {batch_size})"
 # Options that, changed between a run and its resumption, would make the resumed run another run.
 _TRAJECTORY_OPTIONS = ("lr", "warmup_ratio", "weight_decay", "max_grad_norm", "seed", "gradient_checkpointing",
                        "bf16")
@@ -259,16 +264,20 @@ def optimizer_step(
     """One optimizer step: forward and backward of `accumulation` micro-batches (`batch_for(k)`, each
     loss divided by `accumulation`), gradient clipping, AdamW, the schedule; the gradients freed.
     `no_sync` (DDP's) skips the gradient all-reduce on all but the last micro-batch; `on_output`
-    sees each micro-batch's model output. Returns the step's loss (detached) and the learning rate it used."""
+    sees each micro-batch's model output. Returns the step's loss (detached) and the learning rate it used;
+    a micro-batch the device has no memory for is a DeviceMemoryError naming its shape."""
     step_loss = None
     for micro in range(accumulation):
         batch = batch_for(micro)
         skip_sync = no_sync if no_sync is not None and micro < accumulation - 1 else contextlib.nullcontext
-        with skip_sync():
-            with autocast():
-                output = model(**batch)
-                loss = output.loss / accumulation
-            loss.backward()
+        try:
+            with skip_sync():
+                with autocast():
+                    output = model(**batch)
+                    loss = output.loss / accumulation
+                loss.backward()
+        except torch.OutOfMemoryError:
+            raise DeviceMemoryError("training on", *batch_shape(batch), TRAINING_REMEDIES) from None
         if on_output is not None:
             on_output(output)
         step_loss = loss.detach().float() if step_loss is None else step_loss + loss.detach().float()
@@ -354,12 +363,20 @@ def _save_final_model(job: TrainingJob, model: nn.Module, state_dict: dict) -> N
 class _TrainLog:
     """train_log.jsonl, one JSON object per line, written by rank 0; on resume the lines past the
     checkpoint's step are dropped (and the final evaluation's, which every run ending does again),
-    so the log reads as one run."""
+    so the log reads as one run. With `report_to` "tensorboard", each line's numbers also go to
+    TensorBoard event files in `OUT/runs` (TENSORBOARD_FOLDER), under train/NAME (loss, lr,
+    examples_per_second, epoch, a job's logged outputs) and eval/METRIC, at the line's step; on
+    resume, the events past the checkpoint's step are hidden (SummaryWriter's purge_step)."""
 
-    def __init__(self, path: Path, resumed_step: int, total_steps: int, enabled: bool):
-        self.path, self.enabled = path, enabled
+    def __init__(self, path: Path, resumed_step: int, total_steps: int, enabled: bool, report_to: str | None = None):
+        self.path, self.enabled, self.writer = path, enabled, None
         if not enabled:
             return
+        if report_to == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(path.parent / TENSORBOARD_FOLDER), purge_step=resumed_step + 1
+                                        if resumed_step else None)
         kept = []
         if resumed_step and path.is_file():
             for line in path.read_text(encoding="utf-8").splitlines():
@@ -373,9 +390,19 @@ class _TrainLog:
         atomic_write_text(path, "".join(line + "\n" for line in kept))
 
     def write(self, record: dict) -> None:
-        if self.enabled:
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+        if not self.enabled:
+            return
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            group, values = ("eval", record["eval"]) if "eval" in record else ("train", record)
+            for name, value in values.items():
+                if name != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.writer.add_scalar(f"{group}/{name}", value, record["step"])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 def _plan(job: TrainingJob, info: ProcessInfo) -> tuple[int, int, int]:
@@ -449,6 +476,16 @@ class _Run:
 
 def _run(job: TrainingJob, info: ProcessInfo) -> TrainingResult:
     run = _start(job, info)
+    try:
+        return _train(run)
+    finally:
+        run.log.close()
+
+
+def _train(run: _Run) -> TrainingResult:
+    """`run` from its step to the end: the steps (with their logs, checkpoints and evaluations), the
+    final checkpoint, evaluation and model."""
+    job, info = run.job, run.info
     metrics, checkpoint, interrupted = {}, None, False
     window = _LogWindow(job.logged_outputs)
     bar = tqdm(total=run.total_steps, initial=run.start_step, desc=f"train {job.name}", unit="step",
@@ -543,7 +580,7 @@ def _start(job: TrainingJob, info: ProcessInfo) -> _Run:
             print(f"longdoc train: the checkpoint was written by {len(rng_states)} processes, this run has "
                   f"{info.world_size}: dropout draws start afresh from the seed", file=sys.stderr)
 
-    log = _TrainLog(out_dir / TRAIN_LOG_FILE, start_step, total_steps, info.is_main)
+    log = _TrainLog(out_dir / TRAIN_LOG_FILE, start_step, total_steps, info.is_main, options.report_to)
     return _Run(job, info, identity, effective, steps_per_epoch, total_steps, fsdp, autocast, wrapped, optimizer,
                 scheduler, log, start_step, start_step)
 
@@ -661,7 +698,11 @@ def _evaluate(run: _Run, final: bool) -> dict[str, float]:
         run.model.eval()
         # Evaluation in full precision: the metric of record should not depend on --bf16.
         with torch.no_grad():
-            result = job.evaluate(run.wrapped if run.fsdp else run.model, target)
+            try:
+                result = job.evaluate(run.wrapped if run.fsdp else run.model, target)
+            except DeviceMemoryError as error:  # named by prediction's options; evaluating has its own
+                raise DeviceMemoryError("evaluating on", error.rows, error.long_length, error.global_length,
+                                        EVALUATION_REMEDIES) from None
         run.model.train()
         if not info.is_main:
             import shutil

@@ -16,6 +16,7 @@ This module imports no torch: the command line builds its parser from it.
 """
 
 import dataclasses
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,9 @@ class TrainingOptions:
     save_steps: int = option(500, "write a checkpoint every N steps (and at the end and on Ctrl-C)", "N")
     keep_last: int = option(2, "checkpoints kept (the oldest are removed)", "K")
     log_steps: int = option(10, "a train_log.jsonl line (loss, lr, examples/s) every N steps", "N")
+    report_to: str | None = option(None, "also log train_log.jsonl's scalars to: tensorboard (event files in "
+                                   "OUT/runs; needs the tensorboard package: pip install 'longdoc[tensorboard]')",
+                                   "TOOL")
     eval_batch_size: int | None = option(None, "windows per forward pass when evaluating (default: --batch-size)",
                                          "N")
     gradient_checkpointing: bool = option(False, "recompute activations in backward (less memory, slower)")
@@ -87,6 +91,8 @@ class TrainingOptions:
 ENGINE_OPTIONS: tuple[Option, ...] = options_of(TrainingOptions)
 # Encoder settings a run may change at --init (they need no new weights, or start at identity).
 ENCODER_SWITCHES = ("residual_attention", "talking_heads", "long_max_len", "global_max_len")
+# --report-to's choices: the logging tool and the package it needs.
+REPORT_TO = {"tensorboard": "tensorboard"}
 _POSITIVE = ("batch_size", "grad_accum", "save_steps", "keep_last", "log_steps")
 
 
@@ -274,6 +280,13 @@ def check_options(options: TrainingOptions) -> None:
         if options.init is not None:
             raise OptionError("{init_positions} chooses the lift of the packaged MiniLM; it does not apply with "
                               "{init} {got}", got=options.init)
+    if options.report_to is not None:
+        if options.report_to not in REPORT_TO:
+            raise OptionError("{report_to} must be one of {choices}, got {got!r}", choices=", ".join(REPORT_TO),
+                              got=options.report_to)
+        if importlib.util.find_spec(REPORT_TO[options.report_to]) is None:
+            raise OptionError("{report_to} {tool} needs the {package} package: pip install 'longdoc[{tool}]'",
+                              tool=options.report_to, package=REPORT_TO[options.report_to])
     if options.epochs is not None and options.epochs <= 0:
         raise OptionError("{epochs} must be > 0, got {got}", got=options.epochs)
     if options.lr is not None and options.lr <= 0:

@@ -13,7 +13,7 @@ from longdoc.data.batching import collate_features
 from longdoc.data.examples import Document, DomNode, Paragraph, Span, StructuredExample, TextSpan
 from longdoc.data.features import FeatureSettings, build_features
 from longdoc.model.inputs import (
-    ENCODER_INPUTS, MODEL_INPUT_NAMES, PACKED_ROW_INPUTS, PAD_TOKEN_ID, InputSpec, check_and_collect,
+    ENCODER_INPUTS, INPUT_ALIASES, MODEL_INPUT_NAMES, PACKED_ROW_INPUTS, PAD_TOKEN_ID, InputSpec, check_and_collect,
     check_encoder_inputs,
 )
 from tests.model.conftest import make_inputs, tiny_config
@@ -21,7 +21,7 @@ from tests.model.conftest import make_inputs, tiny_config
 
 def test_forward_arguments_and_docstring_follow_the_schema():
     parameters = list(inspect.signature(GlobalLocalModel.forward).parameters)
-    assert parameters == ["self", *MODEL_INPUT_NAMES]
+    assert parameters == ["self", *MODEL_INPUT_NAMES, *INPUT_ALIASES]
     docstring = GlobalLocalModel.forward.__doc__
     for spec in ENCODER_INPUTS:
         assert f"{spec.name} {spec.shape_text}" in docstring, spec.name
@@ -49,6 +49,32 @@ def test_features_of_a_real_tokenizer_collate_into_inputs_the_model_takes():
     config = tiny_config(vocab_size=tokenizer.vocab_size, global_feature_size=2)
     output = GlobalLocalModel(config).eval()(**batch)
     assert output.global_hidden_state.shape == (2, batch["global_input_ids"].shape[1], config.hidden_size)
+
+
+def test_a_tokenizers_output_runs_the_encoder_as_the_long_input():
+    # What a transformers user writes: model(**tokenizer(question, context, return_tensors="pt")).
+    tokenizer = default_tokenizer()
+    encoded = tokenizer(["which city is old?", "new?"], ["Rome is old. Paris is new.", "Bern."], padding=True,
+                        return_tensors="pt")
+    assert set(encoded) == set(INPUT_ALIASES)
+    assert not bool(encoded["attention_mask"].all()) and bool(encoded["token_type_ids"].any())  # both matter
+    torch.manual_seed(0)
+    model = GlobalLocalModel(tiny_config(vocab_size=tokenizer.vocab_size)).eval()
+    with torch.no_grad():
+        aliased = model(**encoded)
+        named = model(**{INPUT_ALIASES[name]: value for name, value in encoded.items()})
+        without_types = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
+    assert torch.equal(aliased.long_hidden_state, named.long_hidden_state)
+    assert aliased.global_hidden_state.shape == (2, 0, model.config.hidden_size)
+    assert not torch.equal(aliased.long_hidden_state, without_types.long_hidden_state)  # token types were read
+
+
+@pytest.mark.parametrize("alias", sorted(INPUT_ALIASES))
+def test_an_alias_given_with_its_long_name_is_refused(alias):
+    inputs = make_inputs(2, 10, 4, padding=True, structure=False)
+    inputs[alias] = inputs[INPUT_ALIASES[alias]]
+    with pytest.raises(TypeError, match=f"^{alias} and {INPUT_ALIASES[alias]} were both given: .*give one of them$"):
+        GlobalLocalModel(tiny_config())(**inputs)
 
 
 @pytest.mark.parametrize("name", ["long_attention_mask", "global_sees_all", "long_paragraph_ids"])

@@ -4,6 +4,7 @@ past a corrupt checkpoint), a full disk while saving, and refusals of another ta
 import errno
 import json
 import shutil
+import sys
 
 import pytest
 import torch
@@ -219,3 +220,126 @@ def test_attention_runs_the_backend_named_for_this_run_only(data, reference, tmp
     assert error.startswith("longdoc train: error: --attention gpu: attention backend 'gpu' cannot run on cpu in "
                             "float32: the GPU kernel runs on CUDA tensors only")
     assert not (tmp_path / "gpu").exists()  # refused before anything is written
+
+
+def logged_scalars(out):
+    """{tag: [(step, value), ...]} of the TensorBoard event files in out/runs, and of out/train_log.jsonl
+    as --report-to tensorboard names them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "runs"))
+    events.Reload()
+    written = {tag: [(event.step, event.value) for event in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    expected = {}
+    for line in map(json.loads, (out / "train_log.jsonl").read_text().splitlines()):
+        group, values = ("eval", line["eval"]) if "eval" in line else ("train", line)
+        for name, value in values.items():
+            if name != "step":
+                expected.setdefault(f"{group}/{name}", []).append((line["step"], value))
+    return written, expected
+
+
+def assert_same_scalars(written, expected):
+    assert written.keys() == expected.keys()
+    for tag, values in expected.items():
+        assert [step for step, _ in written[tag]] == [step for step, _ in values], tag  # each step once
+        # Event files hold float32.
+        assert [value for _, value in written[tag]] == pytest.approx([value for _, value in values], rel=1e-6), tag
+
+
+def test_report_to_tensorboard_logs_the_scalars_of_train_log(data, tmp_path):
+    out = tmp_path / "out"
+    assert main(command(data, out, **{"report-to": "tensorboard", "eval-steps": 3})) == 0
+    written, expected = logged_scalars(out)
+    assert set(expected) == {"train/loss", "train/lr", "train/examples_per_second", "train/epoch", "eval/accuracy"}
+    assert_same_scalars(written, expected)
+    assert [step for step, _ in written["train/loss"]] == list(range(1, STEPS + 1))
+    assert [step for step, _ in written["eval/accuracy"]] == [3, STEPS]
+    # Resumed from step 2: the events of steps 3 to 6 of the first run are hidden, as their log lines are dropped.
+    resumed = tmp_path / "resumed"
+    shutil.copytree(out, resumed)
+    for name in ("step-000000004", "step-000000006", "model.safetensors"):
+        path = resumed / "checkpoints" / name if name.startswith("step") else resumed / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    assert main(command(data, resumed, **{"report-to": "tensorboard", "eval-steps": 3})) == 0
+    assert_same_scalars(*logged_scalars(resumed))
+    assert [step for step, _ in logged_scalars(resumed)[0]["train/loss"]] == list(range(1, STEPS + 1))
+
+
+@pytest.mark.parametrize("tool, message", [
+    ("tensorboard", "--report-to tensorboard needs the tensorboard package: pip install 'longdoc[tensorboard]'"),
+    ("wandb", "--report-to must be one of tensorboard, got 'wandb'"),
+])
+def test_report_to_refusals(data, tmp_path, monkeypatch, capsys, tool, message):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if the package were not installed
+    assert main(command(data, tmp_path / "out", **{"report-to": tool})) == 2
+    assert capsys.readouterr().err == f"longdoc train: error: {message}\n"
+    assert not (tmp_path / "out").exists()
+
+
+OUT_OF_MEMORY = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB"
+
+
+def run_out_of_memory(monkeypatch, when):
+    """ToyModel.forward raising torch's out-of-memory error on the calls for which `when(model, calls)`
+    holds (calls: the number of calls so far); returns the shapes of the batches it was given."""
+    shapes, real_forward = [], toy_task.ToyModel.forward
+
+    def forward(self, labels=None, **inputs):
+        shapes.append((*inputs["long_input_ids"].shape, inputs["global_input_ids"].shape[1]))
+        if when(self, len(shapes)):
+            raise torch.OutOfMemoryError(OUT_OF_MEMORY)
+        return real_forward(self, labels, **inputs)
+
+    monkeypatch.setattr(toy_task.ToyModel, "forward", forward)
+    return shapes
+
+
+def assert_one_line_error(capsys, expected: str) -> None:
+    """The command (with --quiet: no progress bars) ended on the one line `expected`, its only error."""
+    err = capsys.readouterr().err
+    assert err.endswith(f"\n{expected}\n") or err == f"{expected}\n", err
+    assert err.count("error") == 1 and "Traceback" not in err, err
+
+
+def test_out_of_memory_in_a_training_step_is_one_line_and_keeps_whole_checkpoints(data, tmp_path, monkeypatch,
+                                                                                   capsys):
+    shapes = run_out_of_memory(monkeypatch, lambda model, calls: calls == 5)  # step 5, after step 4's checkpoint
+    out = tmp_path / "out"
+    assert main(["--quiet", *command(data, out, **{"eval-steps": 0})]) == 2
+    rows, length, globals_ = shapes[-1]
+    assert_one_line_error(capsys, (
+        f"longdoc train: error: out of device memory training on a batch of {rows} rows of {length} long and "
+        f"{globals_} global tokens: lower --batch-size (raise --grad-accum as much to keep the effective batch), lower "
+        "--long-max-len, or turn on --gradient-checkpointing or --bf16"))
+    assert rows == 4
+    # The checkpoints written before are whole, nothing half-written beside them, no final model.
+    assert sorted(path.name for path in (out / "checkpoints").iterdir()) == ["step-000000002", "step-000000004"]
+    assert checkpoints.read_checkpoint_files(out / "checkpoints" / "step-000000004")[0]["step"] == 4
+    assert not (out / "model.safetensors").exists()
+
+
+def test_out_of_memory_while_evaluating_names_the_evaluation_batch(data, tmp_path, monkeypatch, capsys):
+    shapes = run_out_of_memory(monkeypatch, lambda model, calls: not model.training)
+    out = tmp_path / "out"
+    assert main(["--quiet", *command(data, out, **{"eval-steps": 0, "eval-batch-size": 8})]) == 2
+    rows, length, globals_ = shapes[-1]
+    assert_one_line_error(capsys, (
+        f"longdoc train: error: out of device memory evaluating on a batch of {rows} rows of {length} long and "
+        f"{globals_} global tokens: lower --eval-batch-size (default: --batch-size)"))
+    assert rows == 8
+    # The last step's checkpoint comes before the evaluation, whole.
+    assert checkpoints.read_checkpoint_files(out / "checkpoints" / f"step-{STEPS:09d}")[0]["step"] == STEPS
+    assert not (out / "model.safetensors").exists()
+
+
+def test_out_of_memory_while_predicting_is_one_line(reference, data, tmp_path, monkeypatch, capsys):
+    shapes = run_out_of_memory(monkeypatch, lambda model, calls: True)
+    prediction = tmp_path / "predictions.json"
+    assert main(["--quiet", "predict", "toy", "--model", str(reference), "--data", str(data["dev"]), "--out", str(prediction),
+                 "--batch-size", "3"]) == 2
+    rows, length, globals_ = shapes[-1]
+    assert_one_line_error(capsys, (
+        f"longdoc predict: error: out of device memory predicting a batch of {rows} rows of {length} long and "
+        f"{globals_} global tokens: lower --batch-size, or compute in bfloat16 (--bf16)"))
+    assert rows == 3 and not prediction.exists()
