@@ -83,7 +83,8 @@ def run(args) -> int:
     if args.task is None:
         service = _ask_service(args)
     else:
-        browser = PredictionBrowser(REGISTRY, args.task, args.gold, args.pred, task_metric_options(args), args.runs)
+        browser = PredictionBrowser(REGISTRY, args.task, args.gold, args.pred, task_metric_options(args), args.runs,
+                                    allow_missing=args.allow_missing)
     app = create_app(asking=service, browser=browser, allowed_hosts=allowed_hosts(args.host))
     if not is_loopback(args.host):
         print(f"longdoc serve: warning: listening on {args.host}, not loopback: the "
