@@ -6,7 +6,7 @@
 {"question", "mode", "evidence", "answers": [{"text", "score", "file", "start", "end", "support":
 [...]}], "passages": [{"file", "start", "end", "score"}], "documents": [...]}. "documents" says, per
 file, what its offsets count: the file's decoded text, or the text extracted from it (HTML, PDF,
-DOCX); "evidence" is the cosine (MiniLM) between the question and the sentence of the passages
+DOCX; `longdoc ask --extract FILE` prints it); every place in a PDF also has its "page" (from 1); "evidence" is the cosine (MiniLM) between the question and the sentence of the passages
 read nearest to it.
 
 What answers, by `model_dir`:
@@ -143,19 +143,30 @@ class AskSession:
             answers = [answer.to_json() for answer in read_answers(
                 question, self.corpus, hits, self.model, self.tokenizer, self.reading, top_k=top_k,
                 min_score=MIN_SCORE if min_score is None else min_score)]
+        passages = [{"file": self.corpus.documents[hit.document].source.path,
+                     "start": self.corpus.passage(hit).start, "end": self.corpus.passage(hit).end,
+                     "score": hit.score} for hit in hits]
+        self._add_pages([*answers, *(sentence for answer in answers for sentence in answer.get("support", ())),
+                         *passages])
         return {
             "question": question,
             "mode": self.mode,
             "evidence": evidence,
             "answers": answers,
-            "passages": [{"file": self.corpus.documents[hit.document].source.path,
-                          "start": self.corpus.passage(hit).start, "end": self.corpus.passage(hit).end,
-                          "score": hit.score} for hit in hits],
+            "passages": passages,
             "documents": [{"file": source.path, "sha256": source.sha256,
                            "offsets_into": f"text extracted from {source.extracted_from}" if source.extracted
                            else "decoded file text"}
                           for source in self.sources],
         }
+
+    def _add_pages(self, places: Sequence[dict]) -> None:
+        """A "page" for each place ({"file", "start", ...}) in a PDF: the page its start comes from."""
+        sources = {source.path: source for source in self.sources}
+        for place in places:
+            source = sources.get(place.get("file"))
+            if source is not None and source.page_starts:
+                place["page"] = source.page_at(place["start"])
 
     def _read_spans(self, question: str, hits: Sequence[Hit], whole: bool, top_k: int, max_answer_len: int | None,
                     handle_impossible: bool) -> list[dict]:

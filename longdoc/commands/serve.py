@@ -9,6 +9,7 @@ from pathlib import Path
 
 from longdoc import inference
 from longdoc.commands.evaluate import add_metric_arguments, task_metric_options
+from longdoc.commands.hints import require_reader_folder
 from longdoc.errors import InputError
 from longdoc.tasks import REGISTRY
 
@@ -57,8 +58,7 @@ def _ask_service(args):
     from longdoc.serve.asking import AskService, served_sources
 
     if args.model is not None:  # a wrong folder is told before anything is served
-        if not args.model.is_dir():
-            raise InputError(f"{args.model}: no such folder (--model takes a reader, as `longdoc ask --model`)")
+        require_reader_folder(args.model)
         describe_checkpoint(args.model)
     placement = inference.resolve_placement(args.device, args.dtype)
     sources, errors = served_sources(args.paths)
