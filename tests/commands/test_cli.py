@@ -127,3 +127,22 @@ def test_quiet_hides_longdoc_warnings(shared_data, tmp_path):
     assert loud.returncode == quiet.returncode == 0
     assert loud.stderr.startswith("longdoc: warning: wikihop: 8 of 28 gold questions have no prediction")
     assert quiet.stderr == "" and quiet.stdout == loud.stdout
+
+
+def test_train_task_help_lists_the_shared_options_and_that_tasks_own(capsys):
+    from longdoc.commands.task_flags import flags_by_task
+    from longdoc.options import flag_of
+
+    by_task = flags_by_task(lambda task: task.train_options)
+    for task in ("wikihop", "nq"):
+        with pytest.raises(SystemExit) as stop:
+            cli.main(["train", task, "--help"])
+        assert stop.value.code == 0
+        printed = capsys.readouterr().out
+        assert "--max-steps" in printed and "--train FILE" in printed  # shared
+        for name, (_, tasks) in by_task.items():
+            assert (f"{flag_of(name)} " in printed) == (task in tasks), (task, name)
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])  # before TASK: every task's
+    printed = capsys.readouterr().out
+    assert all(f"{flag_of(name)} " in printed for name in by_task)
