@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
-        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP, parents=[after_command])
+        # A command with OWN_HELP adds its own -h/--help (`longdoc train TASK --help`: that task's options).
+        sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP, parents=[after_command],
+                                    add_help=not getattr(module, "OWN_HELP", False))
         module.add_arguments(sub)
         sub.set_defaults(run=module.run)
     return parser

@@ -4,7 +4,10 @@ The library knows no dataset by name. A dataset is a package under tasks/ (insta
 longdoc.tasks) whose `__init__.py` defines `TASK`, a `Task` record naming its parts by module path:
 
   reader    official file -> examples      read_examples(path) -> Iterator[StructuredExample]
-  metric    the official metric            evaluate_files(gold_path, pred_path, **options) -> dict
+  metric    the official metric            evaluate_files(gold_path, pred_path, *, allow_missing=False,
+                                                          **options) -> dict; a prediction file whose ids
+                                             differ from the gold's is refused unless allow_missing
+                                             (longdoc.evaluate.ids: check_prediction_ids)
   features  examples -> model inputs       training_features(path, tokenizer, config, options, progress=True)
                                              -> list[dict]: one row per training window, model inputs
                                              and labels as Python ints/lists (longdoc.model.inputs names them)
@@ -195,7 +198,7 @@ class ReaderPart(Protocol):
 
 @runtime_checkable
 class MetricPart(Protocol):
-    def evaluate_files(self, gold_path, pred_path, **options) -> dict[str, float]: ...
+    def evaluate_files(self, gold_path, pred_path, *, allow_missing: bool = False, **options) -> dict[str, float]: ...
 
 
 @runtime_checkable

@@ -3,7 +3,8 @@
 Supported: .txt and .md (the file's text), .html and .htm (the text a browser would show, taken
 with the standard library's `html.parser`), .pdf (each page's text layer, read with `pypdf`) and
 .docx (the body's paragraphs, read with `python-docx`). For HTML, PDF and DOCX answer offsets refer
-to the extracted text, which `SourceText.extracted` records and the JSON output states. A folder stands for every supported
+to the extracted text, which `SourceText.extracted` records and the JSON output states (`longdoc ask
+--extract FILE` prints it); a PDF's text also records where each page starts (`SourceText.page_at`). A folder stands for every supported
 file under it, in sorted order. Bytes that are not UTF-8 are replaced (U+FFFD) with a warning
 (`longdoc.data.text.decode_text`); offsets are character offsets into the decoded text.
 
@@ -13,6 +14,7 @@ that cannot be parsed, and a folder with no supported file, give a `SourceError`
 naming the path; the other files are still read (`load_sources` returns both lists).
 """
 
+import bisect
 import hashlib
 import io
 import logging
@@ -42,6 +44,11 @@ class SourceText:
     text: str
     sha256: str
     extracted: bool  # True: `text` is the text extracted from HTML, PDF or DOCX, not the file's own characters
+    page_starts: tuple[int, ...] = ()  # a PDF's: the offset in `text` where each page's text starts, page 1 first
+
+    def page_at(self, offset: int) -> int | None:
+        """The PDF page (from 1) that the character at `offset` of `text` comes from; None for other files."""
+        return bisect.bisect_right(self.page_starts, offset) if self.page_starts else None
 
     @property
     def extracted_from(self) -> str | None:
@@ -138,8 +145,10 @@ class DocumentFormatError(ValueError):
     """A PDF or DOCX file that its parser refuses (truncated, corrupt, encrypted)."""
 
 
-def pdf_to_text(data: bytes) -> str:
-    """The text layer of a PDF: pages in order, each page's blank-line paragraphs kept as paragraphs."""
+def pdf_to_text(data: bytes) -> tuple[str, tuple[int, ...]]:
+    """The text layer of a PDF: pages in order, each page's blank-line paragraphs kept as paragraphs;
+    and the offset in that text where each page starts (a page without text starts where the next
+    page's text would)."""
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
 
@@ -159,7 +168,14 @@ def pdf_to_text(data: bytes) -> str:
         raise DocumentFormatError(f"not a readable PDF ({type(error).__name__}: {error}); expected a valid PDF file")
     finally:
         pypdf_log.setLevel(level)
-    return _paragraphs_text(paragraph for page in pages for paragraph in _BLANK_LINE.split(page))
+    text, starts = "", []
+    for page in pages:
+        page_text = _paragraphs_text(_BLANK_LINE.split(page))
+        if text and page_text:
+            text += "\n\n"  # pages apart as paragraphs are
+        starts.append(len(text))
+        text += page_text
+    return text, tuple(starts)
 
 
 def docx_to_text(data: bytes) -> str:
@@ -198,13 +214,13 @@ def read_source(path: Path) -> SourceText | SourceError:
     suffix = path.suffix.lower()
     if suffix in PDF_SUFFIXES + DOCX_SUFFIXES:
         try:
-            text = pdf_to_text(data) if suffix in PDF_SUFFIXES else docx_to_text(data)
+            text, page_starts = pdf_to_text(data) if suffix in PDF_SUFFIXES else (docx_to_text(data), ())
         except DocumentFormatError as error:
             return SourceError(str(path), str(error))
         if not text.strip():
             return SourceError(str(path), "a PDF with no text layer (scanned?): longdoc reads text, run OCR first"
                                if suffix in PDF_SUFFIXES else "no text in this .docx's paragraphs")
-        return SourceText(str(path), text, hashlib.sha256(data).hexdigest(), True)
+        return SourceText(str(path), text, hashlib.sha256(data).hexdigest(), True, page_starts)
     if b"\x00" in data[:BINARY_PROBE_BYTES]:
         return SourceError(str(path), "binary file (contains NUL bytes), not text")
     text = decode_text(data, str(path))

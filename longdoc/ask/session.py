@@ -6,12 +6,13 @@
 {"question", "mode", "evidence", "read", "answers": [{"text", "score", "file", "start", "end",
 "support": [...], "found_by": [...]}], "passages": [{"file", "start", "end", "score", "found_by"}],
 "documents": [...]}. "documents" says, per file, what its offsets count: the file's decoded text, or
-the text extracted from it (HTML, PDF, DOCX); "evidence" is the cosine (MiniLM) between the question
-and the sentence of the passages read nearest to it. "read" is "retrieved" (the passages retrieval
-chose) or "all" (every passage: asked with `read_all`, or the corpus fits the reader's input or the
-reading budget); "found_by" lists the rankings that chose a passage ({"retriever": "bm25" or
-"minilm", "hop": 1 or 2, "rank": 1 for first}), and an answer's are those of the passage it lies in
-(empty when all was read).
+the text extracted from it (HTML, PDF, DOCX; `longdoc ask --extract FILE` prints it); every place in
+a PDF also has its "page" (from 1); "evidence" is the cosine (MiniLM) between the question and the
+sentence of the passages read nearest to it. "read" is "retrieved" (the passages retrieval chose) or
+"all" (every passage: asked with `read_all`, or the corpus fits the reader's input or the reading
+budget); "found_by" lists the rankings that chose a passage ({"retriever": "bm25" or "minilm",
+"hop": 1 or 2, "rank": 1 for first}), and an answer's are those of the passage it lies in (empty
+when all was read).
 
 What answers, by `model_dir`:
 - none: "mode" "sentence": the sentences of the passages read nearest to the question (the MiniLM
@@ -175,6 +176,8 @@ class AskSession:
             answer["found_by"] = next((passage["found_by"] for passage in passages if answer["file"] is not None
                                        and passage["file"] == answer["file"]
                                        and passage["start"] <= answer["start"] < passage["end"]), [])
+        self._add_pages([*answers, *(sentence for answer in answers for sentence in answer.get("support", ())),
+                         *passages])
         return {
             "question": question,
             "mode": self.mode,
@@ -187,6 +190,14 @@ class AskSession:
                            else "decoded file text"}
                           for source in self.sources],
         }
+
+    def _add_pages(self, places: Sequence[dict]) -> None:
+        """A "page" for each place ({"file", "start", ...}) in a PDF: the page its start comes from."""
+        sources = {source.path: source for source in self.sources}
+        for place in places:
+            source = sources.get(place.get("file"))
+            if source is not None and source.page_starts:
+                place["page"] = source.page_at(place["start"])
 
     def _read_spans(self, question: str, hits: Sequence[Hit], whole: bool, top_k: int, max_answer_len: int | None,
                     handle_impossible: bool) -> list[dict]:

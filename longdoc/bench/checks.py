@@ -133,3 +133,9 @@ def target_checks(result: BenchResult) -> list[Check]:
         memory_growth(result),
         matmul_fraction(result),
     ]
+
+
+def exit_status(result: BenchResult) -> int:
+    """`longdoc bench`'s exit status: 1 when a measurement failed or a target says FAIL, else 0."""
+    failed = any(m.error for m in result.measurements) or any(c.status == FAIL for c in target_checks(result))
+    return 1 if failed else 0

@@ -1,4 +1,5 @@
-"""`longdoc ask [--model DIR] --question TEXT PATH... [--top-k K] [--json]`: answers from long documents.
+"""`longdoc ask [--model DIR] --question TEXT PATH... [--top-k K] [--json]`: answers from long documents;
+`longdoc ask --extract FILE`: the text its answers' offsets count in.
 
 With --model a lifted extractive QA reader (or a model trained on a task that reads passages, such as
 hotpotqa), answers are spans; without it, the sentences nearest to the question (longdoc.ask.session).
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 from longdoc import inference
+from longdoc.ask.documents import SUPPORTED_SUFFIXES
+from longdoc.commands.hints import require_reader_folder
 from longdoc.errors import InputError
 from longdoc.export.serving import add_runtime_argument, resolve_runtime
 
@@ -22,16 +25,17 @@ SUPPORT_SHOWN = 3  # supporting sentences printed per answer (--json has all)
 SENTENCE_MODE_NOTE = ("answering with sentences (no reader given); for answer spans, lift an extractive QA "
                       "checkpoint: `longdoc lift --from QA_CHECKPOINT --out READER`, then `longdoc ask --model READER`")
 
-HELP = ("answer questions from long documents (.txt, .md, .html, .pdf, .docx, folders) with the answer's exact "
-        "location")
+HELP = f"answer questions from long documents ({', '.join(SUPPORTED_SUFFIXES)}, folders) with the answer's exact location"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from longdoc.ask.retrieve import LEAST_PASSAGES, RETRIEVERS
     from longdoc.ask.session import MIN_EVIDENCE, PASSAGES_READ
 
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="files (.txt, .md, .html, .htm, .pdf, .docx) and folders")
+    parser.add_argument("paths", nargs="*", metavar="PATH", help=f"files ({', '.join(SUPPORTED_SUFFIXES)}) and folders")
+    parser.add_argument("--extract", type=Path, metavar="FILE",
+                        help="print the text that answer offsets count in for FILE (for HTML, PDF and DOCX the "
+                             "extracted text; `text[start:end]` is the answer) and stop")
     parser.add_argument("--model", type=Path, metavar="DIR",
                         help="the reader: an extractive QA checkpoint lifted with `longdoc lift --from QA_CHECKPOINT "
                              "--out DIR` (BertForQuestionAnswering, RobertaForQuestionAnswering, ...), or a model "
@@ -78,9 +82,24 @@ def _line_column(text: str, offset: int) -> tuple[int, int]:
 
 
 def _where(session, file: str, start: int) -> str:
+    """FILE:LINE:COLUMN of an offset, in the text offsets count in; a PDF's FILE:pPAGE:LINE:COLUMN."""
     source = next(s for s in session.sources if s.path == file)
     line, column = _line_column(source.text, start)
-    return f"{file}:{line}:{column}" + (" (extracted text)" if source.extracted else "")
+    page = source.page_at(start)
+    return (f"{file}:" + ("" if page is None else f"p{page}:") + f"{line}:{column}"
+            + (" (extracted text)" if source.extracted else ""))
+
+
+def _print_extracted(path: Path) -> int:
+    from longdoc.ask.documents import load_sources
+
+    if path.is_dir():
+        raise InputError(f"{path}: a folder; --extract takes one file")
+    sources, errors = load_sources([path])
+    if errors:
+        raise InputError(str(errors[0]))
+    sys.stdout.write(sources[0].text)
+    return 0
 
 
 def _one_line(text: str) -> str:
@@ -130,15 +149,18 @@ def run(args: argparse.Namespace) -> int:
     from longdoc.model.encoder_folder import describe_checkpoint
     from longdoc.tasks import REGISTRY
 
+    if args.extract is not None:
+        if args.paths or args.question is not None or args.model is not None:
+            raise InputError("--extract FILE prints one file's text: give no PATH, --question or --model with it")
+        return _print_extracted(args.extract)
+    if not args.paths:
+        raise InputError("give the documents to ask: longdoc ask [--question TEXT] PATH... (or --extract FILE)")
     if args.top_k < 1 or args.passages < 1:
         raise InputError(f"--top-k and --passages must be >= 1, got {args.top_k} and {args.passages}")
     if args.max_answer_len is not None and args.max_answer_len < 1:
         raise InputError(f"--max-answer-len must be >= 1, got {args.max_answer_len}")
     if args.model is not None:  # a wrong folder is told before the documents are indexed
-        if not args.model.is_dir():
-            raise InputError(f"{args.model}: no such folder; --model takes a reader: an extractive QA checkpoint "
-                             "lifted with `longdoc lift --from QA_CHECKPOINT --out DIR`, or a model trained with "
-                             "`longdoc train hotpotqa`; without --model, answers are the sentences nearest the question")
+        require_reader_folder(args.model)
         describe_checkpoint(args.model)
     placement = inference.resolve_placement(args.device, args.dtype)
     runtime = "torch" if args.model is None else resolve_runtime(

@@ -27,6 +27,8 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = ("exit status: 1 when a measurement fails or a target line says FAIL (a target that SKIPs for "
+                     "want of its measurements does not count), 0 otherwise, 2 for bad options")
     parser.add_argument("--quick", action="store_true", help="1k and 4k long tokens, one repeat (two with --plain), "
                         "ours(res) (and ours(res,th) with --plain) and the peers")
     parser.add_argument(
@@ -101,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from longdoc.bench import render_table, run_benchmark, to_json
+    from longdoc.bench.checks import exit_status
     from longdoc.bench.plain import BATCH_LENGTHS, render_batched, run_batched, run_plain
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -120,5 +123,4 @@ def run(args: argparse.Namespace) -> int:
         return 0
     result = (run_plain if args.plain else run_benchmark)(settings, progress=_print_progress)
     print(json.dumps(to_json(result), indent=2) if args.json else render_table(result))
-    # A measurement that failed is an error of the run; a target that is missed is a result.
-    return 1 if any(measurement.error for measurement in result.measurements) else 0
+    return exit_status(result)

@@ -17,8 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from longdoc.tasks.multihop.demo import CONFIG_NAME, DemoData
 
     defaults = DemoData()
-    parser.add_argument("--out", type=Path, default=Path("longdoc-demo"), metavar="DIR",
-                        help="data, both runs and their metrics.json (default: ./longdoc-demo); a rerun resumes")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="data, both runs (models, checkpoints) and their metrics.json (default: "
+                             "~/.cache/longdoc/demo, under $LONGDOC_CACHE when set); a rerun resumes")
     parser.add_argument("--config", default=CONFIG_NAME, metavar="FILE|NAME",
                         help=f"training options of both runs (default: the multihop task's {CONFIG_NAME!r} config)")
     parser.add_argument("--max-steps", type=int, metavar="N", help="optimizer steps of each run (default: the config's)")
@@ -38,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from longdoc.cli import main as longdoc_main
     from longdoc.tasks import REGISTRY
-    from longdoc.tasks.multihop.demo import DemoData, default_model_dir, run_demo
+    from longdoc.tasks.multihop.demo import DemoData, default_model_dir, default_out, run_demo
 
     if args.max_steps is not None and args.max_steps < 1:
         raise InputError(f"--max-steps must be >= 1, got {args.max_steps}")
@@ -47,8 +48,10 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     overrides = {"max_steps": args.max_steps} if args.max_steps is not None else {}
     model_dir = args.model_dir or default_model_dir()
+    out = args.out or default_out()
+    print(f"longdoc demo: writing the data and both runs to {out}", file=sys.stderr)
     try:
-        result = run_demo(REGISTRY, args.out, data, overrides, args.config, model_dir)
+        result = run_demo(REGISTRY, out, data, overrides, args.config, model_dir)
     except KeyboardInterrupt:
         print("longdoc demo: stopped; rerun the same command to resume", file=sys.stderr)
         return 130
@@ -60,5 +63,5 @@ def run(args: argparse.Namespace) -> int:
     ask = ["ask", "--model", str(model_dir), "--question", result.question, str(result.document)]
     print(f"\n$ longdoc {' '.join(shlex.quote(word) for word in ask)}", flush=True)
     status = longdoc_main(ask)
-    print(f"longdoc demo: {time.perf_counter() - started:.0f} s in all; runs in {args.out}", file=sys.stderr)
+    print(f"longdoc demo: {time.perf_counter() - started:.0f} s in all; runs in {out}", file=sys.stderr)
     return status

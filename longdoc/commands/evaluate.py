@@ -6,6 +6,7 @@ from pathlib import Path
 
 from longdoc.commands.task_flags import flags_by_task, refuse_other_tasks_flags
 from longdoc.errors import InputError
+from longdoc.evaluate.scoring import score_files
 from longdoc.evaluate.tables import markdown_table
 from longdoc.tasks import get_task, task_names
 
@@ -17,7 +18,12 @@ def _metric_options(task):
 
 
 def add_metric_arguments(parser) -> None:
-    """Every task's metric options as flags (`longdoc evaluate`, `longdoc serve --task`)."""
+    """Every task's metric options as flags, and --allow-missing (`longdoc evaluate`, `longdoc serve --task`)."""
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="score a prediction file that leaves gold examples out or has ids the gold lacks, as "
+                             "the official script does (missing examples count as wrong, unknown ids are ignored, "
+                             "with warnings); without it such a file is an error. NQ's and OpenKP's official "
+                             "scripts refuse such files whatever this flag says")
     for option, tasks in flags_by_task(_metric_options).values():
         parser.add_argument(option.flag, type=option.type, metavar=option.type.__name__.upper(),
                             help=f"{', '.join(tasks)} only: {option.help} (default {option.default})")
@@ -52,14 +58,15 @@ def run(args) -> int:
     options = task_metric_options(args)
     if (args.split or args.model) and not args.out:
         raise InputError("--split and --model are recorded in metrics.json: give --out DIR too")
-    metrics = get_task(args.task).load("metric").evaluate_files(args.gold, args.pred, **options)
+    metrics = score_files(get_task(args.task), args.gold, args.pred, allow_missing=args.allow_missing, **options)
     if args.json:
         print(json.dumps(metrics))
     else:
         # repr: the shortest text that reads back as the same float, so nothing is rounded away.
         print(markdown_table(["metric", "value"], [[key, repr(value)] for key, value in metrics.items()]))
     if args.out:
-        config = {"gold": str(args.gold.resolve()), "pred": str(args.pred.resolve()), **options}
+        config = {"gold": str(args.gold.resolve()), "pred": str(args.pred.resolve()), **options,
+                  **({"allow_missing": True} if args.allow_missing else {})}
         path = write_metrics_json(args.out, task=args.task, split=args.split, model=args.model, config=config,
                                   metrics=metrics, gold=args.gold)
         print(f"wrote {path}", file=sys.stderr)

@@ -6,8 +6,22 @@ what a folder holds and what was wanted (`longdoc.errors.ModelFolderError`); onl
 knows its own commands and flags, so the flags and the hints are written here.
 """
 
+from pathlib import Path
+
 from longdoc.errors import InputError, ModelFolderError, OptionError, OptionWarning
 from longdoc.options import flag_of
+
+READER_HINT = ("--model takes a reader folder: an extractive QA checkpoint lifted with `longdoc lift --from "
+               "QA_CHECKPOINT --out DIR`, or a model trained with `longdoc train hotpotqa|multihop`; without --model, "
+               "answers are the sentences nearest the question")
+
+
+def require_reader_folder(path: Path) -> None:
+    """`ask --model` and `serve --model`: a folder, told before the documents are indexed."""
+    if path.is_file():
+        raise InputError(f"{path}: a file, not a model folder; {READER_HINT}")
+    if not path.is_dir():
+        raise InputError(f"{path}: no such folder; {READER_HINT}")
 
 
 def as_flags(message: OptionError | OptionWarning) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from longdoc import inference
 from longdoc.commands.evaluate import add_metric_arguments, task_metric_options
+from longdoc.commands.hints import require_reader_folder
 from longdoc.errors import InputError
 from longdoc.tasks import REGISTRY
 
@@ -67,8 +68,7 @@ def _ask_service(args):
     from longdoc.serve.asking import AskService, served_sources
 
     if args.model is not None:  # a wrong folder is told before anything is served
-        if not args.model.is_dir():
-            raise InputError(f"{args.model}: no such folder (--model takes a reader, as `longdoc ask --model`)")
+        require_reader_folder(args.model)
         describe_checkpoint(args.model)
     placement = inference.resolve_placement(args.device, args.dtype)
     sources, errors = served_sources(args.paths)
@@ -98,7 +98,8 @@ def run(args) -> int:
         service = _ask_service(args)
         served = "documents"
     else:
-        browser = PredictionBrowser(REGISTRY, args.task, args.gold, args.pred, task_metric_options(args), args.runs)
+        browser = PredictionBrowser(REGISTRY, args.task, args.gold, args.pred, task_metric_options(args), args.runs,
+                                    allow_missing=args.allow_missing)
         served = "gold and prediction files"
     app = create_app(asking=service, browser=browser, analysis=analysis, allowed_hosts=allowed_hosts(args.host))
     if not is_loopback(args.host):

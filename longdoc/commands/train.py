@@ -12,6 +12,7 @@ from longdoc.tasks import get_task, task_names
 from longdoc.train.options import ENGINE_OPTIONS, resolve_task_options
 
 HELP = "train a task model (resumes from --out; runs data-parallel under torchrun)"
+OWN_HELP = True  # -h/--help is _TaskHelp, not argparse's (longdoc.cli)
 INTERRUPTED_EXIT = 130  # the shell's status for a run stopped by Ctrl-C
 
 
@@ -37,8 +38,28 @@ def add_option_arguments(parser, options: Iterable[Option], only_for: Mapping[st
 
 
 
+class _TaskHelp(argparse.Action):
+    """-h/--help: after TASK (`longdoc train TASK --help`) the shared options and that task's own,
+    the other tasks' hidden; before it, every task's."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        task = getattr(namespace, "task", None)
+        if task is not None:
+            others = {name for name, (_, tasks) in flags_by_task(_train_options).items() if task not in tasks}
+            for action in parser._actions:
+                if action.dest in others:
+                    action.help = argparse.SUPPRESS
+        parser.print_help()
+        parser.exit()
+
+
 def add_arguments(parser) -> None:
     names = task_names()
+    parser.add_argument("-h", "--help", action=_TaskHelp,
+                        help="show this help and exit; after TASK, with that task's options only")
     parser.add_argument("task", metavar="TASK", choices=names, help=f"one of: {', '.join(names)}")
     parser.add_argument("--config", metavar="FILE|NAME",
                         help="options in a JSON or YAML file, or the name of a config the task ships "

@@ -18,6 +18,7 @@ from typing import Sequence
 
 from longdoc.errors import InputError
 from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, gold_identity
+from longdoc.evaluate.scoring import score_files
 from longdoc.serve.views import ExampleBrowser
 from longdoc.task import TaskLookup
 
@@ -49,8 +50,9 @@ def _names(paths: Sequence[Path]) -> list[str]:
 
 class PredictionBrowser:
     def __init__(self, tasks: TaskLookup, task: str, gold, preds: Sequence, metric_options: dict | None = None,
-                 run_dirs: Sequence = ()):
-        """`tasks`: the registry (`longdoc.tasks.REGISTRY`) that `task` and the runs' tasks are found in."""
+                 run_dirs: Sequence = (), allow_missing: bool = False):
+        """`tasks`: the registry (`longdoc.tasks.REGISTRY`) that `task` and the runs' tasks are found in;
+        `allow_missing`: score prediction files that leave gold examples out (longdoc.evaluate.ids)."""
         self.task = tasks.get(task)
         if self.task.browse is None:
             raise InputError(f"the {task} task has no prediction browser")
@@ -84,12 +86,11 @@ class PredictionBrowser:
         if not paths:
             raise InputError("no prediction file to browse: give --pred FILE, or --runs DIR with metrics.json files "
                              f"that record a prediction file scored on {self.gold}")
-        metric = self.task.load("metric")
         self.runs = []
         for name, path in zip(names, paths):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                totals = metric.evaluate_files(self.gold, path, **self.metric_options)
+                totals = score_files(self.task, self.gold, path, allow_missing=allow_missing, **self.metric_options)
             self.runs.append(Run(name, str(path), totals, tuple(str(warning.message) for warning in caught)))
         self.examples: ExampleBrowser = self.task.load("browse").open_browser(self.gold, paths, **self.metric_options)
         self._rows = {row.id: row for row in self.examples.rows}

@@ -38,7 +38,9 @@ def predict_and_score(task: Task, model, dev: Path, predictions_path: Path, toke
     predictions = task.load("decode").predict(model, dev, predictions_path, tokenizer=tokenizer, options=options,
                                               tune=tune, batch_size=batch_size, progress=progress)
     model.config.task_options.update(predictions.chosen)
-    return task.load("metric").evaluate_files(dev, predictions.path, **task.metric_defaults())
+    from longdoc.evaluate.scoring import score_files
+
+    return score_files(task, dev, predictions.path, **task.metric_defaults())
 
 
 def training_rows(task: Task, path: Path, tokenizer, config, task_options: Any = None, progress: bool = True):

@@ -12,6 +12,8 @@ fa3a36370899e1d85822de61e58c85ea19993154 (2018-10-05, the file's last change).
 - Every figure is a macro average over the gold examples, in the gold file's order: an example
   whose answer (or supporting facts) is missing from the prediction adds 0 to the answer (support)
   sums and 0 to every joint sum. We warn with the counts; the official script prints each id.
+  Such a file, or one with ids not in the gold, is refused unless `allow_missing` is given
+  (longdoc.evaluate.ids: the one rule of every task).
 
 Beside the official figures (never instead of them): ROUGE-L of the answer text (`rougeL_prec`,
 `rougeL_recall`, `rougeL_f1`), averaged over the same gold examples, a missing answer scoring 0.
@@ -27,6 +29,7 @@ from typing import Any
 from longdoc.data.records import read_json_list
 from longdoc.errors import InputError
 from longdoc.evaluate.answers import ZERO, MatchScores, answer_scores
+from longdoc.evaluate.ids import check_prediction_ids
 from longdoc.evaluate.rouge import RougeScore, rouge_l
 from longdoc.io import read_json
 
@@ -142,13 +145,13 @@ def evaluate(gold_examples: list[dict], prediction: dict) -> dict[str, float]:
     extra = len((set(answers) | set(facts)) - gold_ids)
     total = len(gold_examples)
     if missing_answers:
-        warnings.warn(f"hotpotqa: {missing_answers} of {total} gold examples have no predicted answer; scored 0")
+        warnings.warn(f"{missing_answers} of {total} gold examples have no predicted answer; scored 0")
     if missing_facts:
-        warnings.warn(f"hotpotqa: {missing_facts} of {total} gold examples have no predicted supporting facts; scored 0")
+        warnings.warn(f"{missing_facts} of {total} gold examples have no predicted supporting facts; scored 0")
     if unreadable_answers:
-        warnings.warn(f"hotpotqa: {unreadable_answers} predicted answers are not text; scored as wrong answers")
+        warnings.warn(f"{unreadable_answers} predicted answers are not text; scored as wrong answers")
     if extra:
-        warnings.warn(f"hotpotqa: {extra} predicted ids are not in the gold file; ignored, as the official script does")
+        warnings.warn(f"{extra} predicted ids are not in the gold file; ignored, as the official script does")
     return {key: value / total for key, value in sums.items()}
 
 
@@ -170,6 +173,14 @@ def read_prediction(path) -> dict:
     return prediction
 
 
-def evaluate_files(gold_path, pred_path) -> dict[str, float]:
-    """Score an official prediction file against the official dev (gold) file."""
-    return evaluate(read_gold(gold_path), read_prediction(pred_path))
+def evaluate_files(gold_path, pred_path, *, allow_missing: bool = False) -> dict[str, float]:
+    """Score an official prediction file against the official dev (gold) file; one that leaves gold
+    examples out or names others is refused unless `allow_missing` (then scored as the official
+    script scores it)."""
+    gold, prediction = read_gold(gold_path), read_prediction(pred_path)
+    gold_ids = {example["_id"] for example in gold}
+    answers, facts = prediction["answer"], prediction["sp"]
+    check_prediction_ids(pred_path, gold_path, (set(answers) | set(facts)) - gold_ids,
+                         {"predicted answer": gold_ids - set(answers),
+                          "predicted supporting facts": gold_ids - set(facts)}, allow_missing=allow_missing)
+    return evaluate(gold, prediction)

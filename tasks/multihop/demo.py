@@ -42,6 +42,12 @@ RESTRICTED_RUN = "first-{length}"
 LEADERBOARD_COLUMNS = ["em", "sp_f1", "joint_f1"]
 
 
+def default_out() -> Path:
+    """Where `longdoc demo` writes its data and runs unless told (models and checkpoints: not into
+    the folder it is run from)."""
+    return cache_dir() / "demo"
+
+
 def default_model_dir() -> Path:
     """Where `longdoc demo` saves its trained multi-hop model, for `longdoc ask --model`."""
     return cache_dir() / "models" / "multihop"

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from longdoc.errors import InputError, OptionWarning
+from longdoc.evaluate.ids import require_gold_ids
 from longdoc.evaluate.rouge import rouge_l
 from longdoc.tasks.nq.gold import Document, GoldExample, iter_gold
 from longdoc.tasks.nq.predictions import Prediction, read_predictions
@@ -212,21 +213,10 @@ def _check_threshold(name: str, value: Any) -> None:
         raise InputError(f"{name} must be a whole number >= 0, got {value!r}")
 
 
-def _id_mismatch_message(gold_ids: set, predicted_ids: set) -> str:
-    def sample(ids: set) -> str:
-        shown = sorted(ids, key=repr)[:5]
-        return ", ".join(map(repr, shown)) + (", ..." if len(ids) > 5 else "")
-
-    # nq_eval.score_answers refuses prediction sets that differ from the gold.
-    parts = ["the predicted example ids differ from the gold ids (the official metric requires the same set)"]
-    unpredicted, unknown = gold_ids - predicted_ids, predicted_ids - gold_ids
-    if unpredicted:
-        parts.append(f"{len(unpredicted)} gold id(s) without a prediction: {sample(unpredicted)}")
-    if unknown:
-        parts.append(f"{len(unknown)} predicted id(s) not in the gold: {sample(unknown)}")
+def _ids_as_text_hint(gold_ids: set, predicted_ids: set) -> str:
     if {str(i) for i in gold_ids} == {str(i) for i in predicted_ids}:
-        parts.append("the ids agree as text: write example_id with the gold's type (NQ ids are integers)")
-    return "; ".join(parts)
+        return "the ids agree as text: write example_id with the gold's type (NQ ids are integers)"
+    return ""
 
 
 def _byte_only_against_token_gold(gold: GoldExample, prediction: Prediction) -> bool:
@@ -242,9 +232,13 @@ def evaluate_files(
     pred_path: str | os.PathLike,
     long_non_null_threshold: int = 2,
     short_non_null_threshold: int = 2,
+    *,
+    allow_missing: bool = False,
 ) -> dict[str, float]:
     """Score an NQ prediction file against gold (original or simplified, .jsonl or .jsonl.gz, or
-    a glob of shards): the official nq_eval keys plus the short-answer ROUGE-L keys."""
+    a glob of shards): the official nq_eval keys plus the short-answer ROUGE-L keys. A prediction
+    file without exactly the gold's ids is refused, as nq_eval refuses it, even with `allow_missing`
+    (accepted so that every task's metric takes it: longdoc.evaluate.ids)."""
     _check_threshold("long_non_null_threshold", long_non_null_threshold)
     _check_threshold("short_non_null_threshold", short_non_null_threshold)
     predictions = read_predictions(pred_path)
@@ -272,8 +266,10 @@ def evaluate_files(
         byte_only += _byte_only_against_token_gold(gold, prediction)
     if not judgements:
         raise InputError(f"{gold_path}: no gold examples")
-    if judgements.keys() != predictions.keys():
-        raise InputError(_id_mismatch_message(set(judgements), set(predictions)))
+    # nq_eval.score_answers refuses prediction sets that differ from the gold.
+    gold_ids, predicted_ids = set(judgements), set(predictions)
+    require_gold_ids(pred_path, gold_path, predicted_ids - gold_ids, gold_ids - predicted_ids, official="nq_eval",
+                     hint=_ids_as_text_hint(gold_ids, predicted_ids))
     if most_annotations < max(long_non_null_threshold, short_non_null_threshold):
         # Training-set gold has one annotation per example; under the dev set's votes of 2 no
         # example has a gold answer, and every score is 0 whatever was predicted.

@@ -14,7 +14,7 @@ d0a02d58fd13c7f45d77ed3561d5826ec715e221 (2019-11-04, the file's last change: P,
   precision), R@k = tp / number of distinct references, F1@k from those two (0 when both are 0).
   Each figure is then averaged over the documents.
 - The candidate and reference files must hold exactly the same urls; otherwise the official
-  script refuses to score, and so do we, naming the urls.
+  script refuses to score, and so do we, naming a few of the urls (longdoc.evaluate.ids).
 
 Input is checked where the official script is silent: keyphrases given as strings instead of
 token lists (the format its README shows) are scored there character by character, so
@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from longdoc.errors import InputError
+from longdoc.evaluate.ids import require_gold_ids
 from longdoc.io import iter_jsonl
 
 CUTOFFS = (1, 3, 5)
@@ -70,22 +71,9 @@ def document_scores(candidates: list[str], references: list[str]) -> dict[int, S
     return scores
 
 
-def _describe_ids(ids: set[str], limit: int = 10) -> str:
-    shown = ", ".join(sorted(ids)[:limit])
-    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
-
-
 def evaluate(gold: dict[str, KeyphraseRecord], predictions: dict[str, KeyphraseRecord]) -> dict[str, float]:
-    """Official OpenKP figures of parsed candidates against parsed references, both keyed by url."""
-    missing, unexpected = set(gold) - set(predictions), set(predictions) - set(gold)
-    if missing or unexpected:
-        problems = []
-        if missing:
-            problems.append(f"{len(missing)} gold urls have no prediction: {_describe_ids(missing)}")
-        if unexpected:
-            problems.append(f"{len(unexpected)} predicted urls are not in the gold file: {_describe_ids(unexpected)}")
-        raise InputError("openkp: the prediction and gold files must hold the same urls, as the official "
-                         "script requires; " + "; ".join(problems))
+    """Official OpenKP figures of parsed candidates against parsed references, both keyed by url
+    (the same urls: `evaluate_files` checks them)."""
     per_cutoff = {k: {"F1": [], "P": [], "R": []} for k in CUTOFFS}
     # Gold file order. The official script walks a set of urls, whose order changes from run to
     # run with Python's string hashing, so only its last digit or so can differ from ours.
@@ -135,14 +123,19 @@ def read_keyphrase_file(path) -> dict[str, KeyphraseRecord]:
         repeated += item["url"] in records
         records[item["url"]] = KeyphraseRecord(line=line, phrases=phrases)
     if repeated:
-        warnings.warn(f"openkp: {Path(path).name} gives {repeated} urls more than once; the last line of each "
+        warnings.warn(f"{Path(path).name} gives {repeated} urls more than once; the last line of each "
                       "counts, as in the official script")
     return records
 
 
-def evaluate_files(gold_path, pred_path) -> dict[str, float]:
-    """Score a candidate JSONL file against a reference JSONL file."""
+def evaluate_files(gold_path, pred_path, *, allow_missing: bool = False) -> dict[str, float]:
+    """Score a candidate JSONL file against a reference JSONL file. Files with other urls are
+    refused, as the official script refuses them, even with `allow_missing` (accepted so that every
+    task's metric takes it: longdoc.evaluate.ids)."""
     gold = read_keyphrase_file(gold_path)
     if not gold:
         raise InputError(f"{gold_path}: the gold file holds no documents")
-    return evaluate(gold, read_keyphrase_file(pred_path))
+    predictions = read_keyphrase_file(pred_path)
+    require_gold_ids(pred_path, gold_path, set(predictions) - set(gold), set(gold) - set(predictions),
+                     official="the official script")
+    return evaluate(gold, predictions)

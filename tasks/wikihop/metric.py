@@ -5,13 +5,16 @@ QAngaroo publishes no evaluation script: its leaderboard takes a prediction file
 is correct when it equals the gold answer string exactly; gold answers and candidates are
 lowercase already, so a prediction copied from the candidate list needs no normalisation. A
 question with no prediction counts as wrong, a prediction that is not text is simply unequal
-(wrong), and predicted ids absent from the gold are ignored. We warn with the counts.
+(wrong), and predicted ids absent from the gold are ignored. We warn with the counts. A file that
+leaves questions out or names others is refused unless `allow_missing` is given
+(longdoc.evaluate.ids: the one rule of every task).
 """
 
 import warnings
 
 from longdoc.data.records import read_json_list
 from longdoc.errors import InputError
+from longdoc.evaluate.ids import check_prediction_ids
 from longdoc.io import read_json
 
 
@@ -32,9 +35,9 @@ def evaluate(gold_examples: list[dict], predictions: dict) -> dict[str, float]:
     total = len(gold_examples)
     extra = len(set(predictions) - {example["id"] for example in gold_examples})
     if missing:
-        warnings.warn(f"wikihop: {missing} of {total} gold questions have no prediction; counted as wrong")
+        warnings.warn(f"{missing} of {total} gold questions have no prediction; counted as wrong")
     if extra:
-        warnings.warn(f"wikihop: {extra} predicted ids are not in the gold file; ignored")
+        warnings.warn(f"{extra} predicted ids are not in the gold file; ignored")
     return {"accuracy": correct / total}
 
 
@@ -49,13 +52,12 @@ def read_predictions(path) -> dict:
     return predictions
 
 
-def evaluate_files(gold_path, pred_path) -> dict[str, float]:
-    """Score a prediction file {id: answer} against the official gold file. A file none of whose
-    ids is a gold question id is refused: it is another file (another split, another task's
-    predictions), and scoring it 0.0 would say nothing true."""
+def evaluate_files(gold_path, pred_path, *, allow_missing: bool = False) -> dict[str, float]:
+    """Score a prediction file {id: answer} against the official gold file; one that leaves
+    questions out or names others is refused unless `allow_missing` (then scored as the
+    leaderboard scores it)."""
     gold, predictions = read_gold(gold_path), read_predictions(pred_path)
-    if predictions and not set(predictions) & {example["id"] for example in gold}:
-        first = next(iter(predictions))
-        raise InputError(f"{pred_path}: none of its {len(predictions)} ids is a question id of {gold_path} "
-                         f"(first: {first!r}); a WikiHop prediction file is {{id: answer}} for that file's questions")
+    gold_ids = {example["id"] for example in gold}
+    check_prediction_ids(pred_path, gold_path, set(predictions) - gold_ids,
+                         {"prediction": gold_ids - set(predictions)}, allow_missing=allow_missing)
     return evaluate(gold, predictions)

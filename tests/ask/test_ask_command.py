@@ -150,6 +150,12 @@ def test_missing_or_wrong_model_and_nothing_readable(model_dir, documents, capsy
     assert error.startswith(f"longdoc ask: error: {documents / 'nowhere'}: no such folder; --model takes a reader")
     assert error.count("\n") == 1
     assert "longdoc lift --from QA_CHECKPOINT" in error and "without --model, answers are the sentences" in error
+    # A file that exists (a weights file, a config.json) is named as a file, not as missing.
+    assert main(["ask", "--model", str(model_dir / "model" / "config.json"), "--question", "q",
+                 str(documents / "notes.txt")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"longdoc ask: error: {model_dir / 'model' / 'config.json'}: a file, not a model folder; "
+                            "--model takes a reader folder") and error.count("\n") == 1
     assert main(["ask", "--model", str(model_dir / "encoder"), "--question", "q", str(documents / "notes.txt")]) == 2
     assert "bare encoder" in capsys.readouterr().err
     damaged = documents / "damaged"

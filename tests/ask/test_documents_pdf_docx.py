@@ -87,16 +87,43 @@ def test_bad_pdf_or_docx_is_one_line_and_exit_2(files, tmp_path, capsys, name, d
     assert lines == [f"longdoc ask: error: {problem}"]  # and nothing from pypdf
 
 
+def test_pdf_text_records_the_page_of_every_offset(tmp_path):
+    # The middle page has no text layer: it holds no offset, and the pages after it keep their numbers.
+    (tmp_path / "three.pdf").write_bytes(minimal_pdf([PAGES[0], [], PAGES[1]]))
+    source = read_source(tmp_path / "three.pdf")
+    assert source.text == "Ada Quell works for Orbix Group.\n\nOrbix Group is based in Tallinnford. It sells lamps."
+    assert source.page_at(source.text.index("Ada")) == 1
+    assert source.page_at(source.text.index("Group.")) == 1
+    assert source.page_at(source.text.index("Orbix Group is")) == 3
+    assert source.page_at(len(source.text) - 1) == 3
+    assert read_source(tmp_path / "three.pdf").page_starts == (0, 32, 34)
+    assert read_source(Path(tmp_path / "three.pdf")).page_at(33) == 2  # the blank line between pages 1 and 3
+
+
+def _page_in_pdf(text: str, start: int) -> int:
+    return 1 if start < text.index("Orbix Group is based") else 2
+
+
 def test_ask_answers_from_pdf_and_docx_with_offsets_into_the_extracted_text(model_dir, files, capsys, monkeypatch):
     monkeypatch.setenv("LONGDOC_CACHE", str(files / "cache"))
     paths = [str(files / "facts.pdf"), str(files / "facts.docx")]
-    assert main(["ask", "--model", str(model_dir / "model"), "--question", "Where is the employer of Ada based?",
-                 "--top-k", "5", "--min-score", "0", "--min-evidence", "-1", "--json", *paths]) == 0
+    argv = ["ask", "--model", str(model_dir / "model"), "--question", "Where is the employer of Ada based?",
+            "--top-k", "5", "--min-score", "0", "--min-evidence", "-1", *paths]
+    assert main([*argv, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    extracted = {path: read_source(Path(path)).text for path in paths}
+    extracted = {}
+    for path in paths:  # what `longdoc ask --extract FILE` prints is the text the offsets count in
+        assert main(["ask", "--extract", path]) == 0
+        extracted[path] = capsys.readouterr().out
+        assert extracted[path] == read_source(Path(path)).text
     assert result["passages"] and result["answers"]
-    for passage in result["passages"]:
-        assert 0 <= passage["start"] < passage["end"] <= len(extracted[passage["file"]])
+    places = [*result["passages"], *result["answers"], *(s for answer in result["answers"] for s in answer["support"])]
+    for place in places:
+        assert 0 <= place["start"] < place["end"] <= len(extracted[place["file"]])
+        if place["file"] == paths[0]:
+            assert place["page"] == _page_in_pdf(extracted[paths[0]], place["start"])
+        else:
+            assert "page" not in place
     for answer in result["answers"]:
         assert answer["text"] == extracted[answer["file"]][answer["start"]:answer["end"]]
         for sentence in answer["support"]:
@@ -104,3 +131,24 @@ def test_ask_answers_from_pdf_and_docx_with_offsets_into_the_extracted_text(mode
     assert {d["file"] for d in result["documents"]} == set(paths)
     assert {d["file"]: d["offsets_into"] for d in result["documents"]} == {
         paths[0]: "text extracted from PDF", paths[1]: "text extracted from DOCX"}
+    # The text output places a PDF answer as FILE:pPAGE:LINE:COLUMN of the extracted text.
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    for answer in result["answers"]:
+        text, start = extracted[answer["file"]], answer["start"]
+        line = text.count("\n", 0, start) + 1
+        column = start - (text.rfind("\n", 0, start) + 1) + 1
+        page = f"p{_page_in_pdf(text, start)}:" if answer["file"] == paths[0] else ""
+        assert f"at {answer['file']}:{page}{line}:{column} (extracted text)" in printed
+
+
+def test_extract_refuses_what_ask_refuses(files, tmp_path, capsys):
+    (tmp_path / "scan.pdf").write_bytes(minimal_pdf([[]]))
+    assert main(["ask", "--extract", str(tmp_path / "scan.pdf")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"longdoc ask: error: {tmp_path / 'scan.pdf'}: a PDF with no text layer (scanned?): longdoc reads text, "
+        "run OCR first"]
+    assert main(["ask", "--extract", str(files)]) == 2
+    assert "a folder; --extract takes one file" in capsys.readouterr().err
+    assert main(["ask", "--extract", str(files / "facts.pdf"), str(files / "facts.docx")]) == 2
+    assert "give no PATH, --question or --model with it" in capsys.readouterr().err

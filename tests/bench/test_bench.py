@@ -373,3 +373,23 @@ def test_bench_refuses_an_attention_backend_that_cannot_run_in_one_line(capsys):
     err = capsys.readouterr().err
     assert err == ("longdoc bench: error: --attention cpu: attention backend 'cpu' cannot run on cpu in bfloat16: the "
                    "C++ kernels run on the CPU in float32 only; there eager, dense can (or auto, which picks one)\n")
+
+
+def test_the_command_exits_1_when_a_target_fails(monkeypatch, capsys):
+    from longdoc import bench, cli
+
+    monkeypatch.setattr(cli, "COMMANDS", {"bench": "longdoc.commands.bench"})
+    result = made_up_result()  # two targets FAIL, one measurement failed
+    monkeypatch.setattr(bench, "run_benchmark", lambda settings, progress: result)
+    assert cli.main(["bench", "--quick"]) == 1
+    assert "FAIL  at 4096" in capsys.readouterr().out
+    # Only the targets fail: still 1. Every target passing and nothing failed: 0.
+    measured = [m for m in result.measurements if not m.error]
+    monkeypatch.setattr(bench, "run_benchmark", lambda settings, progress: BenchResult(
+        result.settings, result.machine, result.matmul, measured))
+    assert cli.main(["bench", "--quick"]) == 1
+    passing = BenchResult(result.settings, result.machine, result.matmul,
+                          [m for m in measured if m.model != "bigbird" and m.length == 4096])
+    assert FAIL not in [check.status for check in target_checks(passing)]
+    monkeypatch.setattr(bench, "run_benchmark", lambda settings, progress: passing)
+    assert cli.main(["bench", "--quick"]) == 0

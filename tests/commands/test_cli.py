@@ -34,6 +34,18 @@ def test_help_opens_with_what_longdoc_does():
     assert listed[:len(cli.COMMANDS)] == list(cli.COMMANDS)
 
 
+def test_help_lists_every_document_type_ask_reads():
+    from longdoc.ask.documents import SUPPORTED_SUFFIXES
+
+    assert {".pdf", ".docx", ".txt", ".html"} <= set(SUPPORTED_SUFFIXES)
+    for argv in (["--help"], ["ask", "--help"]):
+        result = _run(*argv)
+        assert result.returncode == 0, result.stderr
+        words = " ".join(result.stdout.split())  # argparse wraps lines
+        assert f"({', '.join(SUPPORTED_SUFFIXES)}, folders)" in words, argv
+    assert f"files ({', '.join(SUPPORTED_SUFFIXES)}) and folders" in " ".join(result.stdout.split())
+
+
 def _hotpot_run(shared_data, tmp_path):
     gold = shared_data / "hotpotqa/hotpot_dev_distractor_v1.first53.json"
     examples = json.loads(gold.read_text())
@@ -110,8 +122,27 @@ def test_quiet_hides_longdoc_warnings(shared_data, tmp_path):
     examples = json.loads(gold.read_text())
     pred = tmp_path / "pred.json"
     pred.write_text(json.dumps({e["id"]: e["answer"] for e in examples[:20]}))
-    argv = ["evaluate", "wikihop", "--gold", str(gold), "--pred", str(pred), "--json"]
+    argv = ["evaluate", "wikihop", "--gold", str(gold), "--pred", str(pred), "--json", "--allow-missing"]
     loud, quiet = _run(*argv), _run("--quiet", *argv)
     assert loud.returncode == quiet.returncode == 0
     assert loud.stderr.startswith("longdoc: warning: wikihop: 8 of 28 gold questions have no prediction")
     assert quiet.stderr == "" and quiet.stdout == loud.stdout
+
+
+def test_train_task_help_lists_the_shared_options_and_that_tasks_own(capsys):
+    from longdoc.commands.task_flags import flags_by_task
+    from longdoc.options import flag_of
+
+    by_task = flags_by_task(lambda task: task.train_options)
+    for task in ("wikihop", "nq"):
+        with pytest.raises(SystemExit) as stop:
+            cli.main(["train", task, "--help"])
+        assert stop.value.code == 0
+        printed = capsys.readouterr().out
+        assert "--max-steps" in printed and "--train FILE" in printed  # shared
+        for name, (_, tasks) in by_task.items():
+            assert (f"{flag_of(name)} " in printed) == (task in tasks), (task, name)
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])  # before TASK: every task's
+    printed = capsys.readouterr().out
+    assert all(f"{flag_of(name)} " in printed for name in by_task)

@@ -14,6 +14,7 @@ HOTPOT = "hotpotqa/hotpot_dev_distractor_v1.first53.json"
 WIKIHOP = "wikihop/wikihop_dev.first28.json"
 OPENKP_GOLD = "openkp/eval_reference_example.jsonl"
 OPENKP_PRED = "openkp/eval_candidate_example.jsonl"
+NQ_GOLD = "natural_questions/simplified-nq-train.sample2.jsonl"
 
 
 @pytest.fixture(autouse=True)
@@ -61,13 +62,83 @@ def test_wikihop_gold_against_itself(shared_data, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == {"accuracy": 1.0}
 
 
-def test_missing_predictions_warn_and_score_zero(shared_data, tmp_path, capsys):
+def test_missing_predictions_are_an_error_naming_them(shared_data, tmp_path, capsys):
+    gold = json.loads((shared_data / WIKIHOP).read_text())
+    pred = _write(tmp_path / "pred.json", {e["id"]: e["answer"] for e in gold[:20]})
+    status = cli.main(["evaluate", "wikihop", "--gold", str(shared_data / WIKIHOP), "--pred", str(pred), "--json"])
+    assert status == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    missing = sorted(e["id"] for e in gold[20:])
+    assert (f"8 gold id(s) have no prediction: {', '.join(map(repr, missing[:5]))} and 3 more; give --allow-missing"
+            in captured.err)
+
+
+def test_allow_missing_scores_missing_predictions_zero_with_a_warning(shared_data, tmp_path, capsys):
     gold = json.loads((shared_data / WIKIHOP).read_text())
     pred = _write(tmp_path / "pred.json", {e["id"]: e["answer"] for e in gold[:20]})
     with pytest.warns(UserWarning, match="wikihop: 8 of 28 gold questions have no prediction"):
-        status = cli.main(["evaluate", "wikihop", "--gold", str(shared_data / WIKIHOP), "--pred", str(pred), "--json"])
+        status = cli.main(["evaluate", "wikihop", "--gold", str(shared_data / WIKIHOP), "--pred", str(pred), "--json",
+                           "--allow-missing"])
     assert status == 0
     assert json.loads(capsys.readouterr().out) == {"accuracy": 20 / 28}
+
+
+# task -> (gold under shared/data, metric flags): multihop is scored by HotpotQA's metric on its format.
+ID_RULE_TASKS = {"hotpotqa": (HOTPOT, []), "multihop": (HOTPOT, []), "wikihop": (WIKIHOP, []),
+                 "nq": (NQ_GOLD, ["--long-non-null-threshold", "1", "--short-non-null-threshold", "1"]),
+                 "openkp": (OPENKP_GOLD, [])}
+
+
+def _with_wrong_ids(task, shared_data, folder):
+    """A perfect prediction file for the task's gold sample, every example id changed to one the gold lacks."""
+    from tests.tasks.predictions import MAKERS
+
+    maker = MAKERS["hotpotqa" if task == "multihop" else task][1]
+    gold = shared_data / ID_RULE_TASKS[task][0]
+    pred = maker(gold, folder / f"{task}-pred.json", False)
+    if task == "openkp":
+        records = [json.loads(line) for line in pred.read_text().splitlines()]
+        pred.write_text("".join(json.dumps({**r, "url": "wrong-" + r["url"]}) + "\n" for r in records))
+    elif task == "nq":
+        records = json.loads(pred.read_text())["predictions"]
+        _write(pred, {"predictions": [{**r, "example_id": r["example_id"] + 1} for r in records]})
+    elif task == "wikihop":
+        _write(pred, {"wrong-" + key: value for key, value in json.loads(pred.read_text()).items()})
+    else:
+        parts = json.loads(pred.read_text())
+        _write(pred, {part: {"wrong-" + key: value for key, value in parts[part].items()} for part in parts})
+    return gold, pred
+
+
+@pytest.mark.parametrize("task", list(ID_RULE_TASKS))
+def test_every_task_refuses_predictions_whose_ids_match_no_gold_id(task, shared_data, tmp_path, capsys):
+    gold, pred = _with_wrong_ids(task, shared_data, tmp_path)
+    flags = ID_RULE_TASKS[task][1]
+    assert cli.main(["evaluate", task, "--gold", str(gold), "--pred", str(pred), "--json", *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"longdoc evaluate: error: {pred} does not predict the examples of {gold}: " in captured.err
+    assert " predicted id(s) match no gold id: " in captured.err
+    assert "--allow-missing" in captured.err and len(captured.err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("task", list(ID_RULE_TASKS))
+def test_allow_missing_scores_as_the_official_script_does(task, shared_data, tmp_path, capsys):
+    gold, pred = _with_wrong_ids(task, shared_data, tmp_path)
+    argv = ["evaluate", task, "--gold", str(gold), "--pred", str(pred), "--json", "--allow-missing",
+            *ID_RULE_TASKS[task][1]]
+    if task in ("nq", "openkp"):  # their official scripts refuse such a file
+        assert cli.main(argv) == 2
+        assert "scores only a file with exactly the gold's ids, so --allow-missing does not apply" in (
+            capsys.readouterr().err)
+        return
+    with pytest.warns(UserWarning) as caught:
+        assert cli.main(argv) == 0
+    assert set(json.loads(capsys.readouterr().out).values()) == {0.0}
+    messages = [str(warning.message) for warning in caught]
+    assert messages and all(message.startswith(f"{task}: ") for message in messages), messages
+    assert any("predicted ids are not in the gold file" in message for message in messages)
 
 
 def test_nq_thresholds_are_refused_for_other_tasks(shared_data, tmp_path, capsys):

@@ -24,11 +24,15 @@ def read_examples(path):
 
 TOY_METRIC = '''
 """Toy metric: the share of gold ids whose predicted number is within `tolerance` of the gold one."""
+from longdoc.evaluate.ids import check_prediction_ids
+
 from .reader import read_examples
 
 
-def evaluate_files(gold_path, pred_path, *, tolerance):
+def evaluate_files(gold_path, pred_path, *, tolerance, allow_missing=False):
     gold, predicted = dict(read_examples(gold_path)), dict(read_examples(pred_path))
+    check_prediction_ids(pred_path, gold_path, predicted.keys() - gold.keys(), {"prediction": gold.keys() - predicted.keys()},
+                         allow_missing=allow_missing)
     hits = sum(key in predicted and abs(predicted[key] - value) <= tolerance for key, value in gold.items())
     return {"within_tolerance": hits / len(gold)}
 '''
@@ -76,7 +80,7 @@ def files(tmp_path):
     gold = tmp_path / "gold.json"
     pred = tmp_path / "pred.json"
     gold.write_text(json.dumps({"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}))
-    pred.write_text(json.dumps({"a": 1.0, "b": 2.4, "c": 3.6}))  # d has no prediction
+    pred.write_text(json.dumps({"a": 1.0, "b": 2.4, "c": 3.6, "d": 9.0}))  # d is far off
     return ["--gold", str(gold), "--pred", str(pred), "--json"]
 
 

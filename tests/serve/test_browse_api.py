@@ -14,7 +14,7 @@ from tests.tasks.predictions import MAKERS, prediction_files
 
 
 def _evaluate_json(task, gold, pred, options, capsys) -> dict:
-    flags = [f"--{name.replace('_', '-')}={value}" for name, value in options.items()]
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in options.items()] + ["--allow-missing"]
     capsys.readouterr()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -27,7 +27,8 @@ def _browser(task, gold, preds, options, run_dirs=()):
     from longdoc.serve.browser import PredictionBrowser
     from longdoc.tasks import REGISTRY
 
-    return create_app(browser=PredictionBrowser(REGISTRY, task, gold, preds, options, run_dirs))
+    return create_app(browser=PredictionBrowser(REGISTRY, task, gold, preds, options, run_dirs,
+                                                allow_missing=True))
 
 
 @pytest.mark.parametrize("task", list(MAKERS))
@@ -55,7 +56,7 @@ def test_the_metrics_warnings_are_the_runs_notes(shared_data, tmp_path):
     gold, preds, options = prediction_files("hotpotqa", shared_data, tmp_path)
     with running(_browser("hotpotqa", gold, preds, options)) as base:
         perturbed, perfect = request(f"{base}/api/info")[1]["runs"]
-    assert any("1 of 53 gold examples have no predicted answer" in note for note in perturbed["notes"])
+    assert any("hotpotqa: 1 of 53 gold examples have no predicted answer" in note for note in perturbed["notes"])
     assert perfect["notes"] == []
 
 
@@ -64,15 +65,15 @@ def test_leaderboard_rows_link_to_their_runs(shared_data, tmp_path, capsys):
     for name, pred in zip(("perturbed", "oracle"), preds):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            assert main(["evaluate", "hotpotqa", "--gold", str(gold), "--pred", str(pred), "--out",
-                         str(tmp_path / "runs" / name), "--split", "dev", "--model", name]) == 0
+            assert main(["evaluate", "hotpotqa", "--gold", str(gold), "--pred", str(pred), "--allow-missing",
+                         "--out", str(tmp_path / "runs" / name), "--split", "dev", "--model", name]) == 0
     (tmp_path / "runs" / "elsewhere").mkdir()  # scored on another gold: shown, not browsable
     other_gold = tmp_path / "other-gold.json"
     other_gold.write_text(json.dumps(json.loads(gold.read_text(encoding="utf-8"))[:10]), encoding="utf-8")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert main(["evaluate", "hotpotqa", "--gold", str(other_gold), "--pred", str(preds[1]), "--out",
-                     str(tmp_path / "runs" / "elsewhere"), "--split", "dev", "--model", "ten"]) == 0
+        assert main(["evaluate", "hotpotqa", "--gold", str(other_gold), "--pred", str(preds[1]), "--allow-missing",
+                     "--out", str(tmp_path / "runs" / "elsewhere"), "--split", "dev", "--model", "ten"]) == 0
     # Only the first run given by --pred; the oracle comes from the leaderboard.
     with running(_browser("hotpotqa", gold, preds[:1], {}, [tmp_path / "runs"])) as base:
         info = request(f"{base}/api/info")[1]
@@ -90,5 +91,5 @@ def test_a_prediction_file_the_metric_refuses_is_refused(shared_data, tmp_path):
     gold, preds, options = prediction_files("openkp", shared_data, tmp_path)
     wrong = tmp_path / "other-urls.jsonl"
     wrong.write_text(json.dumps({"url": "http://elsewhere.example/", "KeyPhrases": [["x"]]}) + "\n", encoding="utf-8")
-    with pytest.raises(InputError, match="must hold the same urls"):
+    with pytest.raises(InputError, match="1 predicted id.s. match no gold id: .http://elsewhere.example/."):
         PredictionBrowser(REGISTRY, "openkp", gold, [wrong], options)

@@ -34,7 +34,7 @@ class Served:
 
 def test_prints_its_loopback_address_and_serves_until_interrupted(shared_data, tmp_path):
     gold, preds, _ = prediction_files("wikihop", shared_data, tmp_path)
-    served = Served("--task", "wikihop", "--gold", gold, "--pred", preds[0], "--pred", preds[1])
+    served = Served("--task", "wikihop", "--gold", gold, "--pred", preds[0], "--pred", preds[1], "--allow-missing")
     assert served.url.startswith("http://127.0.0.1:")
     status, info = request(f"{served.url}/api/info")
     assert status == 200 and [run["name"] for run in info["runs"]] == [preds[0].name, preds[1].name]
@@ -44,7 +44,7 @@ def test_prints_its_loopback_address_and_serves_until_interrupted(shared_data, t
 
 def test_another_host_is_warned_about(shared_data, tmp_path):
     gold, preds, _ = prediction_files("wikihop", shared_data, tmp_path)
-    served = Served("--task", "wikihop", "--gold", gold, "--pred", preds[0], "--host", "0.0.0.0")
+    served = Served("--task", "wikihop", "--gold", gold, "--pred", preds[0], "--allow-missing", "--host", "0.0.0.0")
     port = served.url.rsplit(":", 1)[1]
     assert request(f"http://127.0.0.1:{port}/api/info")[0] == 200
     _, stderr = served.stop()

@@ -192,7 +192,8 @@ def _browse(task, shared_data, tmp_path):
     from longdoc.tasks import REGISTRY
 
     gold, preds, options = prediction_files(task, shared_data, tmp_path)
-    return gold, preds, create_app(browser=PredictionBrowser(REGISTRY, task, gold, preds, options))
+    return gold, preds, create_app(browser=PredictionBrowser(REGISTRY, task, gold, preds, options,
+                                                                           allow_missing=True))
 
 
 def test_an_examples_supporting_facts_are_marked_as_in_the_gold_file(browser, shared_data, tmp_path):

@@ -2,6 +2,7 @@
 whole orchestration end to end on a tiny budget."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +79,22 @@ def test_demo_trains_once_and_prints_both_rows(tmp_path, capsys):
     assert question in ask_output.splitlines()[0] and str(document) in ask_output.splitlines()[0]
     answer_line = ask_output.splitlines()[1]
     assert answer_line == "no answer found" or f" at {document}:" in answer_line
+
+
+def test_demo_writes_under_the_cache_folder_unless_told(tmp_path, monkeypatch, capsys):
+    import longdoc.tasks.multihop.demo as demo
+
+    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    written = []
+
+    def stop_at_once(tasks, out, *rest):  # where the demo would write; stopped before any training
+        written.append(out)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "run_demo", stop_at_once)
+    assert main(["demo"]) == 130
+    assert written == [tmp_path / "cache" / "demo"]
+    assert f"longdoc demo: writing the data and both runs to {tmp_path / 'cache' / 'demo'}" in capsys.readouterr().err
+    assert main(["demo", "--out", "here"]) == 130 and written[-1] == Path("here")
+    assert not (tmp_path / "longdoc-demo").exists()

@@ -438,9 +438,11 @@ def test_missing_score_is_refused(tmp_path, original_files, field):
 
 def test_different_id_sets_are_refused_naming_the_ids(tmp_path, original_files):
     records = original_predictions()[:4] + [predicted(999)]
-    expected = r"1 gold id\(s\) without a prediction: 105; 1 predicted id\(s\) not in the gold: 999"
+    expected = r"1 predicted id\(s\) match no gold id: 999; 1 gold id\(s\) have no prediction: 105"
     with pytest.raises(InputError, match=expected):
         evaluate_files(original_files[0], write_predictions(tmp_path / "bad.json", records))
+    with pytest.raises(InputError, match="nq_eval scores only a file with exactly the gold's ids"):
+        evaluate_files(original_files[0], write_predictions(tmp_path / "bad.json", records), allow_missing=True)
 
 
 def test_ids_written_as_strings_are_refused_with_a_hint(tmp_path, original_files):

@@ -130,8 +130,11 @@ def test_malformed_json_names_file_and_line(tmp_path):
 def test_url_sets_must_match_and_are_named(tmp_path):
     gold = _write_jsonl(tmp_path / "gold.jsonl", [{"url": "u1", "KeyPhrases": [["a"]]}, {"url": "u2", "KeyPhrases": [["b"]]}])
     pred = _write_jsonl(tmp_path / "pred.jsonl", [{"url": "u1", "KeyPhrases": [["a"]]}, {"url": "u3", "KeyPhrases": [["b"]]}])
-    with pytest.raises(InputError, match=r"1 gold urls have no prediction: u2; 1 predicted urls are not in the gold file: u3"):
+    expected = r"1 predicted id\(s\) match no gold id: 'u3'; 1 gold id\(s\) have no prediction: 'u2'"
+    with pytest.raises(InputError, match=expected):
         evaluate_files(gold, pred)
+    with pytest.raises(InputError, match="the official script scores only a file with exactly the gold's ids"):
+        evaluate_files(gold, pred, allow_missing=True)
 
 
 def test_gold_without_a_non_empty_phrase_is_refused(tmp_path):

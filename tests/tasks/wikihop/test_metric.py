@@ -63,9 +63,14 @@ def test_evaluate_files_errors(tmp_path):
         evaluate_files(_write(tmp_path / "gold4.json", []), _write(tmp_path / "p.json", {}))
     # A HotpotQA prediction file is a JSON object too: none of its ids is a question.
     hotpot = _write(tmp_path / "hotpot_pred.json", {"answer": {"q1": "germany"}, "sp": {"q1": []}})
-    with pytest.raises(InputError, match=r"hotpot_pred\.json: none of its 2 ids is a question id of .*gold\.json "
-                                         r"\(first: 'answer'\)"):
+    with pytest.raises(InputError, match=r"hotpot_pred\.json does not predict the examples of .*gold\.json: "
+                                         r"2 predicted id\(s\) match no gold id: 'answer', 'sp'; "
+                                         r"5 gold id\(s\) have no prediction: 'q1', 'q2', 'q3', 'q4', 'q5'; "
+                                         r"give allow_missing"):
         evaluate_files(gold, hotpot)
+    # Allowed, the questions without a prediction count as wrong, as the leaderboard counts them.
+    with pytest.warns(UserWarning, match="5 of 5 gold questions have no prediction"):
+        assert evaluate_files(gold, hotpot, allow_missing=True) == {"accuracy": 0.0}
 
 
 def test_gold_scored_against_itself_is_perfect(shared_data, tmp_path):
