@@ -162,7 +162,9 @@ class AskSession:
             answers = [{**self._span(hit.document, start, end), "score": score, "support": []}
                        for score, hit, (start, end) in ranked[:top_k]]
         elif self.reading is None:
-            answers = self._read_spans(question, hits, whole, top_k, max_answer_len, handle_impossible)
+            answers = [answer for answer in self._read_spans(question, hits, whole, top_k, max_answer_len,
+                                                             handle_impossible)
+                       if min_score is None or answer["score"] >= min_score]
         else:
             from longdoc.ask.reader import MIN_SCORE, read_answers
 

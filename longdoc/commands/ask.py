@@ -60,9 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--handle-impossible-answer", action="store_true",
                         help="a SQuAD 2.0 reader may answer nothing: no answer when its null score beats every span")
     parser.add_argument("--min-score", type=float, metavar="P",
-                        help="a trained task model (hotpotqa, multihop): drop span answers whose score (span "
-                             "probability x the probability of a span answer) is lower (default 0.05); none left: "
-                             "'no answer found'")
+                        help="drop span answers whose score is lower; none left: 'no answer found'. The score "
+                             "is a trained task model's span probability x its probability of a span answer "
+                             "(default 0.05), or a QA reader's span probability (default: none dropped)")
     parser.add_argument("--min-evidence", type=float, metavar="C",
                         help=f"refuse ('no answer found') when no sentence read has a cosine similarity (MiniLM) of "
                              f"at least C with the question: the document does not speak of it (default {MIN_EVIDENCE}; "
@@ -175,6 +175,10 @@ def run(args: argparse.Namespace) -> int:
                          runtime=runtime)
     if session.mode == "sentence":
         print(f"longdoc ask: {SENTENCE_MODE_NOTE}", file=sys.stderr)
+    else:  # which reader answers: the one given, never one found elsewhere
+        task = describe_checkpoint(args.model).get("task")
+        kind = "a lifted extractive QA reader" if session.reading is None else f"a trained {task} model"
+        print(f"longdoc ask: reading with {args.model} ({kind}, runtime {runtime})", file=sys.stderr)
     questions = [args.question] if args.question is not None else _questions(sys.stdin.isatty())
     for question in questions:
         result = session.ask(question, top_k=args.top_k, min_score=args.min_score, min_evidence=args.min_evidence,

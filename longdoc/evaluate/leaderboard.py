@@ -11,7 +11,10 @@ comparable: runs scored on the same gold file (same sha256) under the same split
 group, sorted by the task's headline metric. The published figures of each task's record
 (`Task.reference_rows`) form their own group, labelled with the set they were measured on (the full
 dev set); a run joins them only when its gold has that set's file names and example count. A run
-that recorded no split is ranked apart from the dev runs; a metrics.json without the gold's identity
+scored on a gold derived from another (the same examples, each changed the same way: cut to its
+first 512 wordpieces, say; `write_metrics_json(..., derived_from=(gold, how))`) is ranked in the group
+of the gold it was derived from, marked as such in its gold cell, so that the comparison it exists for
+stands in one table. A run that recorded no split is ranked apart from the dev runs; a metrics.json without the gold's identity
 (written before it was recorded) is shown, flagged, and never ranked. A reference row shows only the
 figures its paper published; other cells stay empty.
 """
@@ -165,12 +168,21 @@ def gold_identity(gold) -> tuple[int, dict]:
 
 
 def write_metrics_json(run_dir, *, task: str, split: str | None, model: str | None, config: Any,
-                       metrics: dict[str, float], gold) -> Path:
+                       metrics: dict[str, float], gold, derived_from: tuple[Any, str] | None = None) -> Path:
     """Write run_dir/metrics.json atomically, stamped with the current UTC date and time, with the
     number of examples and the identity of the gold file (or glob) `gold` the metrics were scored on;
-    `task` is the name of the task (its record's) whose metric gave them."""
+    `task` is the name of the task (its record's) whose metric gave them. `derived_from`: (the gold
+    file `gold` was made from, how: e.g. "each example cut to its first 512 wordpieces"), recorded
+    in the gold's identity as "derived_from" (the original's identity and "how")."""
     metrics = _check_metrics(dict(metrics), f"metrics for {task}")
     examples, identity = gold_identity(gold)
+    if derived_from is not None:
+        original, how = derived_from
+        original_examples, original_identity = gold_identity(original)
+        if original_examples != examples:
+            raise InputError(f"{gold}: {examples} examples, derived from {original} with {original_examples}: a "
+                             "derived gold holds the same examples")
+        identity["derived_from"] = {**original_identity, "how": how}
     record = {
         "task": task,
         "split": split,
@@ -192,6 +204,10 @@ def _check_gold(gold: Any, where: str) -> dict:
             or isinstance(gold.get("bytes"), bool) or not isinstance(gold.get("bytes"), int)
             or not isinstance(gold.get("sha256"), str) or len(gold["sha256"]) != 64):
         raise InputError(f"{where}: 'gold' must be {{\"files\": [name, ...], \"bytes\": int, \"sha256\": 64 hex digits}}")
+    if "derived_from" in gold:
+        _check_gold(gold["derived_from"], f"{where}: gold.derived_from")
+        if not isinstance(gold["derived_from"].get("how"), str):
+            raise InputError(f"{where}: gold.derived_from.how must be text (how the gold was derived)")
     return gold
 
 
@@ -235,7 +251,9 @@ def find_runs(paths: Iterable, tasks: TaskLookup) -> list[RunRecord]:
 
 
 def _describe_gold(gold: dict) -> str:
-    return f"{', '.join(gold['files'])} (sha256 {gold['sha256'][:12]})"
+    described = f"{', '.join(gold['files'])} (sha256 {gold['sha256'][:12]})"
+    derived = gold.get("derived_from")
+    return described if derived is None else f"{described}, derived: {derived['how']}"
 
 
 def _run_row(run: RunRecord) -> LeaderboardRow:
@@ -285,7 +303,8 @@ def _task_groups(runs: list[RunRecord], references: tuple[dict, ...], headline: 
         elif _on_published_set(run, measured_on):
             published.append(_run_row(run))
         else:
-            key = (run.split is None, run.split or "", tuple(run.gold["files"]), run.gold["sha256"])
+            ranked_on = run.gold.get("derived_from", run.gold)  # a derived gold ranks with its original
+            key = (run.split is None, run.split or "", tuple(ranked_on["files"]), ranked_on["sha256"])
             by_gold.setdefault(key, []).append(_run_row(run))
     groups = []
     if published:
@@ -297,6 +316,8 @@ def _task_groups(runs: list[RunRecord], references: tuple[dict, ...], headline: 
         groups.append(RowGroup(title, True, _sorted_rows(published, headline, ranked=True)))
     for (_, split, files, sha256), rows in sorted(by_gold.items()):
         gold = f"{', '.join(files)}: {rows[0].examples} examples, sha256 {sha256[:12]}"
+        if any(", derived: " in row.gold for row in rows):
+            gold += " (with the runs on golds derived from it, marked)"
         title = f"split {split}, gold {gold}" if split else f"split not recorded (ranked apart from dev runs), gold {gold}"
         groups.append(RowGroup(title, True, _sorted_rows(rows, headline, ranked=True)))
     if unidentified:

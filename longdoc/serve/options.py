@@ -28,8 +28,8 @@ class AskOptions(BaseModel):
     read_all: bool = Field(False, description="read every passage instead of retrieving")
     second_hop: bool = Field(True, description="retrieve again with the question and the sentence nearest to it in "
                                                "the best passages (false: the question only)")
-    min_score: float | None = Field(None, description="a HotpotQA-style model: drop span answers it gives a lower "
-                                                      "probability (null: 0.05)")
+    min_score: float | None = Field(None, description="drop span answers that score lower (null: 0.05 for a trained "
+                                                      "task model, none dropped for a QA reader)")
     min_evidence: float | None = Field(None, description=f"refuse when no sentence read has this cosine (MiniLM) with "
                                                          f"the question (null: {MIN_EVIDENCE}; -1 answers everything)")
     max_answer_len: int | None = Field(None, ge=1, description="a QA reader's longest answer in wordpieces "

@@ -228,9 +228,11 @@ def timed_training(task, options, task_options, minutes: float) -> list[CurvePoi
     return points
 
 
-def evaluate_restricted(task, model_dir: Path, dev: Path, out: Path, restricted_length: int) -> dict[str, float]:
-    """The trained model of `model_dir` predicting on the cut dev file `dev`, scored by the task's
-    official metric; predictions and metrics.json written in `out` (a leaderboard row)."""
+def evaluate_restricted(task, model_dir: Path, dev: Path, out: Path, restricted_length: int,
+                        full_dev: Path) -> dict[str, float]:
+    """The trained model of `model_dir` predicting on the cut dev file `dev` (made from `full_dev`),
+    scored by the task's official metric; predictions and metrics.json written in `out` (a leaderboard
+    row, ranked beside the runs on `full_dev`)."""
     from longdoc.evaluate.leaderboard import write_metrics_json
     from longdoc.model_folder import load_model
     from longdoc.train.finetune import DEV_PREDICTIONS_FILE, predict_and_score
@@ -240,7 +242,8 @@ def evaluate_restricted(task, model_dir: Path, dev: Path, out: Path, restricted_
     metrics = predict_and_score(task, model, dev, out / DEV_PREDICTIONS_FILE, tokenizer)
     write_metrics_json(out, task=task.name, split="dev", model=f"{model_dir} (first {restricted_length} wordpieces)",
                        config={"model": str(model_dir), "dev": str(dev), "restricted_length": restricted_length},
-                       metrics=metrics, gold=dev)
+                       metrics=metrics, gold=dev,
+                       derived_from=(full_dev, f"each example cut to its first {restricted_length} wordpieces"))
     return metrics
 
 
@@ -276,7 +279,7 @@ def run_demo(tasks: TaskLookup, out: Path, data: DemoData = DemoData(), override
     print(f"longdoc demo: the same model reading the first {data.restricted_length} wordpieces of each held-out "
           "document", file=sys.stderr)
     result.metrics[restricted] = evaluate_restricted(task, out / FULL_RUN, paths["dev-restricted"], out / restricted,
-                                                     data.restricted_length)
+                                                     data.restricted_length, paths["dev"])
     result.leaderboard = leaderboards_markdown(build_leaderboards(find_runs(result.runs.values(), tasks), tasks,
                                                                   LEADERBOARD_COLUMNS))
     if model_dir is not None:

@@ -70,7 +70,10 @@ def test_json_answers_and_support_are_exact(model_dir, documents, capsys):
     assert main(["ask", "--model", str(model_dir / "model"), "--question", "Where is the employer of Zoë based?",
                  "--top-k", "5", "--min-score", "0", "--json", str(documents / "notes.txt"),
                  str(documents / "page.html")]) == 0
-    result = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    # stderr names the reader: the one given, read as its task's model
+    assert f"longdoc ask: reading with {model_dir / 'model'} (a trained hotpotqa model, runtime torch)\n" in captured.err
     assert result["question"] == "Where is the employer of Zoë based?"
     assert 1 <= len(result["answers"]) <= 5
     _check_offsets(documents, result)

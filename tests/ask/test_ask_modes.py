@@ -71,6 +71,17 @@ def test_long_documents_are_read_in_retrieved_passages_with_exact_offsets(lifted
         assert any(start <= answer["start"] and answer["end"] <= end for start, end in read)
     assert [a["score"] for a in result["answers"]] != [] and all(0 <= a["score"] <= 1 for a in result["answers"])
 
+    # --min-score holds for a QA reader as for a task model: answers under it dropped, none left: no answer
+    scores = sorted(answer["score"] for answer in result["answers"])
+    floor = (scores[0] + scores[-1]) / 2 if scores[0] < scores[-1] else scores[-1]
+    command = ["ask", "--model", str(lifted_reader / "lifted"), "--question", document.question, "--top-k", "3",
+               "--passages", "2", "--min-evidence", "-1", "--json", str(path)]
+    assert main([*command, "--min-score", str(floor)]) == 0
+    kept = json.loads(capsys.readouterr().out)["answers"]
+    assert kept and [a["score"] for a in kept] == [a["score"] for a in result["answers"] if a["score"] >= floor]
+    assert main([*command, "--min-score", str(scores[-1] + 1e-6)]) == 0
+    assert json.loads(capsys.readouterr().out)["answers"] == []
+
 
 def test_without_a_model_the_answers_are_the_nearest_sentences(tmp_path, capsys):
     path = tmp_path / "notes.txt"

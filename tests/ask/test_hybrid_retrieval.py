@@ -10,28 +10,11 @@ import os
 import pytest
 
 from longdoc.ask.documents import SourceText
-from longdoc.ask.embedding import SentenceEmbedder
 from longdoc.ask.index import LEXICAL_FILE, META_FILE, CorpusIndex, index_documents
 from longdoc.ask.retrieve import RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.bench.readers import make_fact_questions
 from longdoc.cli import main
-
-
-class CountingEmbedder:
-    """The real embedder, counting the texts it embeds."""
-
-    def __init__(self, embedder):
-        self.inner, self.embedded = embedder, 0
-        self.key, self.count_tokens = embedder.key, embedder.count_tokens
-
-    def embed(self, texts, progress=None):
-        self.embedded += len(texts)
-        return self.inner.embed(texts, progress)
-
-
-@pytest.fixture(scope="module")
-def embedder():
-    return SentenceEmbedder()
+from tests.ask.conftest import CountingEmbedder
 
 
 @pytest.fixture(scope="module")

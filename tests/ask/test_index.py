@@ -7,27 +7,10 @@ import numpy as np
 import pytest
 
 from longdoc.ask.documents import SourceText
-from longdoc.ask.embedding import SentenceEmbedder
 from longdoc.ask.index import CorpusIndex, index_documents
 from longdoc.ask.retrieve import RETRIEVERS, RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.tasks.multihop.generator import make_examples
-
-
-class CountingEmbedder:
-    """The real embedder, counting the texts it embeds."""
-
-    def __init__(self, embedder):
-        self.inner, self.embedded = embedder, 0
-        self.key, self.count_tokens = embedder.key, embedder.count_tokens
-
-    def embed(self, texts, progress=None):
-        self.embedded += len(texts)
-        return self.inner.embed(texts, progress)
-
-
-@pytest.fixture(scope="module")
-def embedder():
-    return SentenceEmbedder()
+from tests.ask.conftest import CountingEmbedder
 
 
 def source(text: str, path: str = "doc.txt") -> SourceText:

@@ -174,6 +174,28 @@ def test_runs_on_different_gold_files_are_never_ranked_together(shared_data, tmp
         [(1, "a", False, 0.5), 53], [(1, "b", False, 0.6), 52]]
 
 
+def test_runs_on_a_gold_derived_from_another_rank_in_its_table_marked(shared_data, tmp_path):
+    sample = shared_data / HOTPOT_SAMPLE
+    cut = tmp_path / "gold" / "dev-first512.json"  # the same questions, each changed the same way
+    cut.parent.mkdir()
+    cut.write_text(json.dumps([{**example, "context": example["context"][:2]}
+                               for example in json.loads(sample.read_text())]))
+    _hotpot_run(tmp_path / "runs", "whole", sample, joint_f1=0.5, f1=0.5)
+    write_metrics_json(tmp_path / "runs" / "cut", task="hotpotqa", split="dev", model="cut", config={},
+                       metrics={"f1": 0.7, "joint_f1": 0.6}, gold=cut,
+                       derived_from=(sample, "each example cut to its first 2 paragraphs"))
+    [board] = build_leaderboards(find_runs([tmp_path / "runs"], REGISTRY), REGISTRY)
+    [group] = board.groups[1:]  # one table: the sample's, with the run on the cut beside the whole one
+    assert _rows(group) == [(1, "cut", False, 0.6), (2, "whole", False, 0.5)]
+    assert "with the runs on golds derived from it, marked" in group.title
+    assert group.rows[0].gold.endswith(", derived: each example cut to its first 2 paragraphs")
+    assert ", derived: " not in group.rows[1].gold
+    with pytest.raises(InputError, match="a derived gold holds the same examples"):
+        write_metrics_json(tmp_path / "runs" / "fewer", task="hotpotqa", split="dev", model="x", config={},
+                           metrics={"f1": 0.1, "joint_f1": 0.1}, gold=cut, derived_from=(shared_data / WIKIHOP_SAMPLE,
+                                                                                         "not the same examples"))
+
+
 def test_old_records_are_shown_flagged_and_never_ranked(shared_data, tmp_path):
     _hotpot_run(tmp_path, "identified", shared_data / HOTPOT_SAMPLE, joint_f1=0.3, f1=0.4)
     old = tmp_path / "old" / "metrics.json"

@@ -80,8 +80,9 @@ def test_the_api_takes_every_option_of_ask_by_its_long_name():
     parser = argparse.ArgumentParser()
     ask_command.add_arguments(parser)
     # (where and how the reader runs is the server's, set when it starts: `longdoc serve --device ...`;
-    # the server runs the PyTorch model, so ask's --runtime has no counterpart)
-    server_options = {"paths", "model", "question", "json", "device", "dtype", "attention", "runtime"}
+    # the server runs the PyTorch model, so ask's --runtime has no counterpart; --extract prints a file's text,
+    # which GET /api/documents/{file} gives)
+    server_options = {"paths", "model", "question", "json", "device", "dtype", "attention", "runtime", "extract"}
     options = set(vars(parser.parse_args(["document.txt"]))) - server_options
     assert set(AskOptions.model_fields) - {"question"} == options
     defaults = vars(parser.parse_args(["document.txt"]))

@@ -61,6 +61,10 @@ def test_demo_trains_once_and_prints_both_rows(tmp_path, capsys):
     assert restricted["model"] == f"{out / 'full'} (first 256 wordpieces)"
     assert restricted["config"] == {"model": str(out / "full"), "dev": str(out / "data" / "dev-first256.json"),
                                     "restricted_length": 256}
+    # ... scored on a gold derived from the whole dev file: ranked in its table, marked
+    assert restricted["gold"]["derived_from"]["files"] == ["dev.json"] == full["gold"]["files"]
+    assert restricted["gold"]["derived_from"]["how"] == "each example cut to its first 256 wordpieces"
+    assert printed.count("#### ") == 1 and ", derived: each example cut to its first 256 wordpieces" in printed
     for run, record in (("full", full), ("first-256", restricted)):
         assert 0.0 <= record["metrics"]["f1"] <= 1.0
         predictions = json.loads((out / run / "dev_predictions.json").read_text())
