@@ -1,13 +1,13 @@
 """longdoc: question answering over long documents with an ETC-style global-local encoder.
 
-Importing longdoc registers its encoder with transformers' Auto classes (longdoc.auto_classes), its
+Importing longdoc registers its encoder with transformers' Auto classes (longdoc.model.auto_classes), its
 one effect beyond defining names, so that a saved longdoc folder loads as other checkpoints do:
 
     import longdoc, transformers
     model = transformers.AutoModel.from_pretrained("runs/hotpotqa/encoder")  # a GlobalLocalModel
 """
 
-from longdoc.auto_classes import register_auto_classes
+from longdoc.model.auto_classes import register_auto_classes
 
 __all__ = ["GlobalLocalConfig", "GlobalLocalModel", "GlobalLocalModelOutput"]
 

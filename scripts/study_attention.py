@@ -56,7 +56,7 @@ def prepare(out: Path) -> tuple[Path, Path, Path]:
     import torch
 
     from longdoc import GlobalLocalConfig, GlobalLocalModel
-    from longdoc.model_folder import read_tokenizer
+    from longdoc.convert.model_folder import read_tokenizer
     from longdoc.convert.pretrained import minilm_path
 
     train, dev, init = out / "multihop_train.json", out / "multihop_dev.json", out / "init"

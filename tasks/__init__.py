@@ -1,5 +1,5 @@
 """The datasets longdoc knows: one package per dataset under tasks/ (installed as longdoc.tasks), each
-defining `TASK`, its record (the contract: longdoc.task).
+defining `TASK`, its record (the contract: longdoc.data.task).
 
 `REGISTRY` lists them explicitly (`BUILTIN_TASKS`, registered through the registry's decorator, which
 refuses a name registered twice); a package is imported when its task is first asked for, so
@@ -11,7 +11,7 @@ package and its name here. The library never imports this package; the command l
 import importlib
 from typing import Callable
 
-from longdoc.task import Task, TaskRegistry
+from longdoc.data.task import Task, TaskRegistry
 
 BUILTIN_TASKS = ("hotpotqa", "multihop", "nq", "openkp", "wikihop")  # packages under tasks/, in this order
 

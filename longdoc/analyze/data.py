@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.task import Task
+from longdoc.data.task import Task
 
 JSON_SUFFIXES = (".json", ".jsonl", ".gz")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from longdoc.analyze import ANALYSIS_FILE, STATISTIC_GROUPS
 from longdoc.analyze.summary import STATISTICS, Summary
 from longdoc.errors import InputError
-from longdoc.task import TaskLookup
+from longdoc.data.task import TaskLookup
 
 FORMAT_VERSION = 1
 
@@ -102,10 +102,10 @@ def analyze_attention(options: AnalysisOptions, tasks: TaskLookup | None = None)
     import torch
     from tqdm.auto import tqdm
 
-    from longdoc import inference
+    from longdoc.model import inference
     from longdoc.analyze import data
     from longdoc.analyze.collect import add_batch
-    from longdoc.model_folder import read_tokenizer, refuse_existing, write_new_folder
+    from longdoc.convert.model_folder import read_tokenizer, refuse_existing, write_new_folder
     from longdoc.model.backends.resolution import resolve_backend
     from longdoc.model.encoder_folder import describe_checkpoint
     from longdoc.model.inputs import check_encoder_inputs, encoder_inputs

@@ -1,7 +1,7 @@
 """Reading retrieved passages with a trained task model whose answers are spans, and merging its answers.
 
 Which model reads, and how, is the model's task's: its config.json names the task, the registry
-gives the task's `ask` part (`longdoc.task.SpanAnswerReading`). The passages become one example of
+gives the task's `ask` part (`longdoc.data.task.SpanAnswerReading`). The passages become one example of
 documents (each passage a document with its untitled paragraphs and their sentences, in the order
 they stand in their files: the model was trained on documents read in order, and a chain "A works
 for B." ... "B is based in C." read backwards is not what it learned), which the task lays out in its
@@ -29,7 +29,7 @@ from longdoc.ask.index import CorpusIndex, Hit
 from longdoc.data.examples import Document, Paragraph, Span
 from longdoc.data.prediction import score_examples
 from longdoc.data.text import split_paragraphs
-from longdoc.task import SpanAnswerReading
+from longdoc.data.task import SpanAnswerReading
 
 SPANS_PER_WINDOW = 20
 MIN_SCORE = 0.05

@@ -38,7 +38,7 @@ from longdoc.ask.documents import SourceText
 from longdoc.ask.index import CorpusIndex, Hit, index_documents
 from longdoc.ask.retrieve import MOST_PASSAGES, RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.errors import InputError, ModelFolderError
-from longdoc.task import SpanAnswerReading, TaskLookup
+from longdoc.data.task import SpanAnswerReading, TaskLookup
 
 PASSAGES_READ = MOST_PASSAGES  # the most passages read per question (longdoc.ask.retrieve: fewer when they separate)
 MIN_EVIDENCE = 0.5  # calibrated on generated documents (docs/ask.md)
@@ -80,7 +80,7 @@ def load_reader(model_dir, tasks: TaskLookup | None, runtime: str = "torch", dev
 
 def _load(model_dir: Path, model_class, runtime: str, device) -> tuple[Any, Any]:
     """(model, tokenizer) of a reader folder: the PyTorch model, or its exported graph on ONNX Runtime."""
-    from longdoc.model_folder import load_model, read_tokenizer
+    from longdoc.convert.model_folder import load_model, read_tokenizer
 
     if runtime == "onnx":
         from longdoc.export.serving import load_task_model
@@ -94,14 +94,14 @@ class AskSession:
                  second_hop: bool = True, progress: bool = True, cache_root: Path | None = None,
                  placement: tuple | None = None, attention: str | None = None, tasks: TaskLookup | None = None,
                  runtime: str = "torch"):
-        """`placement`: (torch.device, torch.dtype) the reader runs on (`longdoc.inference.resolve_placement`);
+        """`placement`: (torch.device, torch.dtype) the reader runs on (`longdoc.model.inference.resolve_placement`);
         None: where it loads, the CPU in float32. `attention`: with `placement`, the reader's attention
-        backend (None: its config's; longdoc.inference.place_model). The MiniLM embedder stays on the CPU
+        backend (None: its config's; longdoc.model.inference.place_model). The MiniLM embedder stays on the CPU
         in float32: the cached indexes hold its vectors. `tasks`: where the task of a trained task model
         is found (the registry, `longdoc.tasks.REGISTRY`); not needed for a lifted QA reader or none.
         `runtime`: "torch", or "onnx" for the folder's exported graph in ONNX Runtime (longdoc.export.serving)."""
         from longdoc.ask.embedding import SentenceEmbedder
-        from longdoc.inference import place_model
+        from longdoc.model.inference import place_model
 
         self.model_dir = None if model_dir is None else Path(model_dir)
         device = None if placement is None else placement[0]

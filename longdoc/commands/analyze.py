@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from longdoc import inference
+from longdoc.model import inference
 from longdoc.analyze import ANALYSIS_FILE, STATISTIC_GROUPS
 from longdoc.tasks import REGISTRY
 

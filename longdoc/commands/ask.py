@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from longdoc import inference
+from longdoc.model import inference
 from longdoc.ask.documents import SUPPORTED_SUFFIXES
 from longdoc.commands.hints import require_reader_folder
 from longdoc.errors import InputError

@@ -4,7 +4,7 @@ import argparse
 import json
 import sys
 
-from longdoc import inference
+from longdoc.model import inference
 from longdoc.errors import InputError
 
 HELP = "time and measure the memory of the encoder next to Longformer, BigBird and BERT"

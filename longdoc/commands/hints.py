@@ -9,7 +9,7 @@ knows its own commands and flags, so the flags and the hints are written here.
 from pathlib import Path
 
 from longdoc.errors import InputError, ModelFolderError, OptionError, OptionWarning
-from longdoc.options import flag_of
+from longdoc.data.options import flag_of
 
 READER_HINT = ("--model takes a reader folder: an extractive QA checkpoint lifted with `longdoc lift --from "
                "QA_CHECKPOINT --out DIR`, or a model trained with `longdoc train hotpotqa|multihop`; without --model, "

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from longdoc import inference
+from longdoc.model import inference
 from longdoc.errors import InputError
 from longdoc.export.serving import add_runtime_argument, load_task_model, resolve_runtime
 from longdoc.tasks import get_task, task_names
@@ -48,7 +48,7 @@ class _WindowCounter:
 
 
 def run(args) -> int:
-    from longdoc.model_folder import load_model, read_tokenizer
+    from longdoc.convert.model_folder import load_model, read_tokenizer
 
     task = get_task(args.task)
     if task.decode is None or task.model is None:

@@ -12,7 +12,7 @@ say here what they mean for pretraining.
 import dataclasses
 
 from longdoc.commands.train import add_option_arguments, run_and_report
-from longdoc.options import options_of
+from longdoc.data.options import options_of
 from longdoc.train.options import PretrainingOptions, resolve_options
 
 HELP = "continued pretraining (MLM + CPC) on plain text (resumes from --out; data-parallel under torchrun)"

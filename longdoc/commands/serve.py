@@ -8,7 +8,7 @@ import sys
 from importlib.util import find_spec
 from pathlib import Path
 
-from longdoc import inference
+from longdoc.model import inference
 from longdoc.commands.evaluate import add_metric_arguments, task_metric_options
 from longdoc.commands.hints import require_reader_folder
 from longdoc.errors import InputError

@@ -4,8 +4,8 @@ with the tasks that take it, and a flag of another task refused for the task cho
 from typing import Callable, Iterable
 
 from longdoc.errors import InputError
-from longdoc.options import Option
-from longdoc.task import Task
+from longdoc.data.options import Option
+from longdoc.data.task import Task
 from longdoc.tasks import REGISTRY
 
 OptionsOf = Callable[[Task], Iterable[Option]]  # a task's options of one kind: train_options, metric_options

@@ -7,7 +7,7 @@ import sys
 from typing import Any, Callable, Iterable, Mapping
 
 from longdoc.commands.task_flags import flags_by_task, refuse_other_tasks_flags
-from longdoc.options import Option
+from longdoc.data.options import Option
 from longdoc.tasks import get_task, task_names
 from longdoc.train.options import ENGINE_OPTIONS, resolve_task_options
 

@@ -17,7 +17,7 @@ extends: `StrideOption` (`stride`), `QuestionLengthOption` (`max_question_len`),
 from dataclasses import dataclass
 from typing import Callable
 
-from longdoc.options import option
+from longdoc.data.options import option
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Any, Iterable
 from longdoc.errors import InputError
 from longdoc.io import atomic_write_json, read_json
 from longdoc.evaluate.tables import markdown_table
-from longdoc.task import TaskLookup
+from longdoc.data.task import TaskLookup
 
 METRICS_FILE = "metrics.json"
 

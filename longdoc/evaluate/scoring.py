@@ -5,7 +5,7 @@ asked for, which may run another task's metric (`Task.pipeline_of`: multihop sco
 import warnings
 
 from longdoc.errors import OptionWarning
-from longdoc.task import Task
+from longdoc.data.task import Task
 
 
 def _named(task_name: str, warning: warnings.WarningMessage) -> Warning:

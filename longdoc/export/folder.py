@@ -23,7 +23,7 @@ from longdoc.export.check import TOLERANCE, LengthCheck, compare
 from longdoc.export.graph import DEFAULT_OPSET, export_onnx, traced_length
 from longdoc.export.runtime import CONFIG_KEY, ONNX_FILE, SIGNATURE_KEY
 from longdoc.export.signature import KIND_ENCODER, GraphSignature, signature_of
-from longdoc.task import TaskLookup
+from longdoc.data.task import TaskLookup
 
 CARD_FILE = "export.json"
 MODEL_FILES = ("config.json", "model.safetensors")
@@ -66,7 +66,7 @@ def export_folder(model_dir: str | Path, out: str | Path, tasks: TaskLookup, ops
     import onnx
     import onnxruntime
 
-    from longdoc.model_folder import read_tokenizer, refuse_existing, write_new_folder
+    from longdoc.convert.model_folder import read_tokenizer, refuse_existing, write_new_folder
 
     model_dir, out = Path(model_dir), Path(out)
     refuse_existing(out)

@@ -1,6 +1,6 @@
 """`--runtime` of `longdoc predict` and `longdoc ask`: which runtime runs the model, and loading it.
 
-- torch: the PyTorch model (longdoc.inference.place_model: --device, --dtype, --attention);
+- torch: the PyTorch model (longdoc.model.inference.place_model: --device, --dtype, --attention);
 - onnx: the folder's model.onnx in ONNX Runtime (longdoc.export.runtime), float32, CUDA's provider
   where onnxruntime-gpu is installed and the device is a CUDA one, else the CPU's;
 - auto (the default): onnx where the folder holds an exported graph and ONNX Runtime is the faster

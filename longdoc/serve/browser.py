@@ -20,7 +20,7 @@ from longdoc.errors import InputError
 from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, gold_identity
 from longdoc.evaluate.scoring import score_files
 from longdoc.serve.views import ExampleBrowser
-from longdoc.task import TaskLookup
+from longdoc.data.task import TaskLookup
 
 
 @dataclass(frozen=True)

@@ -348,8 +348,8 @@ def _load_optimizer_state(wrapped: nn.Module, optimizer, state: dict, fsdp: bool
 
 
 def _save_final_model(job: TrainingJob, model: nn.Module, state_dict: dict) -> None:
-    """The final model into out_dir, file by file atomically (longdoc.model_folder.write_into)."""
-    from longdoc.model_folder import save_model, write_into
+    """The final model into out_dir, file by file atomically (longdoc.convert.model_folder.write_into)."""
+    from longdoc.convert.model_folder import save_model, write_into
 
     def write(folder: Path) -> None:
         if job.save_model is None:
@@ -529,7 +529,7 @@ def _start(job: TrainingJob, info: ProcessInfo) -> _Run:
     if use_bf16 is None:
         use_bf16 = info.device.type == "cuda" and torch.cuda.is_bf16_supported()
     if options.attention is not None:  # this run's attention backend (the saved config keeps its own)
-        from longdoc.inference import check_attention
+        from longdoc.model.inference import check_attention
 
         compute_dtype = torch.bfloat16 if use_bf16 else next(job.model.parameters()).dtype
         check_attention(options.attention, info.device, compute_dtype, f"--attention {options.attention}")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from longdoc.errors import InputError, OptionError
-from longdoc.task import Task
+from longdoc.data.task import Task
 from longdoc.train.options import TrainingOptions, recorded_options
 
 DEV_PREDICTIONS_FILE = "dev_predictions.json"
@@ -51,7 +51,7 @@ def training_rows(task: Task, path: Path, tokenizer, config, task_options: Any =
     from longdoc.data.feature_cache import (
         FeatureKey, cached_rows, config_values, data_digest, source_digest, tokenizer_digest,
     )
-    from longdoc.options import json_values, record_values
+    from longdoc.data.options import json_values, record_values
 
     features = task.load("features")
     # The code that builds rows: the task's package, the library's data package, the input schema.
@@ -77,9 +77,9 @@ def build_task_job(task: Task, options: TrainingOptions, task_options: Any = Non
     (None: its defaults); `progress`: show the training and dev prediction progress bars."""
     import torch
 
-    from longdoc.model_folder import read_tokenizer, save_model
+    from longdoc.convert.model_folder import read_tokenizer, save_model
     from longdoc.convert.pretrained import initial_weights
-    from longdoc.options import record_values
+    from longdoc.data.options import record_values
     from longdoc.train.engine import TrainingJob
 
     for part in ("features", "model", "decode"):

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from longdoc.errors import InputError, OptionError
-from longdoc.options import Option, json_values, option, options_of, record_values
-from longdoc.task import Task
+from longdoc.data.options import Option, json_values, option, options_of, record_values
+from longdoc.data.task import Task
 
 RESOLVED_OPTIONS_FILE = "train_options.json"
 

@@ -3,8 +3,8 @@
 from dataclasses import dataclass
 
 from longdoc.data.windows import WindowOptions
-from longdoc.options import option
-from longdoc.task import Task
+from longdoc.data.options import option
+from longdoc.data.task import Task
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""HotpotQA's model reading `longdoc ask`'s passages (longdoc.task.SpanAnswerReading): each passage a
+"""HotpotQA's model reading `longdoc ask`'s passages (longdoc.data.task.SpanAnswerReading): each passage a
 document of untitled paragraphs, laid out and windowed as the task's features are, decoded as its
 predictions are (answer type averaged over windows, spans inside one paragraph's sentences,
 supporting-fact probabilities), with the model's own threshold for support."""

@@ -23,7 +23,7 @@ from longdoc.model.heads import (
     GlobalTokenClassifier, GlobalTokenScorer, SpanHead, binary_loss, classification_loss, mean_loss, span_loss,
 )
 from longdoc.model.task_model import TaskModel
-from longdoc.options import stored_defaults
+from longdoc.data.options import stored_defaults
 from longdoc.tasks.hotpotqa import HotpotQAOptions
 from longdoc.tasks.hotpotqa.features import ANSWER_TYPES, EXTRA_INPUTS
 

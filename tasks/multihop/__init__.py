@@ -5,7 +5,7 @@ metric (HotpotQA's options, e.g. `max_answer_length`, apply unchanged)."""
 
 from pathlib import Path
 
-from longdoc.task import Task
+from longdoc.data.task import Task
 
 TASK = Task(
     name="multihop",

@@ -17,7 +17,7 @@ from transformers.utils import ModelOutput
 
 from longdoc.model.heads import GlobalTokenClassifier, SpanHead, classification_loss, mean_loss, span_loss
 from longdoc.model.task_model import TaskModel
-from longdoc.options import stored_defaults
+from longdoc.data.options import stored_defaults
 from longdoc.tasks.nq import NQOptions
 from longdoc.tasks.nq.features import ANSWER_TYPES, ROW_SPECS
 

@@ -21,7 +21,7 @@ from transformers.utils import ModelOutput
 from longdoc.data.windows import StrideOption
 from longdoc.model.heads import NgramScorer, pool_linked
 from longdoc.model.task_model import TaskModel
-from longdoc.options import stored_defaults
+from longdoc.data.options import stored_defaults
 from longdoc.tasks.openkp.features import MAX_NGRAM, ROW_SPECS
 from longdoc.tasks.openkp.reader import VISUAL_FEATURE_SIZE
 

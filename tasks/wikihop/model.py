@@ -18,7 +18,7 @@ from transformers.utils import ModelOutput
 from longdoc.data.windows import QuestionLengthOption
 from longdoc.model.heads import GlobalTokenScorer, classification_loss, pool_linked
 from longdoc.model.task_model import TaskModel
-from longdoc.options import stored_defaults
+from longdoc.data.options import stored_defaults
 from longdoc.tasks.wikihop.features import EXTRA_INPUTS
 
 

@@ -7,7 +7,7 @@ import pytest
 from longdoc.ask.documents import load_sources
 from longdoc.ask.session import AskSession
 from longdoc.errors import InputError
-from longdoc.task import Task, TaskRegistry
+from longdoc.data.task import Task, TaskRegistry
 from longdoc.tasks.hotpotqa.model import HotpotQAModel
 from longdoc.tasks.wikihop.model import WikiHopModel
 from tests.tasks.conftest import TINY_ENCODER, span_answering_model, write_encoder

@@ -131,7 +131,7 @@ def test_quiet_hides_longdoc_warnings(shared_data, tmp_path):
 
 def test_train_task_help_lists_the_shared_options_and_that_tasks_own(capsys):
     from longdoc.commands.task_flags import flags_by_task
-    from longdoc.options import flag_of
+    from longdoc.data.options import flag_of
 
     by_task = flags_by_task(lambda task: task.train_options)
     for task in ("wikihop", "nq"):

@@ -225,7 +225,7 @@ def test_quiet_hides_the_indexing_bar_of_ask(tmp_path, capsys, monkeypatch):
 def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp_path, capsys, monkeypatch):
     from longdoc.ask.documents import load_sources
     from longdoc.ask.session import AskSession
-    from longdoc.inference import resolve_placement
+    from longdoc.model.inference import resolve_placement
     from longdoc.tasks import REGISTRY
 
     monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))

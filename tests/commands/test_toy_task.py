@@ -10,8 +10,8 @@ import pytest
 
 from longdoc import cli
 from longdoc import tasks as task_registry
-from longdoc.options import Option
-from longdoc.task import Task
+from longdoc.data.options import Option
+from longdoc.data.task import Task
 
 TOY_READER = '''
 """Toy reader: one JSON object {id: number} per file."""
@@ -41,8 +41,8 @@ TOY_OPTION = Option("tolerance", float, 0.0, "largest accepted distance from the
 
 # The whole of tasks/numbers/__init__.py, as a user adding a dataset would write it.
 TOY_INIT = '''
-from longdoc.options import Option
-from longdoc.task import Task
+from longdoc.data.options import Option
+from longdoc.data.task import Task
 
 TASK = Task(name="numbers", description="numbers within a tolerance", reader="longdoc.tasks.numbers.reader",
             metric="longdoc.tasks.numbers.metric", headline_metric="within_tolerance",

@@ -1,4 +1,4 @@
-"""Every registered task keeps the Task contract (longdoc.task): each part it names imports and has
+"""Every registered task keeps the Task contract (longdoc.data.task): each part it names imports and has
 the functions of its protocol, with parameters a caller of the protocol can pass; its model is a
 TaskModel of the task's own options; what `longdoc evaluate` passes its metric, it takes."""
 
@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from longdoc.model.task_model import TaskModel
-from longdoc.task import PART_PROTOCOLS
+from longdoc.data.task import PART_PROTOCOLS
 from longdoc.tasks import REGISTRY
 
 

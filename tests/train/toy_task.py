@@ -29,8 +29,8 @@ from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.inputs import InputSpec
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.task_model import TaskModel
-from longdoc.options import option, stored_defaults
-from longdoc.task import Task
+from longdoc.data.options import option, stored_defaults
+from longdoc.data.task import Task
 from longdoc.tasks import register, unregister
 from tests.model.conftest import tiny_config as model_tiny_config
 

@@ -1,4 +1,4 @@
-"""The Task record and registry (longdoc.task): a task running another's pipeline gets its parts and
+"""The Task record and registry (longdoc.data.task): a task running another's pipeline gets its parts and
 keeps its own name, data and figures; unknown names list the known ones; a task's options record
 gives its flags."""
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from longdoc.data.windows import WindowOptions
-from longdoc.task import Task, TaskRegistry
+from longdoc.data.task import Task, TaskRegistry
 
 
 def registry() -> TaskRegistry:

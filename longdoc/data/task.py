@@ -25,7 +25,7 @@ longdoc.tasks) whose `__init__.py` defines `TASK`, a `Task` record naming its pa
 
 The protocols below state each part's functions; one test checks every registered task against
 them. `options` is the task's options record (`Task.options`, a frozen dataclass of
-`longdoc.options` fields, e.g. the window stride): `longdoc train TASK` offers its fields as flags,
+`longdoc.data.options` fields, e.g. the window stride): `longdoc train TASK` offers its fields as flags,
 the model keeps those it stores in its config (`task_options`), where the decoder reads them when
 it is given no options record (`longdoc predict`).
 
@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
-from longdoc.options import Option, options_of
+from longdoc.data.options import Option, options_of
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -70,7 +70,7 @@ class Task:
     # published figures: {"name", "source", "measured_on": {"set", "files", "examples"}, "metrics": {key: value}}
     reference_rows: tuple[dict, ...] = ()
     metric_options: tuple[Option, ...] = ()  # evaluate_files' keywords, offered by `longdoc evaluate`
-    # The task's options record (a frozen dataclass of longdoc.options fields), offered by `longdoc
+    # The task's options record (a frozen dataclass of longdoc.data.options fields), offered by `longdoc
     # train`; those its model stores are kept in the trained model's config.json, so that prediction
     # uses the same values.
     options: type | None = None

@@ -39,7 +39,7 @@ with torch.no_grad():
     output = model(**load_file(sys.argv[2]))
 save_file({{"long": output.long_hidden_state, "global": output.global_hidden_state}}, sys.argv[3])
 print(type(model).__module__, type(model).__name__, type(model.config).__name__)
-print(any(type(finder).__module__ == "longdoc.auto_classes" for finder in sys.meta_path))
+print(any(type(finder).__module__ == "longdoc.model.auto_classes" for finder in sys.meta_path))
 """
 
 

@@ -1,4 +1,4 @@
-"""Device and dtype resolution (longdoc.inference) on a machine without a GPU: every refusal's
+"""Device and dtype resolution (longdoc.model.inference) on a machine without a GPU: every refusal's
 message, by making torch report the devices it would find; models moved in dtype, refused on "meta"
 or with an attention backend that cannot run there; outputs back in float32 whatever the model's dtype."""
 
@@ -10,7 +10,7 @@ import torch
 
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.errors import InputError
-from longdoc.inference import default_device, place_model, resolve_device, resolve_placement
+from longdoc.model.inference import default_device, place_model, resolve_device, resolve_placement
 from longdoc.data.features import GlobalMarkers
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.tasks.wikihop.features import CutCounter, collate, example_window, feature_settings, window_inputs
