@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--max-answer-len must be >= 1, got {args.max_answer_len}")
     if args.model is not None:  # a wrong folder is told before the documents are indexed
         require_reader_folder(args.model)
-        describe_checkpoint(args.model)
+        described = describe_checkpoint(args.model)
     placement = inference.resolve_placement(args.device, args.dtype)
     runtime = "torch" if args.model is None else resolve_runtime(
         args.runtime, args.model, placement[0], placement[1] if args.dtype else None, args.attention)
@@ -176,8 +176,8 @@ def run(args: argparse.Namespace) -> int:
     if session.mode == "sentence":
         print(f"longdoc ask: {SENTENCE_MODE_NOTE}", file=sys.stderr)
     else:  # which reader answers: the one given, never one found elsewhere
-        task = describe_checkpoint(args.model).get("task")
-        kind = "a lifted extractive QA reader" if session.reading is None else f"a trained {task} model"
+        kind = ("a lifted extractive QA reader" if session.reading is None
+                else f"a trained {described.get('task')} model")
         print(f"longdoc ask: reading with {args.model} ({kind}, runtime {runtime})", file=sys.stderr)
     questions = [args.question] if args.question is not None else _questions(sys.stdin.isatty())
     for question in questions:

@@ -296,6 +296,7 @@ def _task_groups(runs: list[RunRecord], references: tuple[dict, ...], headline: 
     measured_on = next((reference["measured_on"] for reference in references if reference.get("measured_on")), {})
     published = [_reference_row(reference) for reference in references]
     by_gold: dict[tuple, list[LeaderboardRow]] = {}
+    with_derived: set[tuple] = set()  # the groups that hold a run on a derived gold
     unidentified = []
     for run in runs:
         if run.gold is None or run.examples is None:
@@ -306,6 +307,8 @@ def _task_groups(runs: list[RunRecord], references: tuple[dict, ...], headline: 
             ranked_on = run.gold.get("derived_from", run.gold)  # a derived gold ranks with its original
             key = (run.split is None, run.split or "", tuple(ranked_on["files"]), ranked_on["sha256"])
             by_gold.setdefault(key, []).append(_run_row(run))
+            if "derived_from" in run.gold:
+                with_derived.add(key)
     groups = []
     if published:
         if measured_on:
@@ -314,9 +317,10 @@ def _task_groups(runs: list[RunRecord], references: tuple[dict, ...], headline: 
         else:
             title = "published figures (the set they were measured on is not stated)"
         groups.append(RowGroup(title, True, _sorted_rows(published, headline, ranked=True)))
-    for (_, split, files, sha256), rows in sorted(by_gold.items()):
+    for key, rows in sorted(by_gold.items()):
+        _, split, files, sha256 = key
         gold = f"{', '.join(files)}: {rows[0].examples} examples, sha256 {sha256[:12]}"
-        if any(", derived: " in row.gold for row in rows):
+        if key in with_derived:
             gold += " (with the runs on golds derived from it, marked)"
         title = f"split {split}, gold {gold}" if split else f"split not recorded (ranked apart from dev runs), gold {gold}"
         groups.append(RowGroup(title, True, _sorted_rows(rows, headline, ranked=True)))
