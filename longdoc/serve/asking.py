@@ -49,13 +49,14 @@ def served_sources(paths: Sequence) -> tuple[list[SourceText], list[SourceError]
 
 class AskService:
     def __init__(self, sources: Sequence[SourceText], model_dir=None, *, placement=None, attention: str | None = None,
-                 tasks=None, log=sys.stderr):
-        """`tasks`: the registry a trained task model's task is found in (longdoc.ask.session.AskSession)."""
+                 tasks=None, log=None):
+        """`tasks`: the registry a trained task model's task is found in (longdoc.ask.session.AskSession);
+        `log`: where the indexing's progress lines go (sys.stderr as it is when the service starts)."""
         self.sources = list(sources)
         self.tasks = tasks
         self.model_dir = model_dir
         self.placement, self.attention = placement, attention
-        self.log = log
+        self.log = sys.stderr if log is None else log
         self.documents = [{"file": source.path, "bytes": os.path.getsize(source.path), "characters": len(source.text),
                            "offsets_into": f"text extracted from {source.extracted_from}" if source.extracted
                            else "decoded file text", "passages": None, "state": "waiting"}

@@ -53,7 +53,10 @@ def running(app):
     from longdoc.serve.server import listen
 
     listener = listen("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off"))
+    # log_config=None: uvicorn's own logging set-up (dictConfig) closes every handler in the process,
+    # and absl's handler (imported with rouge-score or TensorBoard by an earlier test) then closes the
+    # stream it was made with, pytest's capture of this worker, breaking every test after this one.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", lifespan="off", log_config=None))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener.socket])), daemon=True)
     thread.start()
     try:
