@@ -23,6 +23,22 @@ if "TRITON_INTERPRET" not in os.environ:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
+def pytest_configure(config):
+    """Under pytest-xdist, each worker uses its share of the cores. With every worker on all of them,
+    OpenMP's threads spin at their barriers while the other worker holds the core they wait for, and
+    a small model's training slows down many times over (docs/benchmarks.md, "The test suite").
+    OMP_NUM_THREADS passes the share on to the commands tests run as subprocesses; a value the caller
+    set is kept."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2 or "OMP_NUM_THREADS" in os.environ:
+        return
+    import torch
+
+    share = max(1, len(os.sched_getaffinity(0)) // workers)
+    os.environ["OMP_NUM_THREADS"] = str(share)
+    torch.set_num_threads(share)
+
+
 @pytest.fixture
 def without_triton_interpreter(monkeypatch):
     """A user's environment, without the TRITON_INTERPRET=1 set above: there the gpu attention backend
