@@ -145,12 +145,10 @@ class _Operands:
         """The kernels' `operands` (forward.py): the queries, both pieces' keys and values, relative
         terms, ids, mask and carried scores."""
         dummy = self.mask
-        relative = self.relative if self.relative is not None else dummy
-        relative_strides = self.relative.stride()[:3] if self.relative is not None else (0, 0, 0)
         return (
             _view(self.query),
             (_piece(self.first_keys, self.first_values), _piece(self.second_keys, self.second_values)),
-            (relative, tuple(relative_strides)),
+            _view(self.relative) if self.relative is not None else (dummy, (0, 0, 0)),
             self.ids if self.ids is not None else dummy, self.mask,
             self.carried if self.carried is not None else dummy,
         )
