@@ -27,11 +27,14 @@ import statistics
 import sys
 import xml.etree.ElementTree as ElementTree
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
+
+if TYPE_CHECKING:  # (longdoc is imported where a part runs, after the environment's check)
+    from longdoc.model.config import GlobalLocalConfig
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 ETC_FIXTURES = REPOSITORY / "tests" / "fixtures" / "etc"
@@ -206,22 +209,25 @@ def _etc_outputs(model, backend: str, inputs: dict, real: list) -> list:
 
 # --- one layer's two softmaxes, timed ------------------------------------------------------------
 
+def _etc_base():
+    from longdoc.model.config import GlobalLocalConfig
+
+    return GlobalLocalConfig.from_preset("base")
+
+
 @dataclass(frozen=True)
 class SoftmaxShape:
-    """One layer's softmaxes at ETC-base sizes: B, L long and G global tokens (a sentence of
-    L / G tokens per global token, hard g2l), h heads of d, local radius r, relative distance k."""
+    """One layer's softmaxes: B inputs of the lengths and attention of `config` (ETC-base by default):
+    L long and G global tokens (a sentence of L / G tokens per global token, hard g2l), h heads of d,
+    local radius r, relative distance k."""
 
     batch: int = 8
-    length: int = 4096
-    globals_: int = 256
-    heads: int = 12
-    head_size: int = 64
-    radius: int = 84
-    max_distance: int = 12
+    config: "GlobalLocalConfig" = field(default_factory=_etc_base)
 
     def describe(self) -> str:
-        return (f"B={self.batch}, L={self.length}, G={self.globals_}, h={self.heads}, d={self.head_size}, "
-                f"r={self.radius}, k={self.max_distance}")
+        c = self.config
+        return (f"B={self.batch}, L={c.long_max_len}, G={c.global_max_len}, h={c.num_attention_heads}, "
+                f"d={c.head_size}, r={c.local_radius}, k={c.max_relative_distance}")
 
 
 def layer_operands(shape: SoftmaxShape, device: torch.device, dtype: torch.dtype, residual: bool, talking: bool,
@@ -229,37 +235,35 @@ def layer_operands(shape: SoftmaxShape, device: torch.device, dtype: torch.dtype
     """The long and the global softmax's operands of one layer, random, with the masks and relative ids
     the model builds; and, if `train`, the gradients of their outputs for a backward."""
     from longdoc.model.backends.base import SoftmaxOperands
-    from longdoc.model.config import GlobalLocalConfig
     from longdoc.model.inputs import check_and_collect
     from longdoc.model.side_inputs import build_side_inputs
 
-    config = GlobalLocalConfig(hidden_size=shape.heads * shape.head_size, num_attention_heads=shape.heads,
-                               long_max_len=shape.length, global_max_len=shape.globals_, local_radius=shape.radius,
-                               max_relative_distance=shape.max_distance)
-    sentence = max(1, shape.length // max(shape.globals_, 1))
-    ids = lambda count: torch.ones(shape.batch, count, dtype=torch.long, device=device)  # noqa: E731
+    config, batch = shape.config, shape.batch
+    length, globals_, head_size = config.long_max_len, config.global_max_len, config.head_size
+    sentence = max(1, length // max(globals_, 1))
+    ids = lambda count: torch.ones(batch, count, dtype=torch.long, device=device)  # noqa: E731
     structure = check_and_collect(config, dict(
-        long_input_ids=ids(shape.length), global_input_ids=ids(shape.globals_),
-        sentence_ids=(torch.arange(shape.length, device=device) // sentence).clamp(max=shape.globals_ - 1).expand(
-            shape.batch, -1)))
-    side = build_side_inputs(structure, local_radius=shape.radius, max_relative_distance=shape.max_distance,
-                             hard_g2l=True, hard_l2g=False, local_attention_within_paragraph=False, dtype=dtype)
-    hidden, heads, vocabulary = shape.heads * shape.head_size, shape.heads, config.relative_vocab_size
+        long_input_ids=ids(length), global_input_ids=ids(globals_),
+        sentence_ids=(torch.arange(length, device=device) // sentence).clamp(max=globals_ - 1).expand(batch, -1)))
+    side = build_side_inputs(structure, local_radius=config.local_radius,
+                             max_relative_distance=config.max_relative_distance, hard_g2l=True, hard_l2g=False,
+                             local_attention_within_paragraph=False, dtype=dtype)
+    hidden, heads, vocabulary = config.hidden_size, config.num_attention_heads, config.relative_vocab_size
 
     def leaf(*size: int, scale: float = 1.0, identity: bool = False) -> torch.Tensor:
         values = scale * torch.randn(*size, device=device) + (torch.eye(*size, device=device) if identity else 0)
         return values.to(dtype).requires_grad_(train)
 
-    long_qkv = leaf(shape.batch, side.padded_length, 3 * hidden)
-    global_qkv = leaf(shape.batch, shape.globals_, 3 * hidden)
+    long_qkv = leaf(batch, side.padded_length, 3 * hidden)
+    global_qkv = leaf(batch, globals_, 3 * hidden)
     operands, gradients = [], []
     for own, other, block, mask, relative_ids in (
             (long_qkv, global_qkv, side.block_size, side.long_mask_bias, side.long_relative_ids),
             (global_qkv, long_qkv, 0, side.global_mask_bias, side.global_relative_ids)):
-        scores = (shape.batch, heads, *mask.shape[2:])
+        scores = (batch, heads, *mask.shape[2:])
         mixes = [leaf(heads, heads, scale=0.1, identity=True) if talking else None for _ in range(2)]
         operands.append(SoftmaxOperands(
-            own, other, heads, block, mask, relative_ids, leaf(vocabulary, heads, shape.head_size, scale=0.5),
+            own, other, heads, block, mask, relative_ids, leaf(vocabulary, heads, head_size, scale=0.5),
             leaf(vocabulary, heads, scale=0.5), side.relative_layout, side.links,
             leaf(*scores) if residual else None, *mixes, keep_summed=residual))
         if train:
@@ -300,10 +304,12 @@ def softmax_step(backend_name: str, operands: list, gradients: list) -> Callable
     return forward_backward
 
 
-def softmax_table(device: torch.device, shape: SoftmaxShape = SoftmaxShape(), dtype: torch.dtype = torch.bfloat16,
+def softmax_table(device: torch.device, shape: SoftmaxShape | None = None, dtype: torch.dtype = torch.bfloat16,
                   repeats: int = 10, warmups: int = 2, backends=("gpu", "eager")) -> Table:
     """Median seconds and peak memory of one layer's two softmaxes per (residual, talking heads,
-    mode, backend), and each backend's time as a ratio to the last one's (eager)."""
+    mode, backend), and each backend's time as a ratio to the last one's (eager). `shape`: ETC-base's
+    by default."""
+    shape = shape or SoftmaxShape()
     rows = []
     for residual in (True, False):
         for talking in (False, True):

@@ -102,10 +102,16 @@ def source_digest(paths: Sequence[Path]) -> str:
     return hashlib.sha256("".join(digests).encode("ascii")).hexdigest()
 
 
+def say_on_stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
 def cached_rows(build: Callable[[], list[dict[str, Any]]], key: FeatureKey, where: Path, describe: str = "",
-                say: Callable[[str], None] = lambda text: print(text, file=sys.stderr)):
+                say: Callable[[str], None] | None = say_on_stderr):
     """The rows of `key`: read from `where/DIGEST/` when an earlier run stored them, else `build()`
-    and stored there. `say` tells which (one line, with `describe`, e.g. the data file)."""
+    and stored there. `say` tells which (one line, with `describe`, e.g. the data file); None: nothing
+    is said (a command run with --quiet)."""
+    say = say or (lambda text: None)
     folder = Path(where) / key.digest()
     if folder.is_dir():
         rows = _read(folder)

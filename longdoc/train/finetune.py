@@ -45,11 +45,11 @@ def predict_and_score(task: Task, model, dev: Path, predictions_path: Path, toke
 
 def training_rows(task: Task, path: Path, tokenizer, config, task_options: Any = None, progress: bool = True):
     """The task's training rows of the file `path` (`features.training_features`), from the feature
-    cache when a run built the same ones before; says on stderr which."""
+    cache when a run built the same ones before; says on stderr which, if `progress`."""
     import longdoc.data
     import longdoc.model.inputs
     from longdoc.data.feature_cache import (
-        FeatureKey, cached_rows, config_values, data_digest, source_digest, tokenizer_digest,
+        FeatureKey, cached_rows, config_values, data_digest, say_on_stderr, source_digest, tokenizer_digest,
     )
     from longdoc.data.options import json_values, record_values
 
@@ -62,7 +62,8 @@ def training_rows(task: Task, path: Path, tokenizer, config, task_options: Any =
                      options={} if task_options is None else json_values(record_values(task_options)),
                      code=source_digest(sources))
     return cached_rows(lambda: features.training_features(path, tokenizer, config, task_options, progress=progress),
-                       key, feature_cache_folder(), describe=f"longdoc train: {path}")
+                       key, feature_cache_folder(), describe=f"longdoc train: {path}",
+                       say=say_on_stderr if progress else None)
 
 
 def feature_cache_folder() -> Path:

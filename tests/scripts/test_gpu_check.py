@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from longdoc.model.config import GlobalLocalConfig
 from scripts import gpu_check
 from scripts.gpu_check import Machine, SoftmaxShape, Table
 
@@ -78,7 +79,8 @@ def interpreter_mode(monkeypatch):
 
 @pytest.mark.slow
 def test_the_softmax_timing_runs_both_backends_in_every_setting(interpreter_mode):
-    shape = SoftmaxShape(batch=1, length=8, globals_=2, heads=2, head_size=4, radius=1, max_distance=1)
+    shape = SoftmaxShape(batch=1, config=GlobalLocalConfig(hidden_size=8, num_attention_heads=2, long_max_len=8,
+                                                       global_max_len=2, local_radius=1, max_relative_distance=1))
     table = gpu_check.softmax_table(torch.device("cpu"), shape, torch.float32, repeats=1, warmups=0)
     assert [row[:4] for row in table.rows[:4]] == [("on", "off", "forward", "gpu"), ("on", "off", "forward", "eager"),
                                                    ("on", "off", "forward+backward", "gpu"),

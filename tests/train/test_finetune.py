@@ -44,3 +44,13 @@ def test_a_second_run_reads_its_rows_from_the_cache_and_trains_the_same(tmp_path
     assert main(command(tmp_path, tmp_path / "third", **{"long-max-len": 16})) == 0  # another window length
     assert "24 training rows built in" in capsys.readouterr().err
     assert len(list(cache.iterdir())) == 2
+
+
+def test_with_quiet_the_feature_cache_says_nothing(tmp_path, cache, capsys):
+    toy_task.make_init(tmp_path / "init")
+    toy_task.write_data(tmp_path / "train.jsonl", 24, seed=1)
+    torch.set_num_threads(1)
+    for out in ("first", "second"):  # (the rows built, then read from the cache)
+        assert main(["--quiet", *command(tmp_path, tmp_path / out)]) == 0
+        assert "training rows" not in capsys.readouterr().err
+    assert len(list(cache.iterdir())) == 1

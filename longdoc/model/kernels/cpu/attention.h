@@ -305,56 +305,50 @@ inline void weighted_values(const Pieces& pieces, const ChunkKeys& chunk, int64_
        second_values, second_stride, 1.0f, out, out_stride);
 }
 
-// What a forward takes (attention_forward, talking_heads_forward), by name from Python:
-// query [B, h, M, d] (unscaled: query_scale multiplies q.k); keys and values [B, h, N1 | N2, d]
-// (with window_block b > 0, the first keys of query block i are the window (i - 1) b .. (i + 2) b;
-// with 0, all of them); context_out [B, h, M, d]: all at their strides, rows contiguous. relative
-// [B, h, M, R]; ids (int32) and mask_bias [B, M, N], shared by the heads; carried, summed_out,
-// probs_out (the weights autograd keeps, before dropout) and keep (uint8, dropout's mask, with
-// probs_out): [B, h, M, N], contiguous; summed_out may be carried. scale multiplies the summed scores
-// in the softmax (the running mean's), keep_scale the kept weights. pre and post [h, h]: talking
-// heads' mixes (talking_heads_forward only). key_ranges [B, M, 2] int32: see chunk_range.
-struct ForwardOperands {
+// What a softmax's forward and its backward both take, by name from Python: query [B, h, M, d]
+// (unscaled: query_scale multiplies q.k); keys and values [B, h, N1 | N2, d] (with window_block b > 0,
+// the first keys of query block i are the window (i - 1) b .. (i + 2) b; with 0, all of them): all at
+// their strides, rows contiguous. scale multiplies the summed scores in the softmax (the running
+// mean's); keep (uint8 [B, h, M, N], contiguous: dropout's mask) and keep_scale, which multiplies the
+// kept weights; pre and post [h, h]: talking heads' mixes (talking_heads_* only); key_ranges
+// [B, M, 2] int32: see chunk_range.
+struct SoftmaxOperands {
   at::Tensor query;
   double query_scale = 1.0;
   at::Tensor first_keys, first_values;
   int64_t window_block = 0;
   at::Tensor second_keys, second_values;
-  c10::optional<at::Tensor> relative, ids, carried;
-  at::Tensor mask_bias;
   double scale = 1.0;
-  c10::optional<at::Tensor> pre, post;
   c10::optional<at::Tensor> keep;
   double keep_scale = 1.0;
-  c10::optional<at::Tensor> summed_out, probs_out;
-  at::Tensor context_out;
+  c10::optional<at::Tensor> pre, post;
   c10::optional<at::Tensor> key_ranges;
 };
 
-// What a backward takes (attention_backward, talking_heads_backward), by name from Python: the
-// forward's query, keys, values, window_block, scale, keep, key_ranges and (talking heads) mixes;
-// probs, the weights it kept, and (talking heads) summed, the summed scores; grad_context [B, h, M, d]
-// and grad_summed [B, h, M, N] (that of the summed scores carried on, if any). Written:
-// grad_scores_out [B, h, M, N]; added to: grad_query, grad_first_keys, grad_first_values,
-// grad_second_keys, grad_second_values (shaped as their inputs) and (talking heads) grad_pre, grad_post.
-struct BackwardOperands {
-  at::Tensor query;
-  double query_scale = 1.0;
-  at::Tensor first_keys, first_values;
-  int64_t window_block = 0;
-  at::Tensor second_keys, second_values;
+// What a forward takes besides (attention_forward, talking_heads_forward): relative [B, h, M, R];
+// ids (int32) and mask_bias [B, M, N], shared by the heads; carried, summed_out and probs_out (the
+// weights autograd keeps, before dropout; keep comes with it): [B, h, M, N], contiguous; summed_out
+// may be carried; context_out [B, h, M, d] at its strides, rows contiguous.
+struct ForwardOperands : SoftmaxOperands {
+  c10::optional<at::Tensor> relative, ids, carried;
+  at::Tensor mask_bias;
+  c10::optional<at::Tensor> summed_out, probs_out;
+  at::Tensor context_out;
+};
+
+// What a backward takes besides (attention_backward, talking_heads_backward): probs, the weights
+// its forward kept, and (talking heads) summed, the summed scores; grad_context [B, h, M, d] and
+// grad_summed [B, h, M, N] (that of the summed scores carried on, if any). Written: grad_scores_out
+// [B, h, M, N]; added to: grad_query, grad_first_keys, grad_first_values, grad_second_keys,
+// grad_second_values (shaped as their inputs) and (talking heads) grad_pre, grad_post.
+struct BackwardOperands : SoftmaxOperands {
   at::Tensor probs;
   c10::optional<at::Tensor> summed;
-  c10::optional<at::Tensor> keep;
-  double keep_scale = 1.0;
-  c10::optional<at::Tensor> pre, post;
   at::Tensor grad_context;
   c10::optional<at::Tensor> grad_summed;
-  double scale = 1.0;
   at::Tensor grad_scores_out;
   c10::optional<at::Tensor> grad_pre, grad_post;
   at::Tensor grad_query, grad_first_keys, grad_first_values, grad_second_keys, grad_second_values;
-  c10::optional<at::Tensor> key_ranges;
 };
 
 // The entry points (see their definitions for what they compute); each checks its operands and says

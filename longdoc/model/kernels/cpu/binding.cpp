@@ -22,8 +22,9 @@ namespace {
 template <typename Operands>
 class Keywords {
  public:
-  template <typename Field>
-  Keywords& field(const char* name, Field Operands::*member) {
+  // `member`: a field of Operands or of the record it extends (SoftmaxOperands).
+  template <typename Field, typename Record>
+  Keywords& field(const char* name, Field Record::*member) {
     setters_[name] = [member](Operands& operands, py::handle value) { operands.*member = py::cast<Field>(value); };
     return *this;
   }
@@ -53,34 +54,42 @@ class Keywords {
   std::map<std::string, std::function<void(Operands&, py::handle)>> setters_;
 };
 
+using Softmax = kernels::SoftmaxOperands;
 using Forward = kernels::ForwardOperands;
 using Backward = kernels::BackwardOperands;
 
+// The fields a forward and its backward both take (the mixes only with talking heads: talking()).
+template <typename Operands>
+Keywords<Operands> softmax_keywords() {
+  return Keywords<Operands>()
+      .field("query", &Softmax::query).field("query_scale", &Softmax::query_scale)
+      .field("first_keys", &Softmax::first_keys).field("first_values", &Softmax::first_values)
+      .field("window_block", &Softmax::window_block).field("second_keys", &Softmax::second_keys)
+      .field("second_values", &Softmax::second_values).field("scale", &Softmax::scale)
+      .field("keep", &Softmax::keep).field("keep_scale", &Softmax::keep_scale)
+      .field("key_ranges", &Softmax::key_ranges);
+}
+
+template <typename Operands>
+Keywords<Operands> talking(Keywords<Operands> keywords) {
+  return keywords.with(Keywords<Operands>().field("pre", &Softmax::pre).field("post", &Softmax::post));
+}
+
 Keywords<Forward> forward_keywords() {
-  return Keywords<Forward>()
-      .field("query", &Forward::query).field("query_scale", &Forward::query_scale)
-      .field("first_keys", &Forward::first_keys).field("first_values", &Forward::first_values)
-      .field("window_block", &Forward::window_block).field("second_keys", &Forward::second_keys)
-      .field("second_values", &Forward::second_values).field("relative", &Forward::relative)
-      .field("ids", &Forward::ids).field("carried", &Forward::carried).field("mask_bias", &Forward::mask_bias)
-      .field("scale", &Forward::scale).field("keep", &Forward::keep).field("keep_scale", &Forward::keep_scale)
-      .field("summed_out", &Forward::summed_out).field("probs_out", &Forward::probs_out)
-      .field("context_out", &Forward::context_out).field("key_ranges", &Forward::key_ranges);
+  return softmax_keywords<Forward>()
+      .field("relative", &Forward::relative).field("ids", &Forward::ids).field("carried", &Forward::carried)
+      .field("mask_bias", &Forward::mask_bias).field("summed_out", &Forward::summed_out)
+      .field("probs_out", &Forward::probs_out).field("context_out", &Forward::context_out);
 }
 
 Keywords<Backward> backward_keywords() {
-  return Keywords<Backward>()
-      .field("query", &Backward::query).field("query_scale", &Backward::query_scale)
-      .field("first_keys", &Backward::first_keys).field("first_values", &Backward::first_values)
-      .field("window_block", &Backward::window_block).field("second_keys", &Backward::second_keys)
-      .field("second_values", &Backward::second_values).field("probs", &Backward::probs)
-      .field("keep", &Backward::keep).field("keep_scale", &Backward::keep_scale)
-      .field("grad_context", &Backward::grad_context).field("grad_summed", &Backward::grad_summed)
-      .field("scale", &Backward::scale).field("grad_scores_out", &Backward::grad_scores_out)
+  return softmax_keywords<Backward>()
+      .field("probs", &Backward::probs).field("grad_context", &Backward::grad_context)
+      .field("grad_summed", &Backward::grad_summed).field("grad_scores_out", &Backward::grad_scores_out)
       .field("grad_query", &Backward::grad_query).field("grad_first_keys", &Backward::grad_first_keys)
       .field("grad_first_values", &Backward::grad_first_values)
       .field("grad_second_keys", &Backward::grad_second_keys)
-      .field("grad_second_values", &Backward::grad_second_values).field("key_ranges", &Backward::key_ranges);
+      .field("grad_second_values", &Backward::grad_second_values);
 }
 
 template <typename Operands>
@@ -96,16 +105,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              "q k^T and weights @ values on products.cpp's AVX-512 code, not BLAS; returns whether in effect",
              py::arg("on"));
   module.def("uses_own_products", &kernels::uses_own_products, "Whether use_own_products(True) is in effect");
-  const auto talking_forward = Keywords<Forward>().field("pre", &Forward::pre).field("post", &Forward::post);
-  const auto talking_backward = Keywords<Backward>()
-      .field("summed", &Backward::summed).field("pre", &Backward::pre).field("post", &Backward::post)
+  const auto talking_backward = Keywords<Backward>().field("summed", &Backward::summed)
       .field("grad_pre", &Backward::grad_pre).field("grad_post", &Backward::grad_post);
   bind(module, "attention_forward", &kernels::attention_forward, forward_keywords(),
        "One softmax of global-local attention, scores to context (keyword arguments: ForwardOperands' fields)");
-  bind(module, "talking_heads_forward", &kernels::talking_heads_forward, forward_keywords().with(talking_forward),
+  bind(module, "talking_heads_forward", &kernels::talking_heads_forward, talking(forward_keywords()),
        "attention_forward with talking heads (ForwardOperands' fields, pre and post included)");
   bind(module, "attention_backward", &kernels::attention_backward, backward_keywords(),
        "The gradients of attention_forward's inputs (keyword arguments: BackwardOperands' fields)");
-  bind(module, "talking_heads_backward", &kernels::talking_heads_backward, backward_keywords().with(talking_backward),
+  bind(module, "talking_heads_backward", &kernels::talking_heads_backward,
+       talking(backward_keywords()).with(talking_backward),
        "The gradients of talking_heads_forward's inputs (BackwardOperands' fields, the mixes' included)");
 }

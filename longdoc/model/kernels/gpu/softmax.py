@@ -141,22 +141,35 @@ class _Operands:
     def scores_shape(self) -> torch.Size:
         return torch.Size((self.batch, self.heads, self.num_queries, self.width))
 
-    def arguments(self) -> list:
-        """The kernels' leading arguments: queries, both pieces' keys and values, relative terms, ids and mask."""
+    def arguments(self) -> tuple:
+        """The kernels' `operands` (forward.py): the queries, both pieces' keys and values, relative
+        terms, ids, mask and carried scores."""
         dummy = self.mask
-        relative = self.relative if self.relative is not None else dummy
-        relative_strides = self.relative.stride()[:3] if self.relative is not None else (0, 0, 0)
-        return [
-            self.query, *self.query.stride()[:3],
-            self.first_keys, self.first_values, *self.first_keys.stride()[:3], self.first_keys.shape[2],
-            self.second_keys, self.second_values, *self.second_keys.stride()[:3], self.second_keys.shape[2],
-            relative, *relative_strides,
+        return (
+            _view(self.query),
+            (_piece(self.first_keys, self.first_values), _piece(self.second_keys, self.second_values)),
+            _view(self.relative) if self.relative is not None else (dummy, (0, 0, 0)),
             self.ids if self.ids is not None else dummy, self.mask,
             self.carried if self.carried is not None else dummy,
-        ]
+        )
 
-    def sizes(self) -> list:
-        return [self.num_queries, self.heads, self.head_size, self.window, self.first_width, self.width]
+    def sizes(self) -> tuple:
+        return (self.num_queries, self.heads, self.head_size, self.window, self.first_width, self.width)
+
+    def scales(self, scale: float) -> tuple:
+        """The kernels' `scales`: the queries' 1 / sqrt(d) and the softmax's scale."""
+        return (1.0 / math.sqrt(self.head_size), scale)
+
+
+def _view(tensor: Tensor) -> tuple:
+    """A [B, h, N, d] tensor as the kernels take it: (pointer, its batch, head and row strides)."""
+    return (tensor, tuple(tensor.stride()[:3]))
+
+
+def _piece(keys: Tensor, values: Tensor) -> tuple:
+    """A piece of keys and values (or their gradients), which share strides, as the kernels take it:
+    (keys, values, their batch, head and row strides, the number of keys)."""
+    return (keys, values, tuple(keys.stride()[:3]), keys.shape[2])
 
 
 def _key_value_views(projected: Tensor, heads: int, hidden: int) -> tuple[Tensor, Tensor]:
@@ -197,6 +210,10 @@ class _Dropout:
     @property
     def active(self) -> bool:
         return self.threshold > 0
+
+    def arguments(self) -> tuple:
+        """The kernels' `dropout` (tiles.dropped)."""
+        return (self.seed, self.threshold, self.keep_scale)
 
 
 def _draw_seed() -> int:
@@ -267,17 +284,15 @@ def run_forward(operands: _Operands, pre: Tensor | None, post: Tensor | None, sc
     context = o.query.new_empty(o.batch, o.num_queries, o.heads, o.head_size)
     statistics = torch.empty(2, o.batch, o.heads, o.num_queries, dtype=torch.float32, device=o.query.device)
     summed = summed_out if summed_out is not None else o.mask
-    arguments = [*o.arguments(), summed, context.transpose(1, 2), *context.transpose(1, 2).stride()[:3],
-                 statistics[0], statistics[1]]
+    arguments = [o.arguments(), summed, _view(context.transpose(1, 2)), (statistics[0], statistics[1])]
     flags = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, D=tiles.head_dim, WINDOWED=o.window > 0,
                  HAS_RELATIVE=o.relative is not None, HAS_CARRIED=o.carried is not None,
                  WRITE_SUMMED=summed_out is not None, DROPOUT=dropout.active, PRECISION=_precision(o.query.dtype),
                  **tiles.launch_options())
-    settings = [*o.sizes(), 1.0 / math.sqrt(o.head_size), scale, dropout.seed, dropout.threshold,
-                dropout.keep_scale]
+    settings = [o.sizes(), o.scales(scale), dropout.arguments()]
     query_tiles = math.ceil(o.num_queries / tiles.block_m)
     if talking:
-        forward.talking_heads_forward[(query_tiles, o.batch)](*arguments, *_mixes(pre, post, tiles.heads), *settings,
+        forward.talking_heads_forward[(query_tiles, o.batch)](*arguments, _mixes(pre, post, tiles.heads), *settings,
                                                               HEADS=tiles.heads, **flags)
     else:
         forward.attention_forward[(o.batch * o.heads, query_tiles)](*arguments, *settings, **flags)
@@ -314,8 +329,8 @@ def run_backward(operands: _Operands, own_qkv: Tensor, other: Tensor, pre: Tenso
     grad_scores = torch.empty(o.scores_shape, dtype=own_qkv.dtype, device=own_qkv.device) if want_scores else None
     grad_out = grad_context.transpose(1, 2)  # [B, h, Nq, d]
     arguments = [
-        *o.arguments(), *[o.mask if tensor is None else tensor for tensor in (summed, grad_summed, grad_scores)],
-        grad_out, *grad_out.stride()[:3], row_max, row_sum,
+        o.arguments(), *[o.mask if tensor is None else tensor for tensor in (summed, grad_summed, grad_scores)],
+        _view(grad_out),
     ]
     query_tiles = math.ceil(o.num_queries / tiles.block_m)
     flags = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, D=tiles.head_dim, WINDOWED=o.window > 0,
@@ -323,25 +338,23 @@ def run_backward(operands: _Operands, own_qkv: Tensor, other: Tensor, pre: Tenso
                  SUMMED_SAVED=summed is not None, HAS_GRAD_SUMMED=grad_summed is not None,
                  WRITE_GRAD_SCORES=want_scores, DROPOUT=dropout.active,
                  PRECISION=_precision(o.query.dtype), **tiles.launch_options())
-    gradients = [grad_query, *grad_query.stride()[:3],
-                 grad_first_keys, grad_first_values, *grad_first_keys.stride()[:3],
-                 grad_second_keys, grad_second_values, *grad_second_keys.stride()[:3]]
-    settings = [*o.sizes(), 1.0 / math.sqrt(o.head_size), scale, dropout.seed, dropout.threshold,
-                dropout.keep_scale]
+    gradients = [_view(grad_query),
+                 (_piece(grad_first_keys, grad_first_values), _piece(grad_second_keys, grad_second_values))]
+    settings = [o.sizes(), o.scales(scale), dropout.arguments()]
     grad_pre = grad_post = None
     if talking:
         # Each program's sums of the mixes' gradients, added up here (in a fixed order).
         mix_partials = torch.empty(2, o.batch * query_tiles, tiles.heads, tiles.heads, dtype=torch.float32,
                                    device=own_qkv.device)
         backward.talking_heads_backward[(query_tiles, o.batch)](
-            *arguments, *gradients, *_mixes(pre, post, tiles.heads), mix_partials[0], mix_partials[1], *settings,
-            HEADS=tiles.heads, **flags)
+            *arguments, (row_max, row_sum), *gradients, _mixes(pre, post, tiles.heads),
+            (mix_partials[0], mix_partials[1]), *settings, HEADS=tiles.heads, **flags)
         grad_pre, grad_post = mix_partials.sum(1)[:, : o.heads, : o.heads].unbind(0)
     else:
         # delta: each row's sum of grad_context * context (= sum of weights * their gradient).
         delta = (grad_context.float() * context.float()).sum(-1).transpose(1, 2).contiguous()  # [B, h, Nq]
-        backward.attention_backward[(o.batch * o.heads, query_tiles)](*arguments, delta, *gradients, *settings,
-                                                                      **flags)
+        backward.attention_backward[(o.batch * o.heads, query_tiles)](*arguments, (row_max, row_sum, delta),
+                                                                      *gradients, *settings, **flags)
     return _Gradients(grad_own, grad_other, grad_scores, grad_pre, grad_post)
 
 
