@@ -9,18 +9,22 @@ The convention, read from README.md itself (nothing of its text is copied here):
   it must be listed in NOT_RERUN with the reason.
 
 A transcript runs from a folder laid out as a fresh clone is (`../shared/data` beside it, the shipped
-`tests/fixtures` inside), after the earlier transcripts that make the files it reads (the Predict
-transcript reads the Train transcript's run). Its stdout must be shown in full and in order; the
-stderr lines it shows (warnings, progress) must be among stderr's lines, in order; progress bars and
-the other stderr lines may be left out. Only wall-clock times, throughputs and the date a run was
-scored are normalised before comparing.
+`tests/fixtures` inside), after the earlier transcripts that write (with --out) what it reads: the
+Predict transcript and the Python snippet read the Train transcript's run. Its stdout must be shown in
+full and in order; the stderr lines it shows (warnings, errors) must be among stderr's lines, in
+order; progress bars and the other stderr lines may be left out. A command exits non-zero exactly
+where the README shows an error line. Only wall-clock times, throughputs and the date a run was scored
+are normalised before comparing.
 """
 
+import contextlib
+import fcntl
 import os
 import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,20 +192,31 @@ def unshown(shown: tuple[str, ...], stdout: str, stderr: str) -> str | None:
 
 @pytest.fixture(scope="session")
 def clone_folder(shared_data, tmp_path_factory):
-    """A function giving, for a transcript, a folder laid out as a fresh clone (../shared/data beside
-    it, the shipped tests/fixtures in it): one per chain of transcripts that read each other's files,
-    with the lines of the transcripts that ran in it, so that each runs once per session."""
-    folders = {}
+    """A function giving, for a chain of transcripts that read each other's files, a folder laid out as
+    a fresh clone (../shared/data beside it, the shipped tests/fixtures in it) and the lines of the
+    transcripts that ran in it, held locked. pytest-xdist's workers share the folders (the one above a
+    worker's temporary folder is the run's), so the Train transcript runs once in a test run, not once
+    for each worker that runs a transcript after it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
 
-    def folder(chain: Transcript) -> tuple[Path, set[int]]:
-        if chain.line not in folders:
-            root = tmp_path_factory.mktemp(f"readme-{chain.line}")
-            (root / "shared").symlink_to(shared_data.parent, target_is_directory=True)
-            clone = root / "longdoc"
-            (clone / "tests").mkdir(parents=True)
-            (clone / "tests" / "fixtures").symlink_to(Path(__file__).parent / "fixtures", target_is_directory=True)
-            folders[chain.line] = clone, set()
-        return folders[chain.line]
+    @contextlib.contextmanager
+    def folder(chain: Transcript) -> Iterator[tuple[Path, set[int]]]:
+        root = base / f"readme-{chain.line}"
+        root.mkdir(exist_ok=True)
+        with open(root / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            clone, ran_file = root / "longdoc", root / "ran"
+            if not clone.exists():
+                (clone / "tests").mkdir(parents=True)
+                (clone / "tests" / "fixtures").symlink_to(Path(__file__).parent / "fixtures", target_is_directory=True)
+                (root / "shared").symlink_to(shared_data.parent, target_is_directory=True)
+            ran = set(map(int, ran_file.read_text().split())) if ran_file.exists() else set()
+            try:
+                yield clone, ran
+            finally:
+                ran_file.write_text(" ".join(map(str, sorted(ran))))
 
     return folder
 
@@ -221,8 +236,8 @@ def test_every_output_block_is_rerun_or_excused():
 @pytest.mark.parametrize("transcript", RERUN, ids=[f"README.md:{t.line}" for t in RERUN])
 def test_transcript_prints_what_the_readme_shows(transcript, clone_folder):
     needed = prerequisites(transcript)
-    clone, ran = clone_folder(needed[0] if needed else transcript)
-    for earlier in [t for t in needed if t.line not in ran] + [transcript]:
-        ran.add(earlier.line)
-        for command in earlier.commands:
-            command.check(clone)
+    with clone_folder(needed[0] if needed else transcript) as (clone, ran):
+        for earlier in [t for t in needed if t.line not in ran] + [transcript]:
+            ran.add(earlier.line)
+            for command in earlier.commands:
+                command.check(clone)
