@@ -19,6 +19,7 @@ are normalised before comparing.
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import shlex
@@ -73,15 +74,16 @@ class Command:
         words = [] if self.python else self.words()
         return {following for word, following in zip(words, words[1:]) if word == "--out"}
 
-    def check(self, cwd: Path) -> None:
-        """Run it in cwd; fail where its output or exit status is not what the README shows."""
+    def mismatch(self, cwd: Path) -> str | None:
+        """Run it in cwd: None where its output and exit status are what the README shows, else how not."""
         finished = self.run(cwd)
-        where = f"README.md:{self.line}: {self.text}\n"
-        stderr_end = f"\nstderr's end:\n{finished.stderr[-2000:]}"
         difference = unshown(self.shown, finished.stdout, finished.stderr)
-        assert difference is None, where + difference + stderr_end
         shows_an_error = any(": error: " in line for line in self.shown)
-        assert (finished.returncode != 0) == shows_an_error, f"{where}exit status {finished.returncode}{stderr_end}"
+        if difference is None and (finished.returncode != 0) != shows_an_error:
+            difference = f"exit status {finished.returncode}"
+        if difference is None:
+            return None
+        return f"README.md:{self.line}: {self.text}\n{difference}\nstderr's end:\n{finished.stderr[-2000:]}"
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,10 @@ class Transcript:
     @property
     def first(self) -> str:
         return self.commands[0].text.splitlines()[0]
+
+    def mismatch(self, cwd: Path) -> str | None:
+        """Run its commands in cwd up to the first that does not print what the README shows: how not."""
+        return next(filter(None, (command.mismatch(cwd) for command in self.commands)), None)
 
 
 def fenced_blocks(markdown: str) -> list[tuple[int, str, list[str]]]:
@@ -193,16 +199,16 @@ def unshown(shown: tuple[str, ...], stdout: str, stderr: str) -> str | None:
 @pytest.fixture(scope="session")
 def clone_folder(shared_data, tmp_path_factory):
     """A function giving, for a chain of transcripts that read each other's files, a folder laid out as
-    a fresh clone (../shared/data beside it, the shipped tests/fixtures in it) and the lines of the
-    transcripts that ran in it, held locked. pytest-xdist's workers share the folders (the one above a
-    worker's temporary folder is the run's), so the Train transcript runs once in a test run, not once
-    for each worker that runs a transcript after it."""
+    a fresh clone (../shared/data beside it, the shipped tests/fixtures in it) and the transcripts that
+    ran in it (README line -> how its output differed, or None), held locked. pytest-xdist's workers
+    share the folders (the one above a worker's temporary folder is the run's), so each transcript runs
+    once in a test run, the Train transcript too, not once more for every later one that reads its run."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent
 
     @contextlib.contextmanager
-    def folder(chain: Transcript) -> Iterator[tuple[Path, set[int]]]:
+    def folder(chain: Transcript) -> Iterator[tuple[Path, dict[int, str | None]]]:
         root = base / f"readme-{chain.line}"
         root.mkdir(exist_ok=True)
         with open(root / "lock", "w") as lock:
@@ -212,11 +218,12 @@ def clone_folder(shared_data, tmp_path_factory):
                 (clone / "tests").mkdir(parents=True)
                 (clone / "tests" / "fixtures").symlink_to(Path(__file__).parent / "fixtures", target_is_directory=True)
                 (root / "shared").symlink_to(shared_data.parent, target_is_directory=True)
-            ran = set(map(int, ran_file.read_text().split())) if ran_file.exists() else set()
+            ran = {int(line): outcome for line, outcome in json.loads(ran_file.read_text()).items()} \
+                if ran_file.exists() else {}
             try:
                 yield clone, ran
             finally:
-                ran_file.write_text(" ".join(map(str, sorted(ran))))
+                ran_file.write_text(json.dumps(ran))
 
     return folder
 
@@ -237,7 +244,7 @@ def test_every_output_block_is_rerun_or_excused():
 def test_transcript_prints_what_the_readme_shows(transcript, clone_folder):
     needed = prerequisites(transcript)
     with clone_folder(needed[0] if needed else transcript) as (clone, ran):
-        for earlier in [t for t in needed if t.line not in ran] + [transcript]:
-            ran.add(earlier.line)
-            for command in earlier.commands:
-                command.check(clone)
+        for step in needed + [transcript]:
+            if step.line not in ran:
+                ran[step.line] = step.mismatch(clone)
+            assert ran[step.line] is None, ran[step.line]
