@@ -4,7 +4,8 @@ Importing longdoc registers its encoder with transformers' Auto classes (longdoc
 one effect beyond defining names, so that a saved longdoc folder loads as other checkpoints do:
 
     import longdoc, transformers
-    model = transformers.AutoModel.from_pretrained("runs/hotpotqa/encoder")  # a GlobalLocalModel
+    # the GlobalLocalModel encoder of the task model `longdoc train hotpotqa ... --out runs/hp` saved
+    model = transformers.AutoModel.from_pretrained("runs/hp")
 """
 
 from longdoc.model.auto_classes import register_auto_classes
