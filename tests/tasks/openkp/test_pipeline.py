@@ -88,12 +88,13 @@ def test_ngram_decoder_takes_the_max_over_occurrences_and_matches_lowercased():
     scores = phrase_scores(words, windows)
     assert scores["web application"] == (4.0, ["web", "application"])
     assert "" not in scores and not any(key.endswith(" ") for key in scores)
-    assert top_phrases(words, windows, k=3) == [["web", "application"], ["users"], ["for"]]
+    assert top_phrases(words, windows, k=3) == [(4.0, ["web", "application"]), (3.0, ["users"]), (2.0, ["for"])]
     # A second window that sees "Web Application" at 0 with a better score: max over windows.
     later = torch.full((MAX_NGRAM, 4), -5.0)
     later[1, 0] = 6.0
     ranked = top_phrases(words, [windows[0], (0, later)], k=5)
-    assert ranked[0] == ["Web", "Application"] and len({" ".join(p).lower() for p in ranked}) == len(ranked) == 5
+    assert ranked[0] == (6.0, ["Web", "Application"]) and len({" ".join(p).lower() for _, p in ranked}) == len(ranked) == 5
+    assert [score for score, _ in ranked] == sorted((score for score, _ in ranked), reverse=True)
 
 
 def test_ngram_scorer_scores_each_ngram_from_its_own_words():
