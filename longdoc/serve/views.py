@@ -38,6 +38,9 @@ class Table:
     title: str
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    # The columns (indexes) whose cells are a fraction in [0, 1] written as a number ("" when none):
+    # the page draws them as bars beside the number (a model's probabilities).
+    bars: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

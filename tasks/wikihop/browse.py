@@ -1,13 +1,19 @@
 """WikiHop examples and predictions as `longdoc serve --task wikihop` shows them (longdoc.serve.views).
 
 Per example: the query, the candidates (the gold answer and each prediction file's choice among
-them), the supporting documents with the mentions of the gold answer and of each file's choice
-marked (the reader's mention rule, `reader.find_mentions`), other candidates' mentions marked
-apart, and the example's accuracy (`metric.is_correct`; the mean over the gold is `longdoc
-evaluate`'s accuracy). The official prediction file {id: answer} holds the chosen candidate only,
-so no candidate scores are shown.
+them, with each file's candidate probabilities, best first, when its scores side file is beside it),
+the supporting documents with the mentions of the gold answer and of each file's choice marked (the
+reader's mention rule, `reader.find_mentions`), other candidates' mentions marked apart, and the
+example's accuracy (`metric.is_correct`; the mean over the gold is `longdoc evaluate`'s accuracy).
+The official prediction file {id: answer} holds the chosen candidate only; the probabilities come
+from PRED.scores.jsonl (`longdoc predict` writes it, longdoc.tasks.wikihop.decode says what it holds),
+and a file without one is said to have no scores.
 """
 
+from numbers import Real
+from typing import Mapping
+
+from longdoc.data.prediction_scores import PredictionScores, read_scores
 from longdoc.serve.views import ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, Table, TextBlock
 from longdoc.tasks.wikihop.metric import is_correct, read_gold, read_predictions
 from longdoc.tasks.wikihop.reader import read_examples
@@ -17,10 +23,49 @@ def _line(value) -> str:
     return value if isinstance(value, str) else repr(value)
 
 
+def check_scores(record: Mapping) -> str | None:
+    """What is wrong with one record of a WikiHop scores side file (None: nothing)."""
+    candidates = record.get("candidates")
+    if not isinstance(candidates, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("text"), str)
+            and (c.get("probability") is None or isinstance(c["probability"], Real)
+                 and not isinstance(c["probability"], bool) and 0 <= c["probability"] <= 1)
+            for c in candidates):
+        return "'candidates' must be a list of {\"text\": candidate, \"probability\": a number in [0, 1] or null}"
+    return None
+
+
+def _probabilities(scores: PredictionScores, example_id: str) -> dict[str, float | None] | None:
+    """{candidate: probability} of one example in one file's scores; None when it has none for it."""
+    record = scores.records.get(example_id)
+    return None if record is None else {c["text"]: c["probability"] for c in record["candidates"]}
+
+
+def _bar(probability: float | None) -> str:
+    """A probability as a bar cell takes it (longdoc.serve.views.Table.bars)."""
+    return "" if probability is None else f"{probability:.4f}"
+
+
+def _scores_field(scores: PredictionScores, probabilities: dict | None, choice, gold: str) -> tuple[str, str]:
+    """The ("probability", ...) line of one file: its choice's and the gold's, or why there are none."""
+    if scores.absent:
+        return "probability", f"no scores: {scores.absent}"
+    if probabilities is None:
+        return "probability", f"no scores for this example in {scores.path.name}"
+    choice_text = "no choice" if choice is None else f"{_line(choice)} {_percent(probabilities.get(choice))}"
+    return "probability", f"{choice_text}; gold {gold} {_percent(probabilities.get(gold))}"
+
+
+def _percent(probability: float | None) -> str:
+    return "(dropped by the global budget)" if probability is None else f"{probability:.1%}"
+
+
 def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
-    """The examples of a WikiHop gold file against prediction files {id: answer}."""
+    """The examples of a WikiHop gold file against prediction files {id: answer} (and their scores
+    side files)."""
     gold = read_gold(gold_path)
     predictions = [read_predictions(path) for path in pred_paths]
+    scores = [read_scores(path, check_scores) for path in pred_paths]
     examples = {example.id: example for example in read_examples(gold_path)}
     rows = []
     for record in gold:
@@ -46,18 +91,33 @@ def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
             for mention in candidate.mentions:
                 for run, kind in sides or [(None, "candidate")]:
                     marks[mention.document].append(Mark(mention.start, mention.end, kind, run, candidate.text))
-        table = Table(
-            title="candidates",
-            columns=("candidate", "gold", *(f"run {run + 1}" for run in range(len(predictions))), "mentions"),
-            rows=tuple((candidate.text, "gold" if candidate.text == gold else "",
-                        *("chosen" if choice == candidate.text else "" for choice in chosen),
-                        str(len(candidate.mentions))) for candidate in example.candidates))
+        probabilities = [_probabilities(run_scores, example_id) for run_scores in scores]
+        # Best first by the first file with scores for this example; else the candidate list's order.
+        ranking = next((p for p in probabilities if p is not None), None)
+        ordered = example.candidates if ranking is None else sorted(
+            example.candidates, key=lambda c: 1.0 if ranking.get(c.text) is None else -ranking[c.text])
+        columns, cells, bars = ["candidate", "gold"], [], []
+        for run, run_probabilities in enumerate(probabilities):
+            columns.append(f"run {run + 1}")
+            cells.append(lambda candidate, run=run: "chosen" if chosen[run] == candidate.text else "")
+            if run_probabilities is not None:  # a file without scores for it keeps today's one column
+                bars.append(len(columns))
+                columns.append(f"run {run + 1} probability")
+                cells.append(lambda candidate, found=run_probabilities: _bar(found.get(candidate.text)))
+        table = Table(title="candidates" if ranking is None else "candidates, most probable first",
+                      columns=(*columns, "mentions"),
+                      rows=tuple((candidate.text, "gold" if candidate.text == gold else "",
+                                  *(cell(candidate) for cell in cells), str(len(candidate.mentions)))
+                                 for candidate in ordered),
+                      bars=tuple(bars))
         fields = [("query", example.question), ("answer", gold)]
         if "annotations" in example.labels:
             fields.append(("annotations", "; ".join(", ".join(map(str, a)) for a in example.labels["annotations"])))
         return ExampleView(
             id=example_id, fields=tuple(fields),
-            run_fields=tuple((("answer", _line(choice) if choice is not None else ""),) for choice in chosen),
+            run_fields=tuple((("answer", _line(choice) if choice is not None else ""),
+                              _scores_field(run_scores, found, choice, gold))
+                             for choice, run_scores, found in zip(chosen, scores, probabilities)),
             tables=(table,),
             texts=tuple(TextBlock(f"support {d + 1}", document.text, tuple(marks[d]))
                         for d, document in enumerate(example.documents)))
