@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
+from numbers import Real
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
@@ -59,6 +60,22 @@ class PredictionScores:
     path: Path  # the side file
     records: Mapping[str, Mapping] = field(default_factory=dict)
     absent: str = ""  # why there are no scores ("" when there are)
+
+    def none_for(self, example_id: str) -> str:
+        """Why there are no scores for this example, in words ("" when there are)."""
+        if self.absent:
+            return f"no scores: {self.absent}"
+        return "" if example_id in self.records else f"no scores for this example in {self.path.name}"
+
+
+def is_number(value) -> bool:
+    """A JSON number (not a boolean), for a task's record check."""
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def is_fraction(value) -> bool:
+    """A JSON number in [0, 1] (a probability), for a task's record check."""
+    return is_number(value) and 0 <= value <= 1
 
 
 def read_scores(prediction_path: str | os.PathLike, check: Callable[[Mapping], str | None]) -> PredictionScores:

@@ -14,12 +14,13 @@ sentences most probable as supporting facts (with the gold's and each file's) in
 probable first; a file without one is said to have no scores.
 """
 
-from numbers import Real
 from typing import Mapping
 
 from longdoc.data.examples import StructuredExample
-from longdoc.data.prediction_scores import PredictionScores, read_scores
-from longdoc.serve.views import ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, Table, TextBlock
+from longdoc.data.prediction_scores import PredictionScores, is_fraction, read_scores
+from longdoc.serve.views import (
+    Column, ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, Table, TextBlock, fraction_cell, table_of,
+)
 from longdoc.tasks.hotpotqa.metric import example_scores, read_gold, read_prediction
 from longdoc.tasks.hotpotqa.reader import answer_spans, read_examples
 
@@ -29,26 +30,22 @@ YES_NO = ("yes", "no")
 TOP_SENTENCES = 5  # the most probable sentences of each file with scores that the table lists
 
 
-def _fraction(value) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool) and 0 <= value <= 1
-
-
 def check_scores(record: Mapping) -> str | None:
     """What is wrong with one record of a HotpotQA scores side file (None: nothing)."""
     types = record.get("answer_type")
-    if not isinstance(types, dict) or set(types) != {"span", *YES_NO} or not all(map(_fraction, types.values())):
+    if not isinstance(types, dict) or set(types) != {"span", *YES_NO} or not all(map(is_fraction, types.values())):
         return "'answer_type' must be {\"span\": p, \"yes\": p, \"no\": p}, numbers in [0, 1]"
-    if not _fraction(record.get("sp_threshold")):
+    if not is_fraction(record.get("sp_threshold")):
         return "'sp_threshold' must be a number in [0, 1]"
     sentences = record.get("sentences")
     if not isinstance(sentences, list) or not all(
             isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[1], int)
-            and _fraction(item[2]) for item in sentences):
+            and is_fraction(item[2]) for item in sentences):
         return "'sentences' must be a list of [title, sentence index, probability in [0, 1]]"
     return None
 
 
-def _sentence_table(example: StructuredExample, gold_facts, run_facts, records) -> Table | None:
+def _sentence_table(gold_facts, run_facts, records) -> Table | None:
     """The sentences most probable as supporting facts by each file with scores, and the gold's and
     each file's facts, most probable first by the first file with scores; None when none has any."""
     scored = [None if record is None else {(title, index): p for title, index, p in record["sentences"]}
@@ -60,28 +57,22 @@ def _sentence_table(example: StructuredExample, gold_facts, run_facts, records) 
     for found in scored:
         if found is not None:
             listed.update(dict.fromkeys(sorted(found, key=lambda fact: -found[fact])[:TOP_SENTENCES]))
-    columns, cells, bars = ["paragraph", "sentence", "gold"], [], []
+    columns = [Column("paragraph", lambda fact: fact[0]), Column("sentence", lambda fact: str(fact[1])),
+               Column("gold", lambda fact: "gold" if fact in gold_facts else "")]
     for run, (facts, found) in enumerate(zip(run_facts, scored)):
-        columns.append(f"run {run + 1}")
-        cells.append(lambda fact, facts=set(facts): "support" if fact in facts else "")
-        if found is not None:
-            bars.append(len(columns))
-            columns.append(f"run {run + 1} probability")
-            cells.append(lambda fact, found=found: "" if fact not in found else f"{found[fact]:.4f}")
-    ordered = sorted(listed, key=lambda fact: -ranking.get(fact, -1.0))
-    return Table(title="supporting sentences, most probable first", columns=tuple(columns),
-                 rows=tuple((title, str(index), "gold" if (title, index) in gold_facts else "",
-                             *(cell((title, index)) for cell in cells)) for title, index in ordered),
-                 bars=tuple(bars))
+        columns.append(Column(f"run {run + 1}", lambda fact, facts=set(facts): "support" if fact in facts else ""))
+        if found is not None:  # a file without scores for it keeps the one column
+            columns.append(Column(f"run {run + 1} probability", lambda fact, found=found: fraction_cell(
+                found.get(fact)), bar=True))
+    return table_of("supporting sentences, most probable first",
+                    sorted(listed, key=lambda fact: -ranking.get(fact, -1.0)), columns)
 
 
-def _type_field(side_file: PredictionScores, record: Mapping | None) -> tuple[str, str]:
+def _type_field(side_file: PredictionScores, example_id: str) -> tuple[str, str]:
     """The ("answer type", ...) line of one file: its type probabilities, or why it has none."""
-    if side_file.absent:
-        return "answer type", f"no scores: {side_file.absent}"
-    if record is None:
-        return "answer type", f"no scores for this example in {side_file.path.name}"
-    return "answer type", " · ".join(f"{kind} {p:.1%}" for kind, p in record["answer_type"].items())
+    record = side_file.records.get(example_id)
+    return "answer type", side_file.none_for(example_id) or " · ".join(
+        f"{kind} {p:.1%}" for kind, p in record["answer_type"].items())
 
 
 def _split_facts(example: StructuredExample, predicted) -> tuple[list[tuple[str, int]], list]:
@@ -164,7 +155,7 @@ def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
             answer = prediction["answer"].get(example_id, "")
             sides.append(_paragraph_marks(example, facts, answer if isinstance(answer, str) else "", run))
             fields = [("answer", answer if isinstance(answer, str) else repr(answer)),
-                      _type_field(side_file, record), ("supporting facts", _describe_facts(facts))]
+                      _type_field(side_file, example_id), ("supporting facts", _describe_facts(facts))]
             if record is not None:
                 fields.append(("supporting-fact threshold", f"{record['sp_threshold']:g}"))
             if other:
@@ -174,7 +165,7 @@ def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
                       for d, (title, document) in enumerate(zip(_titles(example), example.documents)))
         fields = (("answer", example.labels["answer"]), ("supporting facts", _describe_facts(gold_facts)),
                   ("type", str(example.labels["type"])), ("level", str(example.labels["level"])))
-        table = _sentence_table(example, gold_facts, run_facts, records)
+        table = _sentence_table(gold_facts, run_facts, records)
         return ExampleView(id=example_id, fields=fields, run_fields=tuple(run_fields),
                            tables=() if table is None else (table,), texts=texts)
 

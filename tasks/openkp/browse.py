@@ -10,13 +10,12 @@ files hold only url and KeyPhrases), and the page's P, R and F1 at 1, 3 and 5 fr
 `metric.document_scores` (their mean over the pages is what `longdoc evaluate` prints).
 """
 
-from numbers import Real
 from typing import Mapping
 
-from longdoc.data.prediction_scores import PredictionScores, read_scores
+from longdoc.data.prediction_scores import PredictionScores, is_number, read_scores
 from longdoc.data.text import token_char_spans
 from longdoc.io import iter_jsonl
-from longdoc.serve.views import ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, Table, TextBlock
+from longdoc.serve.views import Column, ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, TextBlock, table_of
 from longdoc.tasks.openkp.metric import (
     CUTOFFS, document_scores, normalize_keyphrase, prepare_keyphrases, read_keyphrase_file,
 )
@@ -38,7 +37,7 @@ def check_scores(record: Mapping) -> str | None:
     phrases = record.get("keyphrases")
     if not isinstance(phrases, list) or not all(
             isinstance(p, dict) and isinstance(p.get("phrase"), list) and all(isinstance(t, str) for t in p["phrase"])
-            and isinstance(p.get("score"), Real) and not isinstance(p["score"], bool) for p in phrases):
+            and is_number(p.get("score")) for p in phrases):
         return "'keyphrases' must be a list of {\"phrase\": [token, ...], \"score\": a number}"
     return None
 
@@ -59,12 +58,8 @@ def _ranked_line(phrases: list[str], found: dict[str, float] | None) -> str:
                      for rank, phrase in enumerate(phrases, start=1))
 
 
-def _scores_field(scores: PredictionScores, found: dict[str, float] | None) -> tuple[str, str]:
-    if scores.absent:
-        return "scores", f"no scores: {scores.absent}"
-    if found is None:
-        return "scores", f"no scores for this page in {scores.path.name}"
-    return "scores", f"from {scores.path.name}: the best n-gram logit of each phrase"
+def _scores_field(scores: PredictionScores, url: str) -> tuple[str, str]:
+    return "scores", scores.none_for(url) or f"from {scores.path.name}: the best n-gram logit of each phrase"
 
 
 def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
@@ -97,16 +92,15 @@ def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
         ranked = [run.get(url, []) for run in candidates]
         every = list(dict.fromkeys(phrases + [phrase for run in ranked for phrase in run]))
         found = [_phrase_scores(side_file, url) for side_file in side_files]
-        columns, cells = ["keyphrase", "gold"], []
+        columns = [Column("keyphrase", lambda phrase: phrase),
+                   Column("gold", lambda phrase: "gold" if phrase in phrases else "")]
         for run, (phrases_of_run, run_found) in enumerate(zip(ranked, found)):
-            columns.append(f"run {run + 1} rank")
-            cells.append(lambda phrase, run=phrases_of_run: str(run.index(phrase) + 1) if phrase in run else "")
-            if run_found is not None:  # a file without scores for it keeps today's one column
-                columns.append(f"run {run + 1} score")
-                cells.append(lambda phrase, run=run_found: f"{run[phrase]:.4g}" if phrase in run else "")
-        table = Table(title="keyphrases", columns=tuple(columns),
-                      rows=tuple((phrase, "gold" if phrase in phrases else "", *(cell(phrase) for cell in cells))
-                                 for phrase in every))
+            columns.append(Column(f"run {run + 1} rank", lambda phrase, run=phrases_of_run: str(
+                run.index(phrase) + 1) if phrase in run else ""))
+            if run_found is not None:  # a file without scores for it keeps the one column
+                columns.append(Column(f"run {run + 1} score", lambda phrase, run=run_found: f"{run[phrase]:.4g}"
+                                      if phrase in run else ""))
+        table = table_of("keyphrases", every, columns)
         blocks = ()
         if url in page_texts:
             text = page_texts[url]
@@ -116,7 +110,7 @@ def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
             blocks = (TextBlock("page text", text, tuple(marks)),)
         return ExampleView(id=url, fields=(("url", url), ("keyphrases", "; ".join(phrases))),
                            run_fields=tuple((("keyphrases", _ranked_line(run, run_found)),
-                                             _scores_field(side_file, run_found))
+                                             _scores_field(side_file, url))
                                             for run, run_found, side_file in zip(ranked, found, side_files)),
                            tables=(table,), texts=blocks)
 

@@ -10,11 +10,12 @@ from PRED.scores.jsonl (`longdoc predict` writes it, longdoc.tasks.wikihop.decod
 and a file without one is said to have no scores.
 """
 
-from numbers import Real
 from typing import Mapping
 
-from longdoc.data.prediction_scores import PredictionScores, read_scores
-from longdoc.serve.views import ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, Table, TextBlock
+from longdoc.data.prediction_scores import PredictionScores, is_fraction, read_scores
+from longdoc.serve.views import (
+    Column, ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, TextBlock, fraction_cell, table_of,
+)
 from longdoc.tasks.wikihop.metric import is_correct, read_gold, read_predictions
 from longdoc.tasks.wikihop.reader import read_examples
 
@@ -28,9 +29,7 @@ def check_scores(record: Mapping) -> str | None:
     candidates = record.get("candidates")
     if not isinstance(candidates, list) or not all(
             isinstance(c, dict) and isinstance(c.get("text"), str)
-            and (c.get("probability") is None or isinstance(c["probability"], Real)
-                 and not isinstance(c["probability"], bool) and 0 <= c["probability"] <= 1)
-            for c in candidates):
+            and (c.get("probability") is None or is_fraction(c["probability"])) for c in candidates):
         return "'candidates' must be a list of {\"text\": candidate, \"probability\": a number in [0, 1] or null}"
     return None
 
@@ -41,17 +40,11 @@ def _probabilities(scores: PredictionScores, example_id: str) -> dict[str, float
     return None if record is None else {c["text"]: c["probability"] for c in record["candidates"]}
 
 
-def _bar(probability: float | None) -> str:
-    """A probability as a bar cell takes it (longdoc.serve.views.Table.bars)."""
-    return "" if probability is None else f"{probability:.4f}"
-
-
-def _scores_field(scores: PredictionScores, probabilities: dict | None, choice, gold: str) -> tuple[str, str]:
+def _scores_field(scores: PredictionScores, example_id: str, choice, gold: str) -> tuple[str, str]:
     """The ("probability", ...) line of one file: its choice's and the gold's, or why there are none."""
-    if scores.absent:
-        return "probability", f"no scores: {scores.absent}"
+    probabilities = _probabilities(scores, example_id)
     if probabilities is None:
-        return "probability", f"no scores for this example in {scores.path.name}"
+        return "probability", scores.none_for(example_id)
     choice_text = "no choice" if choice is None else f"{_line(choice)} {_percent(probabilities.get(choice))}"
     return "probability", f"{choice_text}; gold {gold} {_percent(probabilities.get(gold))}"
 
@@ -96,28 +89,22 @@ def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
         ranking = next((p for p in probabilities if p is not None), None)
         ordered = example.candidates if ranking is None else sorted(
             example.candidates, key=lambda c: 1.0 if ranking.get(c.text) is None else -ranking[c.text])
-        columns, cells, bars = ["candidate", "gold"], [], []
-        for run, run_probabilities in enumerate(probabilities):
-            columns.append(f"run {run + 1}")
-            cells.append(lambda candidate, run=run: "chosen" if chosen[run] == candidate.text else "")
-            if run_probabilities is not None:  # a file without scores for it keeps today's one column
-                bars.append(len(columns))
-                columns.append(f"run {run + 1} probability")
-                cells.append(lambda candidate, found=run_probabilities: _bar(found.get(candidate.text)))
-        table = Table(title="candidates" if ranking is None else "candidates, most probable first",
-                      columns=(*columns, "mentions"),
-                      rows=tuple((candidate.text, "gold" if candidate.text == gold else "",
-                                  *(cell(candidate) for cell in cells), str(len(candidate.mentions)))
-                                 for candidate in ordered),
-                      bars=tuple(bars))
+        columns = [Column("candidate", lambda c: c.text), Column("gold", lambda c: "gold" if c.text == gold else "")]
+        for run, found in enumerate(probabilities):
+            columns.append(Column(f"run {run + 1}", lambda c, run=run: "chosen" if chosen[run] == c.text else ""))
+            if found is not None:  # a file without scores for it keeps the one column
+                columns.append(Column(f"run {run + 1} probability", lambda c, found=found: fraction_cell(
+                    found.get(c.text)), bar=True))
+        columns.append(Column("mentions", lambda c: str(len(c.mentions))))
+        table = table_of("candidates" if ranking is None else "candidates, most probable first", ordered, columns)
         fields = [("query", example.question), ("answer", gold)]
         if "annotations" in example.labels:
             fields.append(("annotations", "; ".join(", ".join(map(str, a)) for a in example.labels["annotations"])))
         return ExampleView(
             id=example_id, fields=tuple(fields),
             run_fields=tuple((("answer", _line(choice) if choice is not None else ""),
-                              _scores_field(run_scores, found, choice, gold))
-                             for choice, run_scores, found in zip(chosen, scores, probabilities)),
+                              _scores_field(run_scores, example_id, choice, gold))
+                             for choice, run_scores in zip(chosen, scores)),
             tables=(table,),
             texts=tuple(TextBlock(f"support {d + 1}", document.text, tuple(marks[d]))
                         for d, document in enumerate(example.documents)))
