@@ -95,11 +95,11 @@ def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
         columns = [Column("keyphrase", lambda phrase: phrase),
                    Column("gold", lambda phrase: "gold" if phrase in phrases else "")]
         for run, (phrases_of_run, run_found) in enumerate(zip(ranked, found)):
-            columns.append(Column(f"run {run + 1} rank", lambda phrase, run=phrases_of_run: str(
-                run.index(phrase) + 1) if phrase in run else ""))
+            columns.append(Column(f"run {run + 1} rank", lambda phrase, listed=phrases_of_run: str(
+                listed.index(phrase) + 1) if phrase in listed else ""))
             if run_found is not None:  # a file without scores for it keeps the one column
-                columns.append(Column(f"run {run + 1} score", lambda phrase, run=run_found: f"{run[phrase]:.4g}"
-                                      if phrase in run else ""))
+                columns.append(Column(f"run {run + 1} score", lambda phrase, scored=run_found: f"{scored[phrase]:.4g}"
+                                      if phrase in scored else ""))
         table = table_of("keyphrases", every, columns)
         blocks = ()
         if url in page_texts:
