@@ -1,6 +1,8 @@
 """`longdoc predict TASK --model DIR --data FILE --out FILE [--batch-size N] [--device DEV] [--dtype T]
 [--runtime auto|torch|onnx] [--json]`:
-a trained model's official prediction file for a dataset file."""
+a trained model's official prediction file for a dataset file, and the scores side file beside it
+(FILE.scores.jsonl, longdoc.data.prediction_scores) for a task whose official file has no room for
+its scores."""
 
 import json
 import sys
@@ -26,8 +28,9 @@ def add_arguments(parser) -> None:
     inference.add_arguments(parser)
     add_runtime_argument(parser)
     parser.add_argument("--json", action="store_true",
-                        help="print one JSON object on stdout at the end: the prediction file, task, examples and "
-                             "windows predicted, seconds, examples per second, device, dtype and runtime")
+                        help="print one JSON object on stdout at the end: the prediction file, its scores side file "
+                             "(or null), task, examples and windows predicted, seconds, examples per second, device, "
+                             "dtype and runtime")
 
 
 class _WindowCounter:
@@ -71,12 +74,14 @@ def run(args) -> int:
                                                 batch_size=args.batch_size, progress=args.progress)
     seconds = time.perf_counter() - started
     path, examples = predicted.path, predicted.examples
-    summary = {"predictions": str(path), "task": args.task, "examples": examples, "windows": counter.windows,
+    summary = {"predictions": str(path), "scores": None if predicted.scores is None else str(predicted.scores),
+               "task": args.task, "examples": examples, "windows": counter.windows,
                "seconds": round(seconds, 3), "examples_per_second": round(examples / seconds, 3),
                "device": str(device), "dtype": str(dtype).removeprefix("torch."), "runtime": runtime}
     print(f"wrote {path}: {examples} examples ({counter.windows} windows) in {seconds:.1f} s, "
           f"{summary['examples_per_second']} examples/s on {summary['device']} in {summary['dtype']}"
-          + (" (ONNX Runtime)" if runtime == "onnx" else ""), file=sys.stderr)
+          + (" (ONNX Runtime)" if runtime == "onnx" else "")
+          + ("" if predicted.scores is None else f"; scores in {predicted.scores}"), file=sys.stderr)
     if args.json:
         print(json.dumps(summary))
     return 0

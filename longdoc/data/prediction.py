@@ -17,13 +17,16 @@ from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, buil
 @dataclass(frozen=True)
 class PredictionFile:
     """What a task's `predict` wrote: the official prediction file, the number of examples it
-    predicted (so that a caller need not read the data again to count them), and the settings it
+    predicted (so that a caller need not read the data again to count them), the settings it
     chose on the file when asked to tune them (e.g. {"sp_threshold": 0.3}; the caller decides where
-    they are kept: a training run stores them in the model it saves)."""
+    they are kept: a training run stores them in the model it saves), and the scores side file
+    written beside it (longdoc.data.prediction_scores; None for a task whose official file holds
+    its scores)."""
 
     path: Path
     examples: int
     chosen: Mapping[str, Any] = field(default_factory=dict)
+    scores: Path | None = None
 
 
 @dataclass

@@ -15,13 +15,16 @@ longdoc.tasks) whose `__init__.py` defines `TASK`, a `Task` record naming its pa
                                              goes straight into model(**batch)
   model     encoder + heads + loss         "module:Class", a TaskModel subclass (longdoc.model.task_model)
   decode    logits -> official file        predict(model, data_path, out_path, *, tokenizer, options, tune,
-                                                   batch_size, progress=True) -> PredictionFile
+                                                   batch_size, progress=True) -> PredictionFile; beside the
+                                             official file, the scores its format has no room for
+                                             (longdoc.data.prediction_scores), unless it holds them
   ask       reading passages for `ask`     a module with the functions of `SpanAnswerReading` (optional:
                                              a task without one answers no `longdoc ask`)
   configs   shipped hyperparameters        a folder of NAME.json files, training options by long name
   browse    the prediction browser         open_browser(gold_path, pred_paths, **metric options)
                                              -> longdoc.serve.views.ExampleBrowser (`longdoc serve --task`;
-                                             optional: a task without one has no browser)
+                                             optional: a task without one has no browser); it shows the
+                                             scores beside each prediction file when there are some
 
 The protocols below state each part's functions; one test checks every registered task against
 them. `options` is the task's options record (`Task.options`, a frozen dataclass of

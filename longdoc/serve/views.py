@@ -10,7 +10,7 @@ with the gold's and each prediction file's marks.
 """
 
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Any, Callable, Iterable, Sequence
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,30 @@ class Table:
     title: str
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    # The columns (indexes) whose cells are a fraction in [0, 1] written as a number ("" when none):
+    # the page draws them as bars beside the number (a model's probabilities).
+    bars: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table made from items (`table_of`): its heading and each item's cell; `bar`:
+    the cells are fractions in [0, 1] (`fraction_cell`), drawn as bars."""
+
+    title: str
+    cell: Callable[[Any], str]
+    bar: bool = False
+
+
+def table_of(title: str, items: Iterable, columns: Sequence[Column]) -> Table:
+    return Table(title, tuple(column.title for column in columns),
+                 tuple(tuple(column.cell(item) for column in columns) for item in items),
+                 tuple(number for number, column in enumerate(columns) if column.bar))
+
+
+def fraction_cell(value: float | None) -> str:
+    """A fraction as a bar column's cell holds it; "" for none."""
+    return "" if value is None else f"{value:.4f}"
 
 
 @dataclass(frozen=True)

@@ -8,16 +8,71 @@ precision and recall of the answer, the supporting facts and both jointly, from
 A prediction file holds answer text, not offsets: a predicted answer is marked where its text
 occurs, by the reader's rule for gold answers (`reader.answer_spans`), so a wrong answer that
 occurs nowhere is only shown in its field.
+With a file's scores side file beside it (PRED.scores.jsonl: `longdoc predict` writes it,
+longdoc.tasks.hotpotqa.decode says what it holds): its answer type probabilities, and the
+sentences most probable as supporting facts (with the gold's and each file's) in a table, most
+probable first; a file without one is said to have no scores.
 """
 
+from typing import Mapping
+
 from longdoc.data.examples import StructuredExample
-from longdoc.serve.views import ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, TextBlock
+from longdoc.data.prediction_scores import PredictionScores, is_fraction, read_scores
+from longdoc.serve.views import (
+    Column, ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, Table, TextBlock, fraction_cell, table_of,
+)
 from longdoc.tasks.hotpotqa.metric import example_scores, read_gold, read_prediction
 from longdoc.tasks.hotpotqa.reader import answer_spans, read_examples
 
 METRIC_KEYS = ("em", "f1", "sp_em", "sp_f1", "joint_em", "joint_f1", "prec", "recall", "sp_prec", "sp_recall",
                "joint_prec", "joint_recall")
 YES_NO = ("yes", "no")
+TOP_SENTENCES = 5  # the most probable sentences of each file with scores that the table lists
+
+
+def check_scores(record: Mapping) -> str | None:
+    """What is wrong with one record of a HotpotQA scores side file (None: nothing)."""
+    types = record.get("answer_type")
+    if not isinstance(types, dict) or set(types) != {"span", *YES_NO} or not all(map(is_fraction, types.values())):
+        return "'answer_type' must be {\"span\": p, \"yes\": p, \"no\": p}, numbers in [0, 1]"
+    if not is_fraction(record.get("sp_threshold")):
+        return "'sp_threshold' must be a number in [0, 1]"
+    sentences = record.get("sentences")
+    if not isinstance(sentences, list) or not all(
+            isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[1], int)
+            and is_fraction(item[2]) for item in sentences):
+        return "'sentences' must be a list of [title, sentence index, probability in [0, 1]]"
+    return None
+
+
+def _sentence_table(gold_facts, run_facts, records) -> Table | None:
+    """The sentences most probable as supporting facts by each file with scores, and the gold's and
+    each file's facts, most probable first by the first file with scores; None when none has any."""
+    scored = [None if record is None else {(title, index): p for title, index, p in record["sentences"]}
+              for record in records]
+    ranking = next((found for found in scored if found is not None), None)
+    if ranking is None:
+        return None
+    listed = dict.fromkeys([*gold_facts, *(fact for facts in run_facts for fact in facts)])
+    for found in scored:
+        if found is not None:
+            listed.update(dict.fromkeys(sorted(found, key=lambda fact: -found[fact])[:TOP_SENTENCES]))
+    columns = [Column("paragraph", lambda fact: fact[0]), Column("sentence", lambda fact: str(fact[1])),
+               Column("gold", lambda fact: "gold" if fact in gold_facts else "")]
+    for run, (facts, found) in enumerate(zip(run_facts, scored)):
+        columns.append(Column(f"run {run + 1}", lambda fact, facts=set(facts): "support" if fact in facts else ""))
+        if found is not None:  # a file without scores for it keeps the one column
+            columns.append(Column(f"run {run + 1} probability", lambda fact, found=found: fraction_cell(
+                found.get(fact)), bar=True))
+    return table_of("supporting sentences, most probable first",
+                    sorted(listed, key=lambda fact: -ranking.get(fact, -1.0)), columns)
+
+
+def _type_field(side_file: PredictionScores, example_id: str) -> tuple[str, str]:
+    """The ("answer type", ...) line of one file: its type probabilities, or why it has none."""
+    record = side_file.records.get(example_id)
+    return "answer type", side_file.none_for(example_id) or " · ".join(
+        f"{kind} {p:.1%}" for kind, p in record["answer_type"].items())
 
 
 def _split_facts(example: StructuredExample, predicted) -> tuple[list[tuple[str, int]], list]:
@@ -66,9 +121,11 @@ def _describe_facts(facts) -> str:
 
 
 def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
-    """The examples of a HotpotQA gold file against prediction files {"answer": {id: text}, "sp": {id: facts}}."""
+    """The examples of a HotpotQA gold file against prediction files {"answer": {id: text}, "sp": {id: facts}}
+    (and their scores side files)."""
     gold = read_gold(gold_path)
     predictions = [read_prediction(path) for path in pred_paths]
+    side_files = [read_scores(path, check_scores) for path in pred_paths]
     examples = {example.id: example for example in read_examples(gold_path)}
     rows = []
     for record in gold:
@@ -90,13 +147,17 @@ def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
         example = examples[example_id]
         gold_facts = [(title, index) for title, index in example.labels["supporting_facts"]]
         sides = [_paragraph_marks(example, gold_facts, example.labels["answer"], None)]
-        run_fields = []
-        for run, prediction in enumerate(predictions):
+        run_fields, run_facts = [], []
+        records = [side_file.records.get(example_id) for side_file in side_files]
+        for run, (prediction, side_file, record) in enumerate(zip(predictions, side_files, records)):
             facts, other = _split_facts(example, prediction["sp"].get(example_id, []))
+            run_facts.append(facts)
             answer = prediction["answer"].get(example_id, "")
             sides.append(_paragraph_marks(example, facts, answer if isinstance(answer, str) else "", run))
             fields = [("answer", answer if isinstance(answer, str) else repr(answer)),
-                      ("supporting facts", _describe_facts(facts))]
+                      _type_field(side_file, example_id), ("supporting facts", _describe_facts(facts))]
+            if record is not None:
+                fields.append(("supporting-fact threshold", f"{record['sp_threshold']:g}"))
             if other:
                 fields.append(("facts not in the context", "; ".join(map(repr, other))))
             run_fields.append(tuple(fields))
@@ -104,7 +165,9 @@ def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
                       for d, (title, document) in enumerate(zip(_titles(example), example.documents)))
         fields = (("answer", example.labels["answer"]), ("supporting facts", _describe_facts(gold_facts)),
                   ("type", str(example.labels["type"])), ("level", str(example.labels["level"])))
-        return ExampleView(id=example_id, fields=fields, run_fields=tuple(run_fields), tables=(), texts=texts)
+        table = _sentence_table(gold_facts, run_facts, records)
+        return ExampleView(id=example_id, fields=fields, run_fields=tuple(run_fields),
+                           tables=() if table is None else (table,), texts=texts)
 
     return ExampleBrowser(right_means="the answer is an exact match (EM 1)", metric_keys=METRIC_KEYS,
                           totals_are_means=True, rows=tuple(rows), view=view)

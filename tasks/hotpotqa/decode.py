@@ -16,6 +16,11 @@ joint F1 (official metric) on that file, as ETC's HotpotQA runner searches it
 (google-research/google-research, etcmodel/models/hotpotqa/run_finetuning.py: 0, 0.1, ..., 1),
 returned as chosen (`PredictionFile.chosen`: the training run keeps it in the model it saves);
 else the model's stored threshold; else 0.5 (that runner's default).
+
+Beside it, the scores side file (longdoc.data.prediction_scores) holds, per example, the answer
+type probabilities and every supporting-sentence probability: {"id", "answer_type": {"span": p,
+"yes": p, "no": p}, "sp_threshold": t, "sentences": [[title, sentence index, probability], ...]}
+(every sentence some window holds, in context order; those at or above t are the predicted facts).
 """
 
 import sys
@@ -29,6 +34,7 @@ from torch import Tensor
 from longdoc.data.examples import StructuredExample, TextSpan
 from longdoc.data.features import Features, GlobalKind
 from longdoc.data.prediction import PredictionFile, WindowScores, score_examples
+from longdoc.data.prediction_scores import write_scores
 from longdoc.data.spans import TokenSpan, token_span_to_char_span
 from longdoc.io import atomic_write_json
 from longdoc.model.heads import top_spans
@@ -111,6 +117,14 @@ def select_facts(probabilities: Mapping[tuple[str, int], float], threshold: floa
     return [[title, index] for (title, index), p in probabilities.items() if p >= threshold]
 
 
+def scores_record(example: StructuredExample, windows: Sequence[WindowScores],
+                  probabilities: Mapping[tuple[str, int], float], threshold: float) -> dict:
+    """The scores record of one example (see the module docstring)."""
+    _, types = answer_type(windows)
+    return {"id": example.id, "answer_type": dict(zip(ANSWER_TYPES, types.tolist())), "sp_threshold": threshold,
+            "sentences": [[title, index, probability] for (title, index), probability in probabilities.items()]}
+
+
 def choose_sp_threshold(examples: Sequence[StructuredExample], answers: Mapping[str, str],
                         probabilities: Sequence[Mapping[tuple[str, int], float]]) -> tuple[float, float]:
     """(threshold, joint F1) of the value in SP_THRESHOLD_GRID with the best joint F1 against the
@@ -147,7 +161,7 @@ def _sp_threshold(model, given: float | None, tune: bool, data_path, examples, a
 def predict(model, data_path, out_path, *, tokenizer, options: HotpotQAOptions | None = None, tune: bool = False,
             batch_size: int = 8, progress: bool = True) -> PredictionFile:
     """Predict every example of the HotpotQA file `data_path`; write the official prediction file
-    to `out_path` (atomically). `options`: a training run's (its `sp_threshold`); `tune`: choose the
+    to `out_path` and the scores beside it (both atomically). `options`: a training run's (its `sp_threshold`); `tune`: choose the
     threshold on this file (see the module docstring)."""
     examples = list(read_examples(data_path))
     per_example = [windows for _, windows in score_examples(
@@ -162,4 +176,6 @@ def predict(model, data_path, out_path, *, tokenizer, options: HotpotQAOptions |
     threshold, chosen = _sp_threshold(model, given, tune, data_path, examples, answers, probabilities)
     sp = {example.id: select_facts(p, threshold) for example, p in zip(examples, probabilities)}
     atomic_write_json(out_path, {"answer": answers, "sp": sp})
-    return PredictionFile(Path(out_path), len(examples), chosen)
+    scores = write_scores(out_path, (scores_record(example, windows, p, threshold)
+                                     for example, windows, p in zip(examples, per_example, probabilities)))
+    return PredictionFile(Path(out_path), len(examples), chosen, scores)

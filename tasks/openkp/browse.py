@@ -1,17 +1,24 @@
 """OpenKP examples and predictions as `longdoc serve --task openkp` shows them (longdoc.serve.views).
 
-Per page: the gold keyphrases and each prediction file's, ranked as the file lists them (the
-official file has no scores: its order is the ranking the metric cuts at 1, 3 and 5), the page's
+Per page: the gold keyphrases and each prediction file's, ranked as the file lists them (its order
+is the ranking the metric cuts at 1, 3 and 5) with the model's score of each when the file's scores
+side file lies beside it (PRED.scores.jsonl: `longdoc predict` writes it, longdoc.tasks.openkp.decode
+says what the scores are; a file without one is said to have no scores), the page's
 text with every occurrence of each phrase marked (its tokens, compared lowercased, as the metric
 normalises them) when the gold file holds the text (OpenKPDev.jsonl does; the metric's reference
 files hold only url and KeyPhrases), and the page's P, R and F1 at 1, 3 and 5 from
 `metric.document_scores` (their mean over the pages is what `longdoc evaluate` prints).
 """
 
+from typing import Mapping
+
+from longdoc.data.prediction_scores import PredictionScores, is_number, read_scores
 from longdoc.data.text import token_char_spans
 from longdoc.io import iter_jsonl
-from longdoc.serve.views import ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, Table, TextBlock
-from longdoc.tasks.openkp.metric import CUTOFFS, document_scores, prepare_keyphrases, read_keyphrase_file
+from longdoc.serve.views import Column, ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, TextBlock, table_of
+from longdoc.tasks.openkp.metric import (
+    CUTOFFS, document_scores, normalize_keyphrase, prepare_keyphrases, read_keyphrase_file,
+)
 
 METRIC_KEYS = tuple(f"{name}@{k}" for k in CUTOFFS for name in ("F1", "P", "R"))
 
@@ -25,10 +32,42 @@ def _occurrences(text: str, phrase: str) -> list[tuple[int, int]]:
     return [(spans[i][0], spans[i + n - 1][1]) for i in range(len(spans) - n + 1) if lowered[i:i + n] == wanted]
 
 
+def check_scores(record: Mapping) -> str | None:
+    """What is wrong with one record of an OpenKP scores side file (None: nothing)."""
+    phrases = record.get("keyphrases")
+    if not isinstance(phrases, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("phrase"), list) and all(isinstance(t, str) for t in p["phrase"])
+            and is_number(p.get("score")) for p in phrases):
+        return "'keyphrases' must be a list of {\"phrase\": [token, ...], \"score\": a number}"
+    return None
+
+
+def _phrase_scores(scores: PredictionScores, url: str) -> dict[str, float] | None:
+    """{normalised phrase: score} of one page in one file's scores; None when it has none for it."""
+    record = scores.records.get(url)
+    if record is None:
+        return None
+    found: dict[str, float] = {}
+    for phrase in record["keyphrases"]:
+        found.setdefault(normalize_keyphrase(phrase["phrase"]), float(phrase["score"]))
+    return found
+
+
+def _ranked_line(phrases: list[str], found: dict[str, float] | None) -> str:
+    return "; ".join(f"{rank}. {phrase}" + ("" if found is None or phrase not in found else f" ({found[phrase]:.4g})")
+                     for rank, phrase in enumerate(phrases, start=1))
+
+
+def _scores_field(scores: PredictionScores, url: str) -> tuple[str, str]:
+    return "scores", scores.none_for(url) or f"from {scores.path.name}: the best n-gram logit of each phrase"
+
+
 def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
-    """The pages of an OpenKP gold file against candidate files {"url", "KeyPhrases"} (JSON lines)."""
+    """The pages of an OpenKP gold file against candidate files {"url", "KeyPhrases"} (JSON lines)
+    and their scores side files."""
     gold = read_keyphrase_file(gold_path)
     predictions = [read_keyphrase_file(path) for path in pred_paths]
+    side_files = [read_scores(path, check_scores) for path in pred_paths]
     page_texts = {record["url"]: record["text"] for _, record in iter_jsonl(gold_path)
              if isinstance(record, dict) and isinstance(record.get("text"), str)}
     references = {url: prepare_keyphrases(record.phrases) for url, record in gold.items()}
@@ -52,11 +91,16 @@ def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
         phrases = references[url]
         ranked = [run.get(url, []) for run in candidates]
         every = list(dict.fromkeys(phrases + [phrase for run in ranked for phrase in run]))
-        table = Table(title="keyphrases",
-                      columns=("keyphrase", "gold", *(f"run {run + 1} rank" for run in range(len(ranked)))),
-                      rows=tuple((phrase, "gold" if phrase in phrases else "",
-                                  *(str(run.index(phrase) + 1) if phrase in run else "" for run in ranked))
-                                 for phrase in every))
+        found = [_phrase_scores(side_file, url) for side_file in side_files]
+        columns = [Column("keyphrase", lambda phrase: phrase),
+                   Column("gold", lambda phrase: "gold" if phrase in phrases else "")]
+        for run, (phrases_of_run, run_found) in enumerate(zip(ranked, found)):
+            columns.append(Column(f"run {run + 1} rank", lambda phrase, listed=phrases_of_run: str(
+                listed.index(phrase) + 1) if phrase in listed else ""))
+            if run_found is not None:  # a file without scores for it keeps the one column
+                columns.append(Column(f"run {run + 1} score", lambda phrase, scored=run_found: f"{scored[phrase]:.4g}"
+                                      if phrase in scored else ""))
+        table = table_of("keyphrases", every, columns)
         blocks = ()
         if url in page_texts:
             text = page_texts[url]
@@ -65,9 +109,9 @@ def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
                       for rank, phrase in enumerate(phrases_of_run, start=1) for start, end in _occurrences(text, phrase)]
             blocks = (TextBlock("page text", text, tuple(marks)),)
         return ExampleView(id=url, fields=(("url", url), ("keyphrases", "; ".join(phrases))),
-                           run_fields=tuple((("keyphrases", "; ".join(f"{rank}. {phrase}" for rank, phrase
-                                                                       in enumerate(run, start=1))),)
-                                            for run in ranked),
+                           run_fields=tuple((("keyphrases", _ranked_line(run, run_found)),
+                                             _scores_field(side_file, url))
+                                            for run, run_found, side_file in zip(ranked, found, side_files)),
                            tables=(table,), texts=blocks)
 
     return ExampleBrowser(right_means="a gold keyphrase is among the first 3", metric_keys=METRIC_KEYS,

@@ -8,6 +8,11 @@ occurrences, in every window (ETC: "the score of a phrase is the max over its oc
 Ainslie et al., 2020, section 4). The TOP_K best distinct phrases are written best first, each as
 the token list of its best-scoring occurrence as the text spells it. Phrases holding an empty token
 (two spaces in a row in the text) are never proposed: the official metric would drop or mangle them.
+
+Beside it, the scores side file (longdoc.data.prediction_scores) holds the score of each phrase
+written: {"id": url, "keyphrases": [{"phrase": tokens, "score": logit}, ...]}, best first, the
+phrases as the official file spells them and in its order; the score is the phrase's best n-gram
+logit (the ranking above).
 """
 
 import json
@@ -18,6 +23,7 @@ import torch
 
 from longdoc.data.examples import StructuredExample
 from longdoc.data.prediction import PredictionFile, WindowScores, score_examples
+from longdoc.data.prediction_scores import write_scores
 from longdoc.io import atomic_write_text
 from longdoc.tasks.openkp.features import collate, feature_settings, window_inputs, window_words, words_of
 from longdoc.tasks.openkp.reader import read_examples
@@ -54,23 +60,25 @@ def phrase_scores(words: Sequence[str], windows: Sequence[WordWindow]) -> dict[s
     return best
 
 
-def top_phrases(words: Sequence[str], windows: Sequence[WordWindow], k: int = TOP_K) -> list[list[str]]:
-    """The k best distinct phrases (lowercase-distinct), best first, as token lists."""
+def top_phrases(words: Sequence[str], windows: Sequence[WordWindow], k: int = TOP_K) -> list[tuple[float, list[str]]]:
+    """The k best distinct phrases (lowercase-distinct), best first, as (score, token list)."""
     scores = phrase_scores(words, windows)
-    ranked = sorted(scores.values(), key=lambda item: -item[0])
-    return [tokens for _, tokens in ranked[:k]]
+    return sorted(scores.values(), key=lambda item: -item[0])[:k]
 
 
 def predict(model, data_path, out_path, *, tokenizer, options=None, tune: bool = False, batch_size: int = 8,
             progress: bool = True) -> PredictionFile:
     """Predict the keyphrases of every page of the OpenKP file `data_path`; write the official
-    prediction file (JSON lines) to `out_path` (atomically)."""
+    prediction file (JSON lines) to `out_path` and the phrases' scores beside it (both atomically)."""
     scored = score_examples(model, read_examples(data_path), tokenizer=tokenizer,
                             settings=feature_settings(model.config), inputs=window_inputs, collate=collate,
                             batch_size=batch_size, progress=progress, desc="openkp predict")
-    lines = [json.dumps({"url": example.labels["url"],
-                         "KeyPhrases": top_phrases(words_of(example), [word_window(example, w) for w in windows])},
-                        ensure_ascii=False)
-             for example, windows in scored]
+    ranked = [(example.labels["url"], top_phrases(words_of(example), [word_window(example, w) for w in windows]))
+              for example, windows in scored]
+    lines = [json.dumps({"url": url, "KeyPhrases": [tokens for _, tokens in phrases]}, ensure_ascii=False)
+             for url, phrases in ranked]
     atomic_write_text(out_path, "".join(line + "\n" for line in lines))
-    return PredictionFile(Path(out_path), len(lines))
+    scores = write_scores(out_path, ({"id": url, "keyphrases": [{"phrase": tokens, "score": score}
+                                                                for score, tokens in phrases]}
+                                     for url, phrases in ranked))
+    return PredictionFile(Path(out_path), len(lines), scores=scores)

@@ -3,38 +3,60 @@
 The answer is the candidate whose global token scores highest; only the candidate globals of
 the example's own window count (padding and the other global tokens never do), so every
 prediction is one of the example's candidates, copied from its candidate list.
+
+Beside it, the scores side file (longdoc.data.prediction_scores) holds each candidate's
+probability, the softmax over the window's candidate logits (as training's loss takes it):
+{"id", "candidates": [{"text", "probability"}, ...]} in the example's candidate order, the
+probability null for a candidate whose global token the global budget dropped (it cannot be
+chosen). The answer is the first candidate of highest probability.
 """
 
 from pathlib import Path
-from typing import Sequence
-
 import torch
 
 from longdoc.data.examples import StructuredExample
 from longdoc.data.features import Features, GlobalKind, GlobalMarkers
 from longdoc.data.prediction import PredictionFile
+from longdoc.data.prediction_scores import write_scores
 from longdoc.io import atomic_write_json
 from longdoc.tasks.wikihop.features import CutCounter, collate, example_window, feature_settings, window_inputs
 from longdoc.tasks.wikihop.reader import read_examples
 
 
+def window_candidates(features: Features, candidate_logits: torch.Tensor) -> list[tuple[int, float]]:
+    """(candidate index, logit) of each candidate global token of the window, in global order."""
+    return [(item, float(candidate_logits[g]))
+            for g, (kind, item) in enumerate(zip(features.global_kinds, features.global_item_ids))
+            if kind == GlobalKind.CANDIDATE]
+
+
 def best_candidate(example: StructuredExample, features: Features, candidate_logits: torch.Tensor) -> str:
-    """The text of the highest-scoring candidate among the window's candidate globals."""
-    candidates: Sequence[tuple[int, int]] = [
-        (g, item) for g, (kind, item) in enumerate(zip(features.global_kinds, features.global_item_ids))
-        if kind == GlobalKind.CANDIDATE
-    ]
-    if not candidates:
+    """The text of the highest-scoring candidate among the window's candidate globals (the first
+    of equals)."""
+    scored = window_candidates(features, candidate_logits)
+    if not scored:
         # No candidate global kept (global_max_len too small for even one): fall back to the first.
         return example.candidates[0].text if example.candidates else ""
-    scores = candidate_logits[[g for g, _ in candidates]]
-    return example.candidates[candidates[int(scores.argmax())][1]].text
+    best, _ = max(scored, key=lambda pair: pair[1])
+    return example.candidates[best].text
+
+
+def scores_record(example: StructuredExample, features: Features, candidate_logits: torch.Tensor) -> dict:
+    """The scores record of one example (see the module docstring)."""
+    scored = window_candidates(features, candidate_logits)
+    probabilities = [None] * len(example.candidates)
+    if scored:
+        softmax = torch.tensor([logit for _, logit in scored], dtype=torch.float64).softmax(0)
+        for (item, _), probability in zip(scored, softmax.tolist()):
+            probabilities[item] = probability
+    return {"id": example.id, "candidates": [{"text": candidate.text, "probability": probability}
+                                             for candidate, probability in zip(example.candidates, probabilities)]}
 
 
 def predict(model, data_path, out_path, *, tokenizer, options=None, tune: bool = False, batch_size: int = 8,
             progress: bool = True) -> PredictionFile:
     """Predict every example of the WikiHop file `data_path`; write {id: answer} to `out_path`
-    (atomically)."""
+    and the candidates' probabilities beside it (both atomically)."""
     examples = list(read_examples(data_path))
     settings = feature_settings(model.config)
     markers = GlobalMarkers.from_tokenizer(tokenizer)
@@ -46,4 +68,6 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, tune: bool =
     answers = {example.id: best_candidate(example, features, output["candidate_logits"])
                for example, features, output in zip(examples, windows, outputs)}
     atomic_write_json(out_path, answers)
-    return PredictionFile(Path(out_path), len(examples))
+    scores = write_scores(out_path, (scores_record(example, features, output["candidate_logits"])
+                                     for example, features, output in zip(examples, windows, outputs)))
+    return PredictionFile(Path(out_path), len(examples), scores=scores)

@@ -6,6 +6,7 @@ hides longdoc's progress bars."""
 
 import json
 import warnings
+from pathlib import Path
 
 import datasets
 import pytest
@@ -21,7 +22,7 @@ DEV = "wikihop/wikihop_dev.first28.json"
 ENCODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, local_radius=16,
                global_max_len=128, long_max_len=256)
 DEV_EXAMPLES = 16  # of the 28: bfloat16 runs the eager attention, many times slower than float32 on an AVX2 CPU
-SUMMARY_KEYS = {"predictions", "task", "examples", "windows", "seconds", "examples_per_second", "device", "dtype",
+SUMMARY_KEYS = {"predictions", "scores", "task", "examples", "windows", "seconds", "examples_per_second", "device", "dtype",
                 "runtime"}
 TQDM_BAR = "100%|"  # a finished tqdm bar
 
@@ -145,6 +146,7 @@ def test_json_is_one_object_on_stdout_and_the_human_line_on_stderr(trained, tmp_
     summary = json.loads(captured.out)
     assert set(summary) == SUMMARY_KEYS and captured.out.count("\n") == 1
     assert summary["predictions"] == str(tmp_path / "pred.json") and summary["task"] == "wikihop"
+    assert summary["scores"] == str(tmp_path / "pred.json.scores.jsonl") and Path(summary["scores"]).is_file()
     assert summary["examples"] == DEV_EXAMPLES and summary["windows"] == DEV_EXAMPLES  # one window per WikiHop example
     assert summary["device"] == "cpu" and summary["dtype"] == "bfloat16" and summary["runtime"] == "torch"
     assert summary["seconds"] > 0 and summary["examples_per_second"] == pytest.approx(

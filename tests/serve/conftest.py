@@ -216,3 +216,17 @@ def ask_server(ask_documents):
         wait_ready(base)
         yield base
     service.close()
+
+
+@pytest.fixture(scope="session")
+def scored_predictions(shared_data, tokenizer, tmp_path_factory) -> dict:
+    """{task: (gold, prediction file)} of `longdoc predict` with a tiny random model on the WikiHop
+    and OpenKP samples, each prediction file with its scores side file beside it."""
+    import warnings
+
+    from tests.tasks.predictions import model_predictions
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # WikiHop's cut supports
+        return {task: model_predictions(task, shared_data, tokenizer, tmp_path_factory.mktemp(f"scored-{task}"))
+                for task in ("wikihop", "openkp")}

@@ -93,3 +93,44 @@ def test_a_prediction_file_the_metric_refuses_is_refused(shared_data, tmp_path):
     wrong.write_text(json.dumps({"url": "http://elsewhere.example/", "KeyPhrases": [["x"]]}) + "\n", encoding="utf-8")
     with pytest.raises(InputError, match="1 predicted id.s. match no gold id: .http://elsewhere.example/."):
         PredictionBrowser(REGISTRY, "openkp", gold, [wrong], options)
+
+
+def _side_records(pred) -> dict:
+    from longdoc.data.prediction_scores import scores_path
+
+    return {record["id"]: record for record in map(json.loads, scores_path(pred).read_text().splitlines()[1:])}
+
+
+@pytest.mark.slow  # `longdoc predict` twice (the session's scored predictions)
+def test_the_scores_side_files_scores_are_served(scored_predictions, shared_data, tmp_path):
+    gold, pred = scored_predictions["wikihop"]
+    _, (_, perfect), _ = prediction_files("wikihop", shared_data, tmp_path)  # no side file
+    records = _side_records(pred)
+    with running(_browser("wikihop", gold, [pred, perfect], {})) as base:
+        for example_id, record in records.items():
+            status, full = request(f"{base}/api/examples/{urllib.parse.quote(example_id, safe='')}")
+            assert status == 200
+            (table,) = full["tables"]
+            assert table["columns"] == ["candidate", "gold", "run 1", "run 1 probability", "run 2", "mentions"]
+            assert table["bars"] == [3] and table["title"] == "candidates, most probable first"
+            probabilities = {c["text"]: c["probability"] for c in record["candidates"]}
+            assert [(row[0], float(row[3])) for row in table["rows"]] == sorted(
+                ((text, float(f"{p:.4f}")) for text, p in probabilities.items()), key=lambda item: -probabilities[item[0]])
+            assert [row[0] for row in table["rows"] if row[1] == "gold"] == [full["gold"]]
+            assert [row[0] for row in table["rows"] if row[2] == "chosen"] == [full["runs"][0]["prediction"]]
+            assert table["rows"][0][2] == "chosen"  # the most probable candidate is the one chosen
+            (_, run_1), (_, run_2) = full["run_fields"][0][1], full["run_fields"][1][1]
+            assert run_1 == (f"{full['runs'][0]['prediction']} {probabilities[full['runs'][0]['prediction']]:.1%}; "
+                             f"gold {full['gold']} {probabilities[full['gold']]:.1%}")
+            assert run_2 == f"no scores: no {perfect.name}.scores.jsonl beside {perfect.name} (`longdoc predict` writes it)"
+
+    gold, pred = scored_predictions["openkp"]
+    (record,) = _side_records(pred).values()
+    with running(_browser("openkp", gold, [pred], {})) as base:
+        full = request(f"{base}/api/examples/{urllib.parse.quote(record['id'], safe='')}")[1]
+    (table,) = full["tables"]
+    assert table["columns"] == ["keyphrase", "gold", "run 1 rank", "run 1 score"]
+    ranked = sorted((row for row in table["rows"] if row[2]), key=lambda row: int(row[2]))
+    assert [(row[0], float(row[3])) for row in ranked] == [
+        (" ".join(entry["phrase"]).lower(), pytest.approx(entry["score"], rel=1e-3)) for entry in record["keyphrases"]]
+    assert full["run_fields"][0][1] == ["scores", f"from {pred.name}.scores.jsonl: the best n-gram logit of each phrase"]

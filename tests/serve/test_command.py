@@ -90,3 +90,15 @@ def test_asks_documents_as_ask_json_does(tmp_path):
     assert status == 200 and answer == json.loads(printed.stdout)
     assert answer["answers"][0]["text"] == "Mara Quell was born in Tallinnford."
     assert served.stop()[0] == 0
+
+
+def test_a_malformed_scores_file_is_refused_naming_file_and_line(shared_data, tmp_path):
+    from longdoc.data.prediction_scores import scores_path, write_scores
+
+    gold, (pred, _), _ = prediction_files("wikihop", shared_data, tmp_path)
+    side = write_scores(pred, [{"id": "WH_dev_0", "candidates": [{"text": "germany", "probability": 0.5}]},
+                               {"id": "WH_dev_1", "candidates": [{"text": "germany", "probability": 1.5}]}])
+    assert side == scores_path(pred)
+    message = _fails("--task", "wikihop", "--gold", gold, "--pred", pred, "--allow-missing")
+    assert message == (f"longdoc serve: error: {side}:3: example 'WH_dev_1': 'candidates' must be a list of "
+                       '{"text": candidate, "probability": a number in [0, 1] or null}')

@@ -283,3 +283,39 @@ def _quoted(text: str) -> str:
     from urllib.parse import quote
 
     return quote(text, safe="")
+
+
+def test_wikihop_candidates_show_the_models_probabilities(browser, scored_predictions, shared_data, tmp_path):
+    from longdoc.data.prediction_scores import scores_path
+    from longdoc.serve.app import create_app
+    from longdoc.serve.browser import PredictionBrowser
+    from longdoc.tasks import REGISTRY
+
+    gold, pred = scored_predictions["wikihop"]
+    _, (_, perfect), _ = prediction_files("wikihop", shared_data, tmp_path)  # run B: no scores side file
+    answers = json.loads(pred.read_text(encoding="utf-8"))
+    truth = {record["id"]: record["answer"] for record in json.loads(gold.read_text(encoding="utf-8"))}
+    records = [json.loads(line) for line in scores_path(pred).read_text(encoding="utf-8").splitlines()[1:]]
+    # A question the model gets wrong (the gold is not the top row), with about six candidates (the screenshot).
+    record = min((r for r in records if answers[r["id"]] != truth[r["id"]]), key=lambda r: abs(len(r["candidates"]) - 6))
+    probabilities = {c["text"]: c["probability"] for c in record["candidates"]}
+    app = create_app(browser=PredictionBrowser(REGISTRY, "wikihop", gold, [pred, perfect]))
+    with running(app) as base:
+        for size in (WIDE, PHONE):
+            viewport(browser, size)
+            browser.get(f"{base}/#example={_quoted(record['id'])}")
+            _wait(browser, lambda d: d.find_elements("css selector", "#example meter"))
+            rows = browser.find_elements("css selector", "#example section table tbody tr")
+            shown = [(row.find_element("css selector", "td").text,
+                      float(row.find_element("css selector", "meter").get_attribute("value"))) for row in rows]
+            assert [text for text, _ in shown] == sorted(probabilities, key=lambda text: -probabilities[text])
+            assert all(value == pytest.approx(probabilities[text], abs=5e-5) for text, value in shown)
+            assert [row.find_element("css selector", "td").text for row in rows
+                    if "gold-row" in row.get_attribute("class")] == [truth[record["id"]]]
+            runs = _by_id(browser, "example").find_element("css selector", "table.runs").text
+            assert f"{answers[record['id']]} {probabilities[answers[record['id']]]:.1%}" in runs
+            assert f"no scores: no {perfect.name}.scores.jsonl beside {perfect.name}" in runs
+            assert overflow(browser) == 0
+            if size == WIDE:
+                screenshot(browser, "serve-browse-scores", tmp_path)
+        assert page_errors(browser) == []

@@ -106,3 +106,30 @@ def prediction_files(task: str, shared_data: Path, folder: Path) -> tuple[Path, 
     suffix = ".jsonl" if task == "openkp" else ".json"
     return gold, [make(gold, folder / f"{task}-perturbed{suffix}", True),
                   make(gold, folder / f"{task}-perfect{suffix}", False)], options
+
+
+def model_predictions(task: str, shared_data: Path, tokenizer, folder: Path, first: int | None = None,
+                      **task_options) -> tuple[Path, Path]:
+    """(gold, the prediction file `longdoc predict` writes for it with a tiny random model of the
+    task, seed 0: real decoding, meaningless scores; its scores side file lies beside it). `first`:
+    the gold is the sample's first examples only (a task whose file is one JSON list); `task_options`:
+    the model's (`from_encoder`'s)."""
+    import torch
+
+    from longdoc.cli import main
+    from longdoc.tasks import get_task
+    from tests.tasks.conftest import TINY_ENCODER, write_encoder
+
+    gold = shared_data / MAKERS[task][0]
+    if first is not None:
+        examples = json.loads(gold.read_text(encoding="utf-8"))[:first]
+        gold = folder / f"{gold.stem}.first{first}.json"
+        gold.write_text(json.dumps(examples), encoding="utf-8")
+    encoder = write_encoder(folder / "encoder", tokenizer, **TINY_ENCODER, long_max_len=256, global_max_len=96)
+    torch.manual_seed(0)
+    model = folder / "model"
+    get_task(task).load("model").from_encoder(encoder, **task_options).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    pred = folder / f"{task}-model{'.jsonl' if task == 'openkp' else '.json'}"
+    assert main(["--quiet", "predict", task, "--model", str(model), "--data", str(gold), "--out", str(pred)]) == 0
+    return gold, pred

@@ -125,3 +125,22 @@ def test_every_task_with_a_metric_has_a_browser():
     for task in MAKERS:
         assert get_task(task).browse == f"longdoc.tasks.{task}.browse"
     assert get_task("multihop").browse == get_task("hotpotqa").browse
+
+
+HOTPOTQA_SCORES = {"id": "q", "answer_type": {"span": 0.5, "yes": 0.25, "no": 0.25}, "sp_threshold": 0.5,
+                   "sentences": [["Alpha", 0, 0.75], ["Alpha", 1, 0.0]]}
+
+
+@pytest.mark.parametrize("task, good, bad, message", [
+    ("wikihop", {"id": "q", "candidates": [{"text": "a", "probability": 0.5}, {"text": "b", "probability": None}]},
+     {"id": "q", "candidates": [{"text": "a", "probability": True}]}, "'candidates' must be a list of"),
+    ("openkp", {"id": "u", "keyphrases": [{"phrase": ["Web", "app"], "score": -3.5}]},
+     {"id": "u", "keyphrases": [{"phrase": "web app", "score": 1.0}]}, "'keyphrases' must be a list of"),
+    ("hotpotqa", HOTPOTQA_SCORES, {**HOTPOTQA_SCORES, "sentences": [["Alpha", 0, 1.5]]}, "'sentences' must be a list of"),
+    ("hotpotqa", HOTPOTQA_SCORES, {**HOTPOTQA_SCORES, "answer_type": {"span": 1.0}}, "'answer_type' must be"),
+    ("hotpotqa", HOTPOTQA_SCORES, {**HOTPOTQA_SCORES, "sp_threshold": None}, "'sp_threshold' must be"),
+])
+def test_each_scores_check_takes_what_its_decoder_writes_and_names_the_field_at_fault(task, good, bad, message):
+    check = get_task(task).load("browse").check_scores
+    assert check(good) is None
+    assert check(bad).startswith(message)

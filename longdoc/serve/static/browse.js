@@ -156,6 +156,14 @@ function legend(example, slots) {
   return el("div", { className: "legend", "aria-label": "What the marks mean" }, ...seen.values());
 }
 
+// A probability column's cell: a bar (a <meter>, which screen readers read as a value) and the number.
+function tableCell(text, bar) {
+  if (!bar || text === "") return el("td", {}, text);
+  const value = Number(text);
+  return el("td", { className: "bar-cell number" },
+    el("meter", { min: 0, max: 1, value, "aria-label": `probability ${formatNumber(value)}` }), ` ${formatNumber(value)}`);
+}
+
 async function showExample(id) {
   const article = $("example");
   let example;
@@ -181,9 +189,12 @@ async function showExample(id) {
     el("thead", {}, el("tr", {}, el("th", { scope: "col" }, ""), info.metric_keys.map((key) => el("th", { scope: "col", className: "number" }, key)))),
     el("tbody", {}, slots.map((run, i) => el("tr", { "data-run": run }, el("th", { scope: "row" }, i ? "B" : "A"),
       info.metric_keys.map((key) => el("td", { className: "number", "data-metric": key }, formatNumber(example.runs[run].metrics[key])))))));
+  // A row whose "gold" column says so is the gold's (its first cell in bold).
+  const goldRow = (table, cells) => cells[table.columns.indexOf("gold")] === "gold";
   const tables = example.tables.map((table) => el("section", {}, el("h3", {}, table.title), el("div", { className: "table-scroll" },
     el("table", {}, el("thead", {}, el("tr", {}, table.columns.map((c) => el("th", { scope: "col" }, c)))),
-      el("tbody", {}, table.rows.map((cells) => el("tr", {}, cells.map((c) => el("td", {}, c)))))))));
+      el("tbody", {}, table.rows.map((cells) => el("tr", { className: goldRow(table, cells) ? "gold-row" : null },
+        cells.map((c, column) => tableCell(c, table.bars.includes(column))))))))));
   const blocks = example.texts.map((block, number) => {
     const text = el("div", { className: "text", "data-block": number, tabindex: "0", "aria-label": block.title });
     renderMarked(text, block.text, block.marks.filter((m) => m.run === null || slots.includes(m.run))

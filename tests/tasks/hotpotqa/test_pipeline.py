@@ -10,8 +10,10 @@ import torch
 from longdoc.cli import main
 from longdoc.data.examples import Document, Paragraph, Span, StructuredExample
 from longdoc.data.features import FeatureSettings, GlobalKind, build_features
+from longdoc.data.prediction_scores import scores_path
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
+from longdoc.tasks import get_task
 from longdoc.tasks.hotpotqa.decode import (
     SP_THRESHOLD_GRID, WindowScores, choose_sp_threshold, decode_answer, select_facts, sentence_probabilities,
 )
@@ -20,6 +22,7 @@ from longdoc.tasks.hotpotqa.model import HotpotQAModel
 from longdoc.tasks.hotpotqa.reader import answer_spans
 from tests.tasks.conftest import write_encoder
 from tests.conftest import logged_losses
+from tests.tasks.predictions import model_predictions
 
 SAMPLE = "hotpotqa/hotpot_dev_distractor_v1.first53.json"
 WIKIHOP_SAMPLE = "wikihop/wikihop_train.first22.json"
@@ -260,3 +263,39 @@ def test_the_type_head_reads_cls_and_with_type_from_question_also_the_question()
     assert HotpotQAModel(tiny()).type_head.projection.in_features == 16
     model = HotpotQAModel(tiny(type_from_question=True))  # [CLS; mean of the question's global tokens]
     assert model.type_head.projection.in_features == 32
+
+
+@pytest.mark.slow  # `longdoc predict` on 8 questions of the sample
+def test_predict_writes_the_type_and_sentence_probabilities_and_the_browser_shows_them(shared_data, tokenizer,
+                                                                                      tmp_path):
+    # The random model's sentence probabilities lie within 1e-3 of 0.528: a threshold there splits them.
+    gold, pred = model_predictions("hotpotqa", shared_data, tokenizer, tmp_path, first=8, sp_threshold=0.528)
+    predicted = json.loads(pred.read_text())
+    header, *records = [json.loads(line) for line in scores_path(pred).read_text().splitlines()]
+    examples = json.loads(gold.read_text())
+    assert header["scores_of"] == pred.name and [r["id"] for r in records] == [e["_id"] for e in examples]
+    for record, example in zip(records, examples):
+        types = record["answer_type"]
+        assert sum(types.values()) == pytest.approx(1.0)
+        kind = max(types, key=types.get)
+        answer = predicted["answer"][record["id"]]
+        assert answer == kind if kind != "span" else answer not in ("yes", "no")
+        assert [[title, index] for title, index, _ in record["sentences"]] == [
+            [title, index] for title, sentences in example["context"] for index in range(len(sentences))]
+        # The predicted facts are the sentences at or above the threshold, in context order.
+        assert predicted["sp"][record["id"]] == [[title, index] for title, index, p in record["sentences"]
+                                                 if p >= record["sp_threshold"]]
+    facts = [p >= record["sp_threshold"] for record in records for _, _, p in record["sentences"]]
+    assert records[0]["sp_threshold"] == 0.528 and any(facts) and not all(facts)
+    browser = get_task("hotpotqa").load("browse").open_browser(gold, [pred])
+    record = records[1]
+    view = browser.view(record["id"])
+    assert dict(view.run_fields[0])["answer type"] == " · ".join(f"{kind} {p:.1%}"
+                                                                 for kind, p in record["answer_type"].items())
+    (table,) = view.tables
+    probabilities = {(title, index): p for title, index, p in record["sentences"]}
+    shown = [((title, int(index)), float(p)) for title, index, _, _, p in table.rows]
+    assert [p for _, p in shown] == sorted((p for _, p in shown), reverse=True)
+    assert all(p == pytest.approx(probabilities[fact], abs=5e-5) for fact, p in shown)
+    gold_facts = {tuple(fact) for fact in examples[1]["supporting_facts"]}
+    assert {(title, int(index)) for title, index, mark, *_ in table.rows if mark == "gold"} == gold_facts

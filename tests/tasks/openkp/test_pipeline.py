@@ -14,15 +14,18 @@ from longdoc.cli import main
 from longdoc.data.features import GlobalKind, GlobalMarkers, build_features
 from longdoc.errors import InputError
 from longdoc.tasks import get_task
-from longdoc.tasks.openkp.decode import phrase_scores, top_phrases
+from longdoc.data.prediction import score_examples
+from longdoc.data.prediction_scores import scores_path
+from longdoc.tasks.openkp.decode import phrase_scores, top_phrases, word_window
 from longdoc.tasks.openkp.features import (
-    MAX_NGRAM, feature_settings, keyphrase_starts, window_row, window_words, words_of,
+    MAX_NGRAM, collate, feature_settings, keyphrase_starts, window_inputs, window_row, window_words, words_of,
 )
 from longdoc.model.heads import MASKED_LOGIT, NgramScorer, pool_linked
 from longdoc.tasks.openkp.model import OpenKPModel, ngram_loss
 from longdoc.tasks.openkp.reader import read_examples
 from tests.tasks.conftest import TINY_ENCODER, write_encoder
 from tests.conftest import logged_losses
+from tests.tasks.predictions import model_predictions
 
 SAMPLE = "openkp/openkp_readme_example.jsonl"
 
@@ -88,12 +91,14 @@ def test_ngram_decoder_takes_the_max_over_occurrences_and_matches_lowercased():
     scores = phrase_scores(words, windows)
     assert scores["web application"] == (4.0, ["web", "application"])
     assert "" not in scores and not any(key.endswith(" ") for key in scores)
-    assert top_phrases(words, windows, k=3) == [["web", "application"], ["users"], ["for"]]
+    assert top_phrases(words, windows, k=3) == [(4.0, ["web", "application"]), (3.0, ["users"]), (2.0, ["for"])]
     # A second window that sees "Web Application" at 0 with a better score: max over windows.
     later = torch.full((MAX_NGRAM, 4), -5.0)
     later[1, 0] = 6.0
     ranked = top_phrases(words, [windows[0], (0, later)], k=5)
-    assert ranked[0] == ["Web", "Application"] and len({" ".join(p).lower() for p in ranked}) == len(ranked) == 5
+    assert ranked[0] == (6.0, ["Web", "Application"])
+    assert len({" ".join(p).lower() for _, p in ranked}) == len(ranked) == 5
+    assert [score for score, _ in ranked] == sorted((score for score, _ in ranked), reverse=True)
 
 
 def test_ngram_scorer_scores_each_ngram_from_its_own_words():
@@ -170,3 +175,24 @@ def test_training_lowers_the_loss_and_predictions_score(shared_data, tokenizer, 
         metrics = get_task("openkp").load("metric").evaluate_files(shared_data / SAMPLE, pred)
     assert 0 <= metrics["F1@3"] <= 1
     assert main(["evaluate", "openkp", "--gold", str(shared_data / SAMPLE), "--pred", str(pred), "--json"]) == 0
+
+
+@pytest.mark.slow  # `longdoc predict` on the whole sample (5 s on 2 busy cores)
+def test_predict_writes_the_written_keyphrases_scores_in_their_order(shared_data, tokenizer, tmp_path):
+    gold, pred = model_predictions("openkp", shared_data, tokenizer, tmp_path)
+    (prediction,) = [json.loads(line) for line in pred.read_text().splitlines()]
+    header, record = [json.loads(line) for line in scores_path(pred).read_text().splitlines()]
+    assert header["scores_of"] == pred.name and record["id"] == prediction["url"]
+    # The side file's ranking is the official file's, phrase for phrase, best score first.
+    assert [entry["phrase"] for entry in record["keyphrases"]] == prediction["KeyPhrases"] and len(record["keyphrases"]) == 5
+    ranked = [entry["score"] for entry in record["keyphrases"]]
+    assert ranked == sorted(ranked, reverse=True)
+    # Each score is the phrase's best n-gram logit, as the decoder ranks phrases.
+    model = OpenKPModel.from_pretrained(tmp_path / "model").eval()
+    (example,) = read_examples(gold)
+    (_, windows), = score_examples(model, [example], tokenizer=tokenizer, settings=feature_settings(model.config),
+                                   inputs=window_inputs, collate=collate, batch_size=8, progress=False)
+    best = phrase_scores(words_of(example), [word_window(example, window) for window in windows])
+    for entry in record["keyphrases"]:
+        assert best[" ".join(entry["phrase"]).lower()] == (pytest.approx(entry["score"]), entry["phrase"])
+    assert max(score for score, _ in best.values()) == pytest.approx(ranked[0])

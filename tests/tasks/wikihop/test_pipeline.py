@@ -2,6 +2,7 @@
 a short real run (train on the train sample, predict the dev sample, evaluate)."""
 
 import json
+import math
 import warnings
 
 import pytest
@@ -10,13 +11,15 @@ import torch
 from longdoc.cli import main
 from longdoc.data.examples import Candidate, Document, StructuredExample
 from longdoc.data.features import FeatureSettings, GlobalKind, build_features
+from longdoc.data.prediction_scores import scores_path
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.tasks.wikihop.decode import best_candidate
+from longdoc.tasks.wikihop.decode import best_candidate, scores_record
 from longdoc.tasks.wikihop.features import training_features, window_row
 from longdoc.tasks.wikihop.model import WikiHopModel
 from longdoc.tasks.wikihop.reader import find_mentions
 from tests.tasks.conftest import write_encoder
+from tests.tasks.predictions import model_predictions
 from tests.conftest import logged_losses
 
 TRAIN = "wikihop/wikihop_train.first22.json"
@@ -77,6 +80,16 @@ def test_candidate_dropped_by_the_global_budget_gives_no_label(tokenizer):
     example.labels.update(answer="france", answer_index=2)
     assert window_row(example, features)["label"] == -1
     assert best_candidate(example, features, torch.zeros(budget)) in ("italy", "germany")
+    # Its probability is null in the scores (it cannot be chosen); the two kept share all of it.
+    logits = torch.zeros(budget)
+    kept = [g for g, kind in enumerate(features.global_kinds) if kind == GlobalKind.CANDIDATE]
+    logits[kept] = torch.tensor([0.0, 1.0])
+    record = scores_record(example, features, logits)
+    assert record == {"id": "WH_x", "candidates": [
+        {"text": "italy", "probability": pytest.approx(1 / (1 + math.e))},
+        {"text": "germany", "probability": pytest.approx(math.e / (1 + math.e))},
+        {"text": "france", "probability": None}]}
+    assert best_candidate(example, features, logits) == "germany"
 
 
 ENCODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, local_radius=16,
@@ -128,3 +141,21 @@ def test_short_training_run_predict_and_evaluate(shared_data, tokenizer, tmp_pat
     gold = json.loads(dev.read_text())
     assert set(predicted) == {e["id"] for e in gold}
     assert all(predicted[e["id"]] in e["candidates"] for e in gold)
+
+
+@pytest.mark.slow  # `longdoc predict` on the whole sample (5 s on 2 busy cores)
+def test_predict_writes_each_candidates_probability_beside_the_answers(shared_data, tokenizer, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # cut supports and dropped candidates: tested above
+        gold, pred = model_predictions("wikihop", shared_data, tokenizer, tmp_path)
+    answers = json.loads(pred.read_text())
+    header, *records = [json.loads(line) for line in scores_path(pred).read_text().splitlines()]
+    assert header["scores_of"] == pred.name
+    examples = json.loads(gold.read_text())
+    assert [record["id"] for record in records] == [example["id"] for example in examples] == list(answers)
+    for record, example in zip(records, examples):
+        assert [c["text"] for c in record["candidates"]] == example["candidates"]
+        probabilities = [c["probability"] for c in record["candidates"]]
+        assert sum(probabilities) == pytest.approx(1.0) and all(0 < p < 1 for p in probabilities)
+        best = max(record["candidates"], key=lambda c: c["probability"])
+        assert best["text"] == answers[record["id"]]  # the first of highest probability is the answer
