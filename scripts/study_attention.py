@@ -13,9 +13,9 @@ learning rates and seeds, on the built-in multihop task and in continued MLM pre
    `longdoc pretrain`'s --residual-attention and --talking-heads switches (talking-heads mixes start at
    identity). `longdoc pretrain` turns residual attention on unless told otherwise: every arm passes
    its switch explicitly.
-3. Talking heads' cost, first and alone: the plain and talking-heads architectures alternately, a few
-   short runs each on one thread, nothing else of the study running; seconds per step from each run's
-   log, the load average beside them.
+3. Talking heads' cost, first and alone (nothing else of the study running): an encoder training step
+   with and without talking heads (residual attention off and on), the models stepped in turn in one
+   process on one thread, the load average beside it.
 4. The sweep: `longdoc train multihop` per architecture, rate and seed, and `longdoc pretrain` per
    MLM architecture, rate and seed, `--workers` at a time, one thread each, in an order that mixes
    architectures so a busy machine slows them alike. A run diverges when a logged training loss is
@@ -122,14 +122,13 @@ def prepare(out: Path) -> dict[str, Path]:
     return paths
 
 
-def train_argv(kind: str, architecture: str, rate: float, seed: int, steps: int, paths: dict, folder: Path,
-               held_out: bool = True) -> list:
+def train_argv(kind: str, architecture: str, rate: float, seed: int, steps: int, paths: dict, folder: Path) -> list:
     init, switches = ARCHITECTURES[architecture]
     common = ["--init", paths[init], "--out", folder, *switches, "--max-steps", steps, "--batch-size", 8, "--lr", rate,
               "--seed", seed, "--save-steps", steps, "--keep-last", 1, "--log-steps", 5, "--quiet"]
     if kind == "multihop":
-        dev = ["--dev", paths["multihop_dev.json"]] if held_out else []
-        return ["train", "multihop", "--train", paths["multihop_train.json"], *dev, *common, *MULTIHOP]
+        return ["train", "multihop", "--train", paths["multihop_train.json"], "--dev", paths["multihop_dev.json"],
+                *common, *MULTIHOP]
     return ["pretrain", "--train", paths["text_train"], "--dev", paths["text_dev"], *common, "--eval-rows", 32]
 
 
@@ -138,10 +137,10 @@ def logged(folder: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
 
 
-def step_seconds(folder: Path) -> float:
+def step_seconds(folder: Path) -> float | None:
     """The median over the run's logged intervals, the first left out (warm-up), of seconds per step."""
-    rates = [line["examples_per_second"] for line in logged(folder) if "examples_per_second" in line]
-    return statistics.median(8 / rate for rate in rates[1:])
+    rates = [line["examples_per_second"] for line in logged(folder) if line.get("examples_per_second")]
+    return statistics.median(8 / rate for rate in rates[1:]) if rates[1:] else None
 
 
 def run_figures(kind: str, folder: Path, done: dict) -> dict:
@@ -162,23 +161,45 @@ def run_figures(kind: str, folder: Path, done: dict) -> dict:
             "last_loss": losses[-1] if losses else None, "diverged": diverged, "score": score}
 
 
-def talking_heads_cost(pool, args, paths: dict) -> dict:
-    """Module docstring, 3: seconds per step of plain and talking-heads runs, alternately, alone."""
-    found = {"load_before": load(), "rounds": []}
-    for round_ in range(args.timing_rounds):
-        for architecture in ("plain", "talking-heads"):
-            folder = args.out / "timing" / f"{architecture}-r{round_}"
-            shutil.rmtree(folder, ignore_errors=True)
-            argv = train_argv("multihop", architecture, 1e-3, 0, args.timing_steps, paths, folder, held_out=False)
-            before = load()
-            done = pool.submit(longdoc, argv).result()
-            found["rounds"].append({"architecture": architecture, "round": round_, "status": done["status"],
-                                    "step_seconds": step_seconds(folder), "load": before})
-            shutil.rmtree(folder, ignore_errors=True)
+def talking_heads_cost(paths: dict, rounds: int) -> dict:
+    """Module docstring, 3: seconds of one training step of the encoder (forward and backward on a batch
+    of 8 multihop windows) with and without talking heads, residual attention off and on, the four
+    models stepped in turn in one process, `rounds` times (their order turned each round), so that a
+    change in the machine's load falls on all of them alike."""
+    import torch
+
+    from longdoc import GlobalLocalConfig, GlobalLocalModel
+    from longdoc.analyze.data import model_inputs
+    from longdoc.convert.model_folder import read_tokenizer
+    from longdoc.model.inputs import encoder_inputs
+    from longdoc.tasks import REGISTRY
+
+    tokenizer = read_tokenizer(paths["init"])
+    models = {}
+    for name, residual, talking in (("plain", False, False), ("talking-heads", False, True),
+                                    ("residual", True, False), ("residual+talking-heads", True, True)):
+        torch.manual_seed(0)
+        models[name] = GlobalLocalModel(GlobalLocalConfig(vocab_size=len(tokenizer), residual_attention=residual,
+                                                          talking_heads=talking, **SHAPE)).train()
+    config = models["plain"].config
+    config.task_options = {"max_question_len": 48}
+    rows, collate = model_inputs(paths["multihop_train.json"], REGISTRY.get("multihop"), tokenizer, config, 8,
+                                 progress=False)
+    inputs = encoder_inputs(collate(rows))
+    seconds = {name: [] for name in models}
+    found = {"load_before": load(), "threads": torch.get_num_threads()}
+    for round_ in range(rounds + 1):  # the first round warms up and is left out
+        order = list(models) if round_ % 2 else list(reversed(models))
+        for name in order:
+            started = time.perf_counter()
+            output = models[name](**inputs)
+            (output.long_hidden_state.square().mean() + output.global_hidden_state.square().mean()).backward()
+            models[name].zero_grad(set_to_none=True)
+            if round_:
+                seconds[name].append(time.perf_counter() - started)
     found["load_after"] = load()
-    for architecture in ("plain", "talking-heads"):
-        found[architecture] = statistics.median(entry["step_seconds"] for entry in found["rounds"]
-                                                if entry["architecture"] == architecture)
+    found["median"] = {name: statistics.median(values) for name, values in seconds.items()}
+    found["min"] = {name: min(values) for name, values in seconds.items()}
     return found
 
 
@@ -194,7 +215,7 @@ def sweep(pool, args, paths: dict) -> dict:
         folder = args.out / "runs" / name
         record = args.out / "runs" / f"{name}.json"
         if record.is_file():
-            results[name] = json.loads(record.read_text(encoding="utf-8"))
+            results[name] = {**json.loads(record.read_text(encoding="utf-8")), "step_seconds": step_seconds(folder)}
             continue
         shutil.rmtree(folder, ignore_errors=True)
         argv = train_argv(kind, architecture, rate, seed, steps, paths, folder)
@@ -204,7 +225,7 @@ def sweep(pool, args, paths: dict) -> dict:
                    **run_figures(kind, folder, future.result())}
         shutil.rmtree(folder / "checkpoints", ignore_errors=True)
         record.write_text(json.dumps(figures), encoding="utf-8")
-        results[name] = figures
+        results[name] = {**figures, "step_seconds": step_seconds(folder)}
         print(f"[{(time.perf_counter() - started) / 60:5.1f} min, load {load()}] {name}: score {figures['score']}, "
               f"diverged {figures['diverged']}, {figures['seconds']:.0f} s", file=sys.stderr)
     return results
@@ -286,12 +307,20 @@ def report(results: dict, attention: dict, cost: dict, args, minutes: float, loa
     for name, figures in attention.items():
         for heading, means in (figures or {}).get("per_layer", {}).items():
             lines.append(f"- {name}, {heading}: " + " ".join(f"{mean:.3f}" for mean in means))
-    lines += ["", f"Talking heads' cost ({args.timing_rounds} alternating rounds of {args.timing_steps} steps, alone, "
-              f"one thread; load average {cost['load_before']} before, {cost['load_after']} after): median s/step "
-              f"plain {cost['plain']:.4f}, talking heads {cost['talking-heads']:.4f} "
-              f"({cost['talking-heads'] / cost['plain']:.2f}x)", ""]
-    lines += [f"- {entry['architecture']} round {entry['round']}: {entry['step_seconds']:.4f} s/step (load {entry['load']})"
-              for entry in cost["rounds"]]
+    lines += ["", f"Talking heads' cost: encoder forward + backward, batch of 8 multihop windows, {args.timing_rounds} "
+              f"steps of each model in turn, alone, {cost['threads']} thread(s); load average {cost['load_before']} "
+              f"before, {cost['load_after']} after", "", "| model | median s/step | min s/step | median x plain |",
+              "|---|---|---|---|"]
+    lines += [f"| {name} | {cost['median'][name]:.4f} | {cost['min'][name]:.4f} | "
+              f"{cost['median'][name] / cost['median']['plain']:.2f} |" for name in cost["median"]]
+    lines += ["", "Seconds per training step in the sweep (median over each run's logged intervals, all rates and "
+              "seeds; runs two at a time beside other jobs):", ""]
+    for kind in ("multihop", "mlm"):
+        for architecture in ARCHITECTURES:
+            values = [run["step_seconds"] for run in results.values()
+                      if run["kind"] == kind and run["architecture"] == architecture and run.get("step_seconds")]
+            if values:
+                lines.append(f"- {kind} {architecture}: {statistics.median(values):.3f}")
     return "\n".join(lines) + "\n"
 
 
@@ -308,8 +337,8 @@ def main() -> None:
                         choices=ARCHITECTURES, help="MLM architectures (default: plain residual residual-mean)")
     parser.add_argument("--analysis-rate", type=float, default=1e-3, help="the rate whose runs are analysed")
     parser.add_argument("--analysis-examples", type=int, default=16, help="inputs each analysis reads (default 16)")
-    parser.add_argument("--timing-rounds", type=int, default=3, help="rounds of the talking-heads timing (default 3)")
-    parser.add_argument("--timing-steps", type=int, default=30, help="steps of each timing run (default 30)")
+    parser.add_argument("--timing-rounds", type=int, default=30, help="steps of each model in the talking-heads "
+                        "timing (default 30)")
     parser.add_argument("--workers", type=int, default=2, help="runs at a time, one thread each (default 2)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -320,10 +349,10 @@ def main() -> None:
         paths = alone.submit(prepare, args.out).result()
         cost_file = args.out / "talking_heads_cost.json"
         if not cost_file.is_file():
-            cost_file.write_text(json.dumps(talking_heads_cost(alone, args, paths)), encoding="utf-8")
+            cost = alone.submit(talking_heads_cost, paths, args.timing_rounds).result()
+            cost_file.write_text(json.dumps(cost), encoding="utf-8")
     cost = json.loads(cost_file.read_text(encoding="utf-8"))
-    print(f"[load {load()}] talking heads' cost: {cost['plain']:.4f} -> {cost['talking-heads']:.4f} s/step",
-          file=sys.stderr)
+    print(f"[load {load()}] talking heads' cost: {cost['median']}", file=sys.stderr)
     with ProcessPoolExecutor(args.workers, mp_context=context, initializer=_worker_start) as pool:
         results = sweep(pool, args, paths)
         attention = analyses(pool, args, paths)
