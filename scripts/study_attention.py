@@ -276,6 +276,10 @@ def spread(values: list[float]) -> str:
     return f"{statistics.fmean(values):.3f} ± {statistics.stdev(values):.3f}"
 
 
+def first_losses(results: dict, kind: str) -> list[float]:
+    return [run["first_loss"] for run in results.values() if run["kind"] == kind and run["first_loss"] is not None]
+
+
 def cell(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -296,6 +300,20 @@ def report(results: dict, attention: dict, cost: dict, args, minutes: float, loa
                      for rate in args.rates]
             lines.append(f"| {architecture} | " + " | ".join(cells) +
                          f" | {sum(run['diverged'] for run in runs)}/{len(runs)} |")
+        lines += ["", f"{kind}: last logged training loss (first logged: {spread(first_losses(results, kind))}), "
+                  "mean ± sd over seeds, diverged runs in brackets", "",
+                  "| architecture | " + " | ".join(f"lr {rate:g}" for rate in args.rates) + " |",
+                  "|---|" + "---|" * len(args.rates)]
+        for architecture in architectures:
+            cells = []
+            for rate in args.rates:
+                runs = [figures for figures in results.values() if figures["kind"] == kind
+                        and figures["architecture"] == architecture and figures["rate"] == rate]
+                finite = [run["last_loss"] for run in runs if run["last_loss"] is not None
+                          and not math.isnan(run["last_loss"])]
+                diverged = sum(run["diverged"] for run in runs)
+                cells.append(spread(finite) + (f" ({diverged})" if diverged else ""))
+            lines.append(f"| {architecture} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += [f"Attention (runs at lr {args.analysis_rate:g}, seed {args.seeds[0]}; means over layers of each layer's "
               "mean over heads and queries)", "", "| run | " + " | ".join(ATTENTION.values()) + " |",
