@@ -20,7 +20,7 @@ learning rates and seeds, on the built-in multihop task and in continued MLM pre
    MLM architecture, rate and seed, `--workers` at a time, one thread each, in an order that mixes
    architectures so a busy machine slows them alike. A run diverges when a logged training loss is
    NaN or its last one is above its first.
-5. `longdoc analyze attention` of each architecture's run at --analysis-rate (first seed): the
+5. `longdoc analyze attention` of each architecture's runs at --analysis-rates (first seed): the
    multihop models on the held-out documents, the MLM arms on the held-out text.
 6. OUT/results.json (every run's figures) and OUT/report.md (the tables), printed on stdout.
 
@@ -238,21 +238,22 @@ def layer_mean(analysis: dict, statistic: str, piece: str) -> float | None:
 
 
 def analyses(pool, args, paths: dict) -> dict:
-    """{kind/architecture: the attention figures of its run at --analysis-rate, first seed}."""
+    """{kind/architecture-lrRATE: the attention figures of its run at each of --analysis-rates, first seed}."""
     pending = {}
     for kind, architectures in (("multihop", args.architectures), ("mlm", args.mlm_architectures)):
-        for architecture in architectures:
-            run = args.out / "runs" / kind / f"{architecture}-lr{args.analysis_rate:g}-s{args.seeds[0]}"
-            out = args.out / "analyses" / kind / architecture
+        for architecture, rate in itertools.product(architectures, args.analysis_rates):
+            name = f"{kind}/{architecture}-lr{rate:g}"
+            run = args.out / "runs" / kind / f"{architecture}-lr{rate:g}-s{args.seeds[0]}"
+            out = args.out / "analyses" / name
             if not (out / "analysis.json").is_file():
                 shutil.rmtree(out, ignore_errors=True)
                 data = ["--task", "multihop", "--data", paths["multihop_dev.json"]] if kind == "multihop" \
                     else ["--data", paths["text_dev"]]
                 argv = ["analyze", "attention", "--model", run, *data, "--examples", args.analysis_examples,
                         "--out", out, "--no-plots", "--quiet"]
-                pending[f"{kind}/{architecture}"] = (pool.submit(longdoc, argv), out)
+                pending[name] = (pool.submit(longdoc, argv), out)
             else:
-                pending[f"{kind}/{architecture}"] = (None, out)
+                pending[name] = (None, out)
     found = {}
     for name, (future, out) in pending.items():
         if future is not None:
@@ -315,7 +316,7 @@ def report(results: dict, attention: dict, cost: dict, args, minutes: float, loa
                 cells.append(spread(finite) + (f" ({diverged})" if diverged else ""))
             lines.append(f"| {architecture} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += [f"Attention (runs at lr {args.analysis_rate:g}, seed {args.seeds[0]}; means over layers of each layer's "
+    lines += [f"Attention (runs of seed {args.seeds[0]}; means over layers of each layer's "
               "mean over heads and queries)", "", "| run | " + " | ".join(ATTENTION.values()) + " |",
               "|---|" + "---|" * len(ATTENTION)]
     for name, figures in attention.items():
@@ -353,7 +354,8 @@ def main() -> None:
                         help="multihop architectures (default: all)")
     parser.add_argument("--mlm-architectures", nargs="*", default=["plain", "residual", "residual-mean"],
                         choices=ARCHITECTURES, help="MLM architectures (default: plain residual residual-mean)")
-    parser.add_argument("--analysis-rate", type=float, default=1e-3, help="the rate whose runs are analysed")
+    parser.add_argument("--analysis-rates", type=float, nargs="+", default=[1e-3, 3e-3],
+                        help="the rates whose runs (first seed) are analysed (default 1e-3 3e-3)")
     parser.add_argument("--analysis-examples", type=int, default=16, help="inputs each analysis reads (default 16)")
     parser.add_argument("--timing-rounds", type=int, default=30, help="steps of each model in the talking-heads "
                         "timing (default 30)")
