@@ -2,7 +2,7 @@
 talking heads (off, on) on small models trained from the same random weights, over a sweep of
 learning rates and seeds, on the built-in multihop task and in continued MLM pretraining on real text.
 
-    python scripts/study_attention.py --out study [--steps 120] [--mlm-steps 60] [--workers 2]
+    python scripts/study_attention.py --out study [--steps 120] [--mlm-steps 40] [--workers 2]
 
 1. Data: `longdoc make-data multihop`, 400 training and 50 held-out documents of 256 wordpieces; plain
    text from ../shared/data (one document per HotpotQA example, its paragraphs, and per WikiHop example,
@@ -103,8 +103,8 @@ def prepare(out: Path) -> dict[str, Path]:
     if not paths["text_dev"].is_dir():
         documents = {"text_train": [], "text_dev": []}
         hotpotqa = json.loads((SHARED_DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first53.json").read_text("utf-8"))
-        documents["text_train"] += [(example["_id"], ["".join(sentences).strip() for _, sentences in example["context"]])
-                                    for example in hotpotqa]
+        documents["text_train"] += [
+            (example["_id"], ["".join(sentences).strip() for _, sentences in example["context"]]) for example in hotpotqa]
         for split, folder in (("train.first22", "text_train"), ("dev.first28", "text_dev")):
             wikihop = json.loads((SHARED_DATA / "wikihop" / f"wikihop_{split}.json").read_text("utf-8"))
             documents[folder] += [(example["id"], example["supports"]) for example in wikihop]
@@ -347,13 +347,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("study"), help="working folder (default ./study); reruns resume")
     parser.add_argument("--steps", type=int, default=120, help="optimizer steps of every multihop run (default 120)")
-    parser.add_argument("--mlm-steps", type=int, default=60, help="optimizer steps of every MLM run (default 60)")
+    parser.add_argument("--mlm-steps", type=int, default=40, help="optimizer steps of every MLM run (default 40)")
     parser.add_argument("--rates", type=float, nargs="+", default=list(RATES), help="peak learning rates")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (default 0 1 2)")
     parser.add_argument("--architectures", nargs="+", default=list(ARCHITECTURES), choices=ARCHITECTURES,
                         help="multihop architectures (default: all)")
-    parser.add_argument("--mlm-architectures", nargs="*", default=["plain", "residual", "residual-mean"],
-                        choices=ARCHITECTURES, help="MLM architectures (default: plain residual residual-mean)")
+    parser.add_argument("--mlm-architectures", nargs="*", choices=ARCHITECTURES,
+                        default=["plain", "residual", "residual-mean", "talking-heads"],
+                        help="MLM architectures (default: plain residual residual-mean talking-heads)")
     parser.add_argument("--analysis-rates", type=float, nargs="+", default=[1e-3, 3e-3],
                         help="the rates whose runs (first seed) are analysed (default 1e-3 3e-3)")
     parser.add_argument("--analysis-examples", type=int, default=16, help="inputs each analysis reads (default 16)")
