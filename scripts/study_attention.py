@@ -103,8 +103,8 @@ def prepare(out: Path) -> dict[str, Path]:
     if not paths["text_dev"].is_dir():
         documents = {"text_train": [], "text_dev": []}
         hotpotqa = json.loads((SHARED_DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first53.json").read_text("utf-8"))
-        documents["text_train"] += [
-            (example["_id"], ["".join(sentences).strip() for _, sentences in example["context"]]) for example in hotpotqa]
+        paragraphs = lambda example: ["".join(sentences).strip() for _, sentences in example["context"]]
+        documents["text_train"] += [(example["_id"], paragraphs(example)) for example in hotpotqa]
         for split, folder in (("train.first22", "text_train"), ("dev.first28", "text_dev")):
             wikihop = json.loads((SHARED_DATA / "wikihop" / f"wikihop_{split}.json").read_text("utf-8"))
             documents[folder] += [(example["id"], example["supports"]) for example in wikihop]
@@ -345,7 +345,8 @@ def report(results: dict, attention: dict, cost: dict, args, minutes: float, loa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("study"), help="working folder (default ./study); reruns resume")
+    parser.add_argument("--out", type=Path, default=Path("study"),
+                        help="working folder (default ./study); reruns resume")
     parser.add_argument("--steps", type=int, default=120, help="optimizer steps of every multihop run (default 120)")
     parser.add_argument("--mlm-steps", type=int, default=40, help="optimizer steps of every MLM run (default 40)")
     parser.add_argument("--rates", type=float, nargs="+", default=list(RATES), help="peak learning rates")
