@@ -29,30 +29,31 @@ def add_batch(summary: Summary, attention: Sequence[AttentionWeights], long_mask
               groups: frozenset[str]) -> None:
     """Add the statistics of `groups` (longdoc.analyze.STATISTIC_GROUPS) of every layer of one batch's
     kept attention to `summary`; `long_mask` [B, L], `global_mask` [B, G]: the real tokens."""
-    previous: dict[str, SoftmaxRows] = {}
+    previous: dict[str, statistics.PieceRows] = {}  # the layer before's rows, by piece
     for layer, kept in enumerate(attention):
         current = {}
         for rows in layer_rows(kept, long_mask.bool(), global_mask.bool()):
-            rows = current[rows.name] = _computed(rows)
-            own = carried = None
+            rows = _computed(rows)
+            sizes = None
             if "carried-share" in groups and rows.own is not None:
-                own, carried = statistics.centred(rows.own, rows.seen), statistics.centred(rows.carried, rows.seen)
+                sizes = statistics.centred_size(rows.own, rows.seen), statistics.centred_size(rows.carried, rows.seen)
             for piece, columns in rows.pieces().items():
-                weights, seen = rows.weights[..., columns], rows.seen[..., columns]
+                seen = rows.seen[..., columns]
+                renormalized = current[piece] = statistics.piece_rows(rows.weights[..., columns], seen)
                 if "entropy" in groups:
-                    summary.add(BY_NAME["entropy"], piece, layer, statistics.entropy(weights, seen))
+                    entropies = statistics.entropy(renormalized)
+                    summary.add(BY_NAME["entropy"], piece, layer, entropies)
                     summary.add(BY_NAME["normalized_entropy"], piece, layer,
-                                statistics.entropy(weights, seen, normalized=True))
+                                statistics.normalized_entropy(renormalized, entropies))
                 if "sparsity" in groups:
-                    for name, fraction in TOP_FRACTIONS.items():
-                        summary.add(BY_NAME[name], piece, layer, statistics.top_share(weights, seen, fraction))
+                    for name, values in statistics.top_shares(renormalized, TOP_FRACTIONS).items():
+                        summary.add(BY_NAME[name], piece, layer, values)
                     if piece != rows.name:
-                        summary.add(BY_NAME["piece_weight"], piece, layer, statistics.piece_weight(weights, seen))
-                if own is not None:
+                        summary.add(BY_NAME["piece_weight"], piece, layer, statistics.piece_weight(renormalized, seen))
+                if sizes is not None:
                     summary.add(BY_NAME["carried_share"], piece, layer,
-                                statistics.carried_share(own[..., columns], carried[..., columns], seen))
-                if "divergence" in groups and rows.name in previous:
-                    before = previous[rows.name].weights[..., columns]
+                                statistics.carried_share(sizes[0][..., columns], sizes[1][..., columns], seen))
+                if "divergence" in groups and piece in previous:
                     summary.add(BY_NAME["js_divergence"], piece, layer - 1,
-                                statistics.js_divergence(before, weights, seen))
+                                statistics.js_divergence(previous[piece], renormalized))
         previous = current

@@ -70,12 +70,15 @@ def draw_overview(analysis: dict, folder: Path) -> str | None:
     return "overview.png"
 
 
-def draw_per_head(analysis: dict, name: str, piece: str, folder: Path) -> str:
-    """NAME_PIECE.png: a panel per layer, a box per head."""
+def draw_per_head(analysis: dict, name: str, piece: str, folder: Path) -> str | None:
+    """NAME_PIECE.png: a panel per layer, a box per head (None when no layer has a value: a piece no
+    query sees, as g2l's keys under hard g2l with no long token in a global's sentence)."""
     from matplotlib.figure import Figure
 
     statistic = analysis["statistics"][name]
     entries = [entry for entry in statistic["pieces"][piece] if entry["values"]]
+    if not entries:
+        return None
     rows = math.ceil(len(entries) / PANELS_PER_ROW)
     columns = min(len(entries), PANELS_PER_ROW)
     figure = Figure(figsize=(3.6 * columns, 2.8 * rows), layout="constrained")

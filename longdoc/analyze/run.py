@@ -85,6 +85,17 @@ def load_encoder(directory: Path):
             raise InputError(f"{directory}: the encoder could not be loaded: {error}") from None
 
 
+def model_kind(recorded: str | None, task) -> str:
+    """What the model folder holds, for analysis.json: "encoder", or the task it was trained for, named
+    as --task names it when that task runs the recorded one's parts (a multihop model records
+    HotpotQA's, whose pipeline it runs)."""
+    if not recorded:
+        return "encoder"
+    if task is not None and recorded in (task.name, task.pipeline_of):
+        return task.name
+    return recorded
+
+
 def _model_record(directory: Path, config, kind: str, backend: str, device, dtype) -> dict:
     return {
         "path": str(directory), "kind": kind, "layers": config.num_hidden_layers,
@@ -143,7 +154,7 @@ def analyze_attention(options: AnalysisOptions, tasks: TaskLookup | None = None)
     analysis = {
         "format": FORMAT_VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "model": _model_record(options.model, config, found.get("task") or "encoder", backend, device, dtype),
+        "model": _model_record(options.model, config, model_kind(found.get("task"), task), backend, device, dtype),
         "data": {"path": str(options.data), "task": options.task, "inputs": len(rows), "long_tokens": long_tokens,
                  "global_tokens": global_tokens},
         "statistics": summary.as_json(chosen, not_applicable),

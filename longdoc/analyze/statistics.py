@@ -1,9 +1,10 @@
 """The statistics of attention rows: entropy, sparsity, layer-to-layer divergence, carried share.
 
-Every function takes rows of one attention piece for all heads at once: `weights` [h, R, K] (R query
-rows, K key columns, 0 on keys the query may not attend to) and `seen` [R, K] bool (the keys each
-query may attend to, the same for every head), and gives one value per head and row, [h, R], NaN
-where the statistic has no value for that row (a piece with no key seen, or no weight on it).
+A piece's rows of all heads, `weights` [h, R, K] (R query rows, K key columns, 0 on keys the query may
+not attend to) with `seen` [R, K] bool (the keys each query may attend to, the same for every head),
+are renormalised once into `PieceRows`, which every statistic of the piece reads (and the divergence
+of the next layer with it); each statistic gives one value per head and row, [h, R], NaN where it
+has no value for that row (a piece with no key seen, or no weight on it).
 
 The definitions follow the papers that drew them:
 - entropy (RealFormer, He et al., 2020, arXiv:2012.11747, figure 4): -sum p log p in nats over the
@@ -23,75 +24,96 @@ The definitions follow the papers that drew them:
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 
-def renormalized(weights: Tensor, seen: Tensor) -> tuple[Tensor, Tensor]:
-    """(weights over the keys seen renormalised to sum to 1 per row [h, R, K], whether a row has any
-    weight there [h, R])."""
+@dataclass(frozen=True)
+class PieceRows:
+    """One piece's rows renormalised over the keys seen: `probabilities` [h, R, K] (0 off the keys seen),
+    `mass` [h, R] (the weight the whole softmax row puts on the piece, before renormalising), `keys`
+    [R] (how many keys each row sees) and `plogp` [h, R, K] (p log p, 0 where p is 0: the entropy and
+    the divergence both read it)."""
+
+    probabilities: Tensor
+    mass: Tensor
+    keys: Tensor
+    plogp: Tensor
+
+    @property
+    def has_weight(self) -> Tensor:
+        return self.mass > 0
+
+
+def piece_rows(weights: Tensor, seen: Tensor) -> PieceRows:
+    """`weights` [h, R, K] over the keys `seen` [R, K], renormalised to sum to 1 per row."""
     weights = weights.masked_fill(~seen, 0.0)
     mass = weights.sum(-1, keepdim=True)
-    has_weight = mass.squeeze(-1) > 0
-    return weights / torch.where(mass > 0, mass, torch.ones_like(mass)), has_weight
+    probabilities = weights / torch.where(mass > 0, mass, torch.ones_like(mass))
+    return PieceRows(probabilities, mass.squeeze(-1), seen.sum(-1), torch.special.xlogy(probabilities, probabilities))
 
 
-def entropy(weights: Tensor, seen: Tensor, normalized: bool = False) -> Tensor:
-    """[h, R] entropy in nats of each row's renormalised weights; `normalized`: over log(keys seen)."""
-    probabilities, has_weight = renormalized(weights, seen)
-    values = -torch.special.xlogy(probabilities, probabilities).sum(-1)
-    keys = seen.sum(-1).to(values.dtype).expand_as(values)
-    valid = has_weight
-    if normalized:
-        valid = valid & (keys >= 2)
-        values = values / torch.where(keys >= 2, keys.log(), torch.ones_like(keys))
-    return values.masked_fill(~valid, math.nan)
+def entropy(rows: PieceRows) -> Tensor:
+    """[h, R] entropy in nats of each row."""
+    return (-rows.plogp.sum(-1)).masked_fill(~rows.has_weight, math.nan)
 
 
-def top_share(weights: Tensor, seen: Tensor, fraction: float) -> Tensor:
-    """[h, R] the weight of each row's top ceil(fraction x keys seen) keys (at least one), renormalised."""
-    probabilities, has_weight = renormalized(weights, seen)
-    keys = seen.sum(-1)
-    count = torch.clamp(torch.ceil(fraction * keys.to(torch.float64)).long(), min=1).clamp(max=seen.shape[-1])
-    running = probabilities.sort(-1, descending=True).values.cumsum(-1)
-    index = (count - 1).expand(running.shape[:-1]).unsqueeze(-1)
-    values = running.gather(-1, index).squeeze(-1).clamp(max=1.0)
-    return values.masked_fill(~(has_weight & (keys > 0)), math.nan)
+def normalized_entropy(rows: PieceRows, entropies: Tensor) -> Tensor:
+    """[h, R] the `entropies` of `rows` over log(keys seen), for rows with 2 keys or more."""
+    keys = rows.keys.to(entropies.dtype).expand_as(entropies)
+    values = entropies / torch.where(keys >= 2, keys.log(), torch.ones_like(keys))
+    return values.masked_fill(~(rows.has_weight & (keys >= 2)), math.nan)
 
 
-def js_divergence(weights: Tensor, next_weights: Tensor, seen: Tensor) -> Tensor:
-    """[h, R] the Jensen-Shannon divergence (nats) between each row's renormalised weights in one layer
-    (`weights`) and in the next (`next_weights`), head by head."""
-    first, first_valid = renormalized(weights, seen)
-    second, second_valid = renormalized(next_weights, seen)
-    middle = (first + second) / 2
+def top_shares(rows: PieceRows, fractions: dict[str, float]) -> dict[str, Tensor]:
+    """{name: [h, R] the weight of each row's top ceil(fraction x keys seen) keys (at least one)} for
+    each of `fractions`: one partial sort of every row, as far as the largest count."""
+    width = rows.probabilities.shape[-1]
+    invalid = ~(rows.has_weight & (rows.keys > 0))
+    if width == 0:
+        return {name: torch.full(invalid.shape, math.nan, dtype=rows.probabilities.dtype) for name in fractions}
+    counts = {name: torch.ceil(fraction * rows.keys.to(torch.float64)).long().clamp(min=1).clamp(max=width)
+              for name, fraction in fractions.items()}
+    largest = max(int(count.max()) for count in counts.values())
+    running = rows.probabilities.topk(largest, dim=-1).values.cumsum(-1)
+    shares = {}
+    for name, count in counts.items():
+        index = (count - 1).expand(running.shape[:-1]).unsqueeze(-1)
+        shares[name] = running.gather(-1, index).squeeze(-1).clamp(max=1.0).masked_fill(invalid, math.nan)
+    return shares
 
-    def divergence(p: Tensor) -> Tensor:  # KL(p || middle); middle > 0 wherever p > 0
-        return (torch.special.xlogy(p, p) - torch.special.xlogy(p, middle)).sum(-1)
+
+def js_divergence(first: PieceRows, second: PieceRows) -> Tensor:
+    """[h, R] the Jensen-Shannon divergence (nats) between each row of a piece in one layer (`first`)
+    and the same row in the next (`second`), head by head."""
+    middle = (first.probabilities + second.probabilities) / 2
+
+    def divergence(rows: PieceRows) -> Tensor:  # KL(p || middle); middle > 0 wherever p > 0
+        return (rows.plogp - torch.special.xlogy(rows.probabilities, middle)).sum(-1)
 
     values = (0.5 * divergence(first) + 0.5 * divergence(second)).clamp(min=0.0)
-    return values.masked_fill(~(first_valid & second_valid), math.nan)
+    return values.masked_fill(~(first.has_weight & second.has_weight), math.nan)
 
 
-def centred(scores: Tensor, seen: Tensor) -> Tensor:
-    """Scores [h, R, K] minus their mean over each row's keys seen; 0 on the keys not seen."""
+def centred_size(scores: Tensor, seen: Tensor) -> Tensor:
+    """|scores [h, R, K] minus their mean over each row's keys seen|; 0 on the keys not seen."""
     scores = scores.masked_fill(~seen, 0.0)
     keys = seen.sum(-1, keepdim=True).clamp(min=1)
-    return (scores - scores.sum(-1, keepdim=True) / keys).masked_fill(~seen, 0.0)
+    return (scores - scores.sum(-1, keepdim=True) / keys).masked_fill(~seen, 0.0).abs()
 
 
-def carried_share(own: Tensor, carried: Tensor, seen: Tensor) -> Tensor:
-    """[h, R] the carried scores' share of the softmax's input over the keys seen (module docstring);
-    `own` and `carried` already `centred` over the whole softmax row."""
-    carried_size = carried.abs().masked_fill(~seen, 0.0).sum(-1)
-    own_size = own.abs().masked_fill(~seen, 0.0).sum(-1)
-    total = carried_size + own_size
-    values = carried_size / torch.where(total > 0, total, torch.ones_like(total))
+def carried_share(own_size: Tensor, carried_size: Tensor, seen: Tensor) -> Tensor:
+    """[h, R] the carried scores' share of the softmax's input over a piece's keys `seen` (module
+    docstring); `own_size` and `carried_size`: the piece's columns of `centred_size` of the own and
+    carried scores, centred over the whole softmax row."""
+    carried_total, own_total = carried_size.sum(-1), own_size.sum(-1)
+    total = carried_total + own_total
+    values = carried_total / torch.where(total > 0, total, torch.ones_like(total))
     return values.masked_fill(~(seen.any(-1) & (total > 0)).expand_as(values), math.nan)
 
 
-def piece_weight(weights: Tensor, seen: Tensor) -> Tensor:
-    """[h, R] the share of each row's weight on the piece's keys (its whole row sums to 1)."""
-    values = weights.masked_fill(~seen, 0.0).sum(-1)
-    return values.masked_fill(~seen.any(-1).expand_as(values), math.nan)
+def piece_weight(rows: PieceRows, seen: Tensor) -> Tensor:
+    """[h, R] the share of each row's weight on the piece's keys `seen` (its whole row sums to 1)."""
+    return rows.mass.masked_fill(~seen.any(-1).expand_as(rows.mass), math.nan)
