@@ -147,13 +147,13 @@ def _sp_threshold(model, given: float | None, tune: bool, data_path, examples, a
         return float(given), {}
     if tune and all(example.labels.get("supporting_facts") for example in examples):
         threshold, joint_f1 = choose_sp_threshold(examples, answers, probabilities)
-        print(f"hotpotqa: supporting-fact threshold {threshold} chosen on {data_path} (joint F1 {joint_f1:.4f})",
+        print(f"longdoc: supporting-fact threshold {threshold} chosen on {data_path} (joint F1 {joint_f1:.4f})",
               file=sys.stderr)
         return threshold, {"sp_threshold": threshold}
     stored = model.config.task_options.get("sp_threshold")
     if stored is not None:
         return float(stored), {}
-    warnings.warn(f"hotpotqa: this model has no supporting-fact threshold chosen on dev; using {DEFAULT_SP_THRESHOLD}",
+    warnings.warn(f"this model has no supporting-fact threshold chosen on dev; using {DEFAULT_SP_THRESHOLD}",
                   stacklevel=3)
     return DEFAULT_SP_THRESHOLD, {}
 
