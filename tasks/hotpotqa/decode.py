@@ -167,7 +167,7 @@ def predict(model, data_path, out_path, *, tokenizer, options: HotpotQAOptions |
     per_example = [windows for _, windows in score_examples(
         model, examples, tokenizer=tokenizer, settings=feature_settings(model.config),
         inputs=lambda _, features: window_inputs(features), collate=collate, batch_size=batch_size,
-        progress=progress, desc="hotpotqa predict")]
+        progress=progress, desc="predict")]
     max_answer_length = model.config.task_options["max_answer_length"]
     answers = {example.id: decode_answer(example, scores, max_answer_length)
                for example, scores in zip(examples, per_example)}

@@ -102,7 +102,7 @@ def training_features(path, tokenizer, config, options=None, progress: bool = Tr
     settings = feature_settings(config)
     markers = GlobalMarkers.from_tokenizer(tokenizer)
     rows, not_found, span_answers = [], 0, 0
-    for example in tqdm(read_examples(path), desc=f"hotpotqa features {path}", unit=" examples",
+    for example in tqdm(read_examples(path), desc=f"features {path}", unit=" examples",
                         disable=not progress):
         facts = sentence_facts(example)
         if answer_type(example) == 0:

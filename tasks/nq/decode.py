@@ -156,7 +156,7 @@ def predict(model, data_path, out_path, *, tokenizer, options: NQOptions | None 
     scored = score_examples(model, read_examples(data_path, skip_bad_lines=skip),
                             tokenizer=HtmlMarkerTokenizer(tokenizer), settings=feature_settings(model.config),
                             inputs=lambda _, features: window_inputs(features), collate=collate,
-                            batch_size=batch_size, progress=progress, desc="nq predict", chunk_size=CHUNK_EXAMPLES)
+                            batch_size=batch_size, progress=progress, desc="predict", chunk_size=CHUNK_EXAMPLES)
     predictions = [decode_example(example, windows, max_length) for example, windows in scored]
     atomic_write_json(out_path, {"predictions": predictions})
     return PredictionFile(Path(out_path), len(predictions))

@@ -239,7 +239,7 @@ def iter_training_rows(path, tokenizer, config, options: NQOptions | None = None
     if not 0 <= rate <= 1:
         raise OptionError("{null_window_keep_rate} must be in [0, 1], got {rate}", rate=rate)
     examples = read_examples(path, skip_bad_lines=options.skip_bad_lines)
-    bar = tqdm(desc=f"nq features {path}", unit=" examples", disable=not progress)
+    bar = tqdm(desc=f"features {path}", unit=" examples", disable=not progress)
     with bar:
         if num_proc <= 1:
             for example in examples:

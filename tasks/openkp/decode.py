@@ -72,7 +72,7 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, tune: bool =
     prediction file (JSON lines) to `out_path` and the phrases' scores beside it (both atomically)."""
     scored = score_examples(model, read_examples(data_path), tokenizer=tokenizer,
                             settings=feature_settings(model.config), inputs=window_inputs, collate=collate,
-                            batch_size=batch_size, progress=progress, desc="openkp predict")
+                            batch_size=batch_size, progress=progress, desc="predict")
     ranked = [(example.labels["url"], top_phrases(words_of(example), [word_window(example, w) for w in windows]))
               for example, windows in scored]
     lines = [json.dumps({"url": url, "KeyPhrases": [tokens for _, tokens in phrases]}, ensure_ascii=False)

@@ -105,7 +105,7 @@ def training_features(path, tokenizer, config, options=None, progress: bool = Tr
     settings = feature_settings(config)
     markers = GlobalMarkers.from_tokenizer(tokenizer)
     rows, unusable, total = [], 0, 0
-    for example in tqdm(read_examples(path), desc=f"openkp features {path}", unit=" examples", disable=not progress):
+    for example in tqdm(read_examples(path), desc=f"features {path}", unit=" examples", disable=not progress):
         phrases, missing = usable_phrases(example)
         unusable += missing
         total += len(phrases) + missing

@@ -64,7 +64,7 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, tune: bool =
     windows = [example_window(example, tokenizer, settings, markers, cuts) for example in examples]
     cuts.warn(data_path, settings.long_max_len)
     outputs = model.forward_rows([window_inputs(features) for features in windows], collate, batch_size,
-                                 progress=progress, desc="wikihop predict")
+                                 progress=progress, desc="predict")
     answers = {example.id: best_candidate(example, features, output["candidate_logits"])
                for example, features, output in zip(examples, windows, outputs)}
     atomic_write_json(out_path, answers)

@@ -114,7 +114,7 @@ def training_features(path, tokenizer, config, options=None, progress: bool = Tr
     settings = feature_settings(config)
     markers = GlobalMarkers.from_tokenizer(tokenizer)
     cuts, rows = CutCounter(), []
-    for example in tqdm(read_examples(path), desc=f"wikihop features {path}", unit=" examples", disable=not progress):
+    for example in tqdm(read_examples(path), desc=f"features {path}", unit=" examples", disable=not progress):
         rows.append(window_row(example, example_window(example, tokenizer, settings, markers, cuts)))
     cuts.warn(path, settings.long_max_len)
     labelled = [row for row in rows if row["label"] != IGNORE_INDEX]
