@@ -16,7 +16,9 @@ instead of holding every window's lists in memory) and a manifest with the row c
 SHA-256 of each Arrow file. It is written beside its place and renamed into it, so an entry is
 whole or absent; two processes building the same key (under torchrun) keep the first. An entry that
 does not match its manifest, or cannot be read, is built again, with a warning. The `KEEP` entries
-used last stay; older ones are removed when a new one is stored.
+used last stay; older ones are removed when a new one is stored. The warnings the build gave (a bad
+line skipped, windows cut) are kept in the manifest and given again by every run that reads the
+entry: rows read from the cache say what rows built from the file would have said.
 """
 
 import hashlib
@@ -35,7 +37,7 @@ MANIFEST = "manifest.json"
 KEEP = 8  # entries kept (the most recently used)
 _ABANDONED_SECONDS = 24 * 3600  # a half-written entry this old belongs to a process that was killed
 # The layout of an entry; a change gives every key another folder.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 # Config fields the feature code never reads that a run may change (encoder switches at --init and
 # transformers' bookkeeping): left out of the key, so switching them reuses the rows.
 _CONFIG_FIELDS_NOT_READ = ("residual_attention", "talking_heads", "residual_attention_running_mean",
@@ -114,21 +116,29 @@ def cached_rows(build: Callable[[], list[dict[str, Any]]], key: FeatureKey, wher
     say = say or (lambda text: None)
     folder = Path(where) / key.digest()
     if folder.is_dir():
-        rows = _read(folder)
-        if rows is not None:
+        read = _read(folder)
+        if read is not None:
+            rows, given = read
             os.utime(folder)  # used now: kept longest
+            for message in given:
+                warnings.warn(message, stacklevel=2)
             say(f"{describe}: {len(rows)} training rows from the feature cache ({folder})")
             return rows
     started = time.perf_counter()
-    rows = build()
-    _write(rows, key, folder)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = build()
+    for warning in caught:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    _write(rows, key, folder, [str(warning.message) for warning in caught])
     _prune(Path(where))
     say(f"{describe}: {len(rows)} training rows built in {time.perf_counter() - started:.1f} s, cached in {folder}")
     return rows
 
 
 def _read(folder: Path):
-    """The stored rows (a datasets.Dataset), or None after a warning when the entry is damaged."""
+    """(the stored rows, a datasets.Dataset; the warnings their build gave), or None after a warning
+    when the entry is damaged."""
     from datasets import load_from_disk
 
     try:
@@ -139,15 +149,19 @@ def _read(folder: Path):
         rows = load_from_disk(str(folder / "rows"))
         if len(rows) != manifest["rows"]:
             raise ValueError(f"{len(rows)} rows, the manifest says {manifest['rows']}")
+        given = manifest["warnings"]
+        if not (isinstance(given, list) and all(isinstance(message, str) for message in given)):
+            raise ValueError("its warnings are not a list of texts")
     except (OSError, ValueError, KeyError, TypeError) as error:
         warnings.warn(f"{folder}: a damaged feature cache entry ({error}); building the rows again", stacklevel=3)
         shutil.rmtree(folder, ignore_errors=True)
         return None
-    return rows
+    return rows, given
 
 
-def _write(rows: list[dict[str, Any]], key: FeatureKey, folder: Path) -> None:
-    """Store `rows` in `folder`, atomically; a folder another process stored first is kept."""
+def _write(rows: list[dict[str, Any]], key: FeatureKey, folder: Path, given: list[str]) -> None:
+    """Store `rows`, and the warnings their build `given`, in `folder`, atomically; a folder another
+    process stored first is kept."""
     import datasets
 
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -158,7 +172,7 @@ def _write(rows: list[dict[str, Any]], key: FeatureKey, folder: Path) -> None:
         datasets.Dataset.from_list(rows).save_to_disk(str(building / "rows"))
         files = {str(path.relative_to(building)): file_digest([path])
                  for path in sorted((building / "rows").rglob("*")) if path.is_file()}
-        (building / MANIFEST).write_text(json.dumps({"rows": len(rows), "files": files, "key": key.__dict__},
+        (building / MANIFEST).write_text(json.dumps({"rows": len(rows), "files": files, "warnings": given, "key": key.__dict__},
                                                     indent=1, default=str), encoding="utf-8")
         try:
             os.rename(building, folder)

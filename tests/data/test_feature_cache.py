@@ -43,6 +43,18 @@ def test_rows_are_built_once_and_read_back_equal(tmp_path):
     assert said[1] == f"train.json: 2 training rows from the feature cache ({tmp_path / key().digest()})"
 
 
+def test_rows_read_from_the_cache_give_the_warnings_their_build_gave(tmp_path):
+    def build():
+        warnings.warn("train.json: skipped 1 bad line (line 3)")
+        return [dict(row) for row in ROWS]
+
+    for _ in range(2):  # built, then read back
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cached_rows(build, key(), tmp_path, "train.json", None)
+        assert [str(warning.message) for warning in caught] == ["train.json: skipped 1 bad line (line 3)"]
+
+
 @pytest.mark.parametrize("change", [dict(data="e" * 64), dict(tokenizer="u" * 64), dict(code="x" * 64),
                                     dict(options={"stride": 16}), dict(config={"long_max_len": 64})])
 def test_anything_the_rows_depend_on_builds_them_again(tmp_path, change):
