@@ -49,7 +49,7 @@ def add_batch(summary: Summary, attention: Sequence[AttentionWeights], long_mask
                     for name, values in statistics.top_shares(renormalized, TOP_FRACTIONS).items():
                         summary.add(BY_NAME[name], piece, layer, values)
                     if piece != rows.name:
-                        summary.add(BY_NAME["piece_weight"], piece, layer, statistics.piece_weight(renormalized, seen))
+                        summary.add(BY_NAME["piece_weight"], piece, layer, statistics.piece_weight(renormalized))
                 if sizes is not None:
                     summary.add(BY_NAME["carried_share"], piece, layer,
                                 statistics.carried_share(sizes[0][..., columns], sizes[1][..., columns], seen))

@@ -114,6 +114,6 @@ def carried_share(own_size: Tensor, carried_size: Tensor, seen: Tensor) -> Tenso
     return values.masked_fill(~(seen.any(-1) & (total > 0)).expand_as(values), math.nan)
 
 
-def piece_weight(rows: PieceRows, seen: Tensor) -> Tensor:
-    """[h, R] the share of each row's weight on the piece's keys `seen` (its whole row sums to 1)."""
-    return rows.mass.masked_fill(~seen.any(-1).expand_as(rows.mass), math.nan)
+def piece_weight(rows: PieceRows) -> Tensor:
+    """[h, R] the share of each row's weight on the piece's keys (its whole row sums to 1)."""
+    return rows.mass.masked_fill(~(rows.keys > 0).expand_as(rows.mass), math.nan)

@@ -161,8 +161,8 @@ def _sp_threshold(model, given: float | None, tune: bool, data_path, examples, a
 def predict(model, data_path, out_path, *, tokenizer, options: HotpotQAOptions | None = None, tune: bool = False,
             batch_size: int = 8, progress: bool = True) -> PredictionFile:
     """Predict every example of the HotpotQA file `data_path`; write the official prediction file
-    to `out_path` and the scores beside it (both atomically). `options`: a training run's (its `sp_threshold`); `tune`: choose the
-    threshold on this file (see the module docstring)."""
+    to `out_path` and the scores beside it (both atomically). `options`: a training run's (its
+    `sp_threshold`); `tune`: choose the threshold on this file (see the module docstring)."""
     examples = list(read_examples(data_path))
     per_example = [windows for _, windows in score_examples(
         model, examples, tokenizer=tokenizer, settings=feature_settings(model.config),

@@ -12,6 +12,7 @@ chosen). The answer is the first candidate of highest probability.
 """
 
 from pathlib import Path
+
 import torch
 
 from longdoc.data.examples import StructuredExample
