@@ -352,12 +352,195 @@ def _fresh_carried(operands: list) -> list:
         one.carried.requires_grad)) for one in operands]
 
 
+# --- every task's commands on the GPU ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TaskRun:
+    """A task's training and prediction files, under the data folder (../shared/data's layout)."""
+
+    task: str
+    train: str
+    predict: str
+    batch_size: int = 2
+
+
+TASK_RUNS = (
+    TaskRun("wikihop", "wikihop/wikihop_train.first22.json", "wikihop/wikihop_dev.first28.json"),
+    TaskRun("hotpotqa", "hotpotqa/hotpot_dev_distractor_v1.first53.json", "hotpotqa/hotpot_dev_distractor_v1.first53.json"),
+    TaskRun("multihop", "hotpotqa/hotpot_dev_distractor_v1.first53.json", "hotpotqa/hotpot_dev_distractor_v1.first53.json"),
+    TaskRun("nq", "natural_questions/simplified-nq-train.sample2.jsonl",
+            "natural_questions/simplified-nq-train.sample2.jsonl"),
+    TaskRun("openkp", "openkp/openkp_readme_example.jsonl", "openkp/openkp_readme_example.jsonl", batch_size=1),
+)
+LONGDOC = (sys.executable, "-m", "longdoc.cli")
+
+
+def random_encoder(folder: Path, tokenizer: Path, preset: str | None = None, **sizes) -> Path:
+    """A randomly initialised encoder (a preset's shape, or `sizes`) with `tokenizer`'s files, saved in
+    `folder` as `--init` reads it."""
+    from longdoc import GlobalLocalConfig, GlobalLocalModel
+    from longdoc.convert.model_folder import read_tokenizer
+
+    config = GlobalLocalConfig.from_preset(preset, **sizes) if preset else GlobalLocalConfig(**sizes)
+    torch.manual_seed(0)
+    GlobalLocalModel(config).save_pretrained(folder)
+    read_tokenizer(tokenizer).save_pretrained(folder)
+    return folder
+
+
+def _command(arguments: list, log: Path) -> tuple[int, float, str]:
+    """(exit status, seconds, the last line of its error output) of `longdoc ARGUMENTS`; all output in `log`."""
+    import subprocess
+    import time
+
+    start = time.perf_counter()
+    with log.open("w") as output:
+        completed = subprocess.run([*LONGDOC, *map(str, arguments)], stdout=output, stderr=subprocess.STDOUT)
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return completed.returncode, time.perf_counter() - start, lines[-1][:200] if lines else ""
+
+
+def task_row(run: TaskRun, data: Path, init: Path, work: Path, device: str) -> tuple:
+    """Two training steps of `run.task` (`longdoc train`, on whatever device the engine picks), then
+    `longdoc predict --device DEVICE` with the trained model: exit statuses, seconds, last lines."""
+    out = work / run.task
+    trained = _command(["train", run.task, "--init", init, "--train", data / run.train, "--out", out, "--max-steps", 2,
+                        "--batch-size", run.batch_size, "--long-max-len", 512, "--global-max-len", 128, "--log-steps", 1,
+                        "--save-steps", 2], work / f"{run.task}-train.log")
+    predicted = (_command(["predict", run.task, "--model", out, "--data", data / run.predict, "--out",
+                           work / f"{run.task}-predictions", "--device", device], work / f"{run.task}-predict.log")
+                 if trained[0] == 0 else (None, None, "not run: training failed"))
+    return (run.task, trained[0], trained[1], predicted[0], predicted[1],
+            trained[2] if trained[0] else predicted[2] if predicted[0] else "")
+
+
+def tasks_table(device: torch.device, data: Path, tokenizer: Path, work: Path, runs=TASK_RUNS) -> Table:
+    """Every task's `train` (2 steps) and `predict`, and `pretrain` (2 steps), as a user runs them, in
+    parallel processes; a tiny random encoder (2 layers, hidden 64) with `tokenizer` is the --init."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    work.mkdir(parents=True, exist_ok=True)
+    init = random_encoder(work / "init", tokenizer, vocab_size=30522, hidden_size=64, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=128, local_radius=8, long_max_len=512,
+                          global_max_len=128)
+    with ThreadPoolExecutor(len(runs) + 1) as pool:
+        rows = list(pool.map(lambda run: task_row(run, data, init, work, str(device)), runs))
+        pretrained = pool.submit(_command, ["pretrain", "--init", init, "--train", data / "README.md", "--out",
+                                            work / "pretrain", "--max-steps", 2, "--batch-size", 2, "--long-max-len",
+                                            512, "--global-max-len", 128, "--log-steps", 1], work / "pretrain.log").result()
+    rows.append(("(pretrain)", pretrained[0], pretrained[1], None, None, pretrained[2] if pretrained[0] else ""))
+    return Table("tasks", "Every task's train and predict, and pretrain, on the GPU", (
+        "task", "train exit", "train s", "predict exit", "predict s", "last line of a failure"), rows, notes=(
+        "`longdoc train TASK --init INIT --max-steps 2 --batch-size 2 --long-max-len 512 --global-max-len 128` (OpenKP's one page: batch 1) "
+        "on the task's sample in ../shared/data (the engine picks the GPU), then `longdoc predict TASK --device cuda` with "
+        "the trained model; `longdoc pretrain` 2 steps on data/README.md. INIT: a random encoder (2 layers, hidden "
+        "64) with MiniLM's tokenizer. All six run at once (seconds include start-up, features and the kernels' "
+        "compilation)."))
+
+
+# --- a HotpotQA training step at 4096, ours against Longformer-base ----------------------------
+
+HOTPOTQA_EXAMPLES = 90447  # HotpotQA's training set
+
+
+def longformer_step_rate(device: torch.device, batch_size: int, length: int, question: int, steps: int,
+                         warmups: int = 2, shape: str = "base") -> float:
+    """Examples/s of a Longformer-base question-answering training step as transformers' users run it:
+    AdamW, bf16 autocast on float32 weights, window 512, global attention on the question's tokens."""
+    import time
+
+    from transformers import LongformerConfig, LongformerForQuestionAnswering
+
+    from longdoc.model.config import PRESETS
+
+    sizes = PRESETS[shape]
+    torch.manual_seed(0)
+    config = LongformerConfig(vocab_size=50265, hidden_size=sizes["hidden_size"],
+                              num_hidden_layers=sizes["num_hidden_layers"],
+                              num_attention_heads=sizes["num_attention_heads"],
+                              intermediate_size=sizes["intermediate_size"], attention_window=512, pad_token_id=1,
+                              max_position_embeddings=length + 2)
+    model = LongformerForQuestionAnswering(config).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5)
+    ids = torch.randint(5, config.vocab_size, (batch_size, length), device=device)
+    global_mask = torch.zeros_like(ids)
+    global_mask[:, :question] = 1
+    positions = torch.randint(question, length, (batch_size,), device=device)
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = model(input_ids=ids, global_attention_mask=global_mask, start_positions=positions,
+                         end_positions=positions).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(warmups):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return batch_size * steps / (time.perf_counter() - start)
+
+
+def our_step_rate(run: Path) -> float:
+    """Examples/s of the last line of a `longdoc train` run's log (the first lines hold the compilation)."""
+    import json
+
+    records = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    return [record for record in records if record.get("examples_per_second")][-1]["examples_per_second"]
+
+
+def hotpotqa_table(device: torch.device, data: Path, tokenizer: Path, work: Path, batch_size: int = 8,
+                   steps: int = 15, log_steps: int = 5, preset: str = "base", length: int = 4096) -> Table:
+    """HotpotQA training at `length` wordpieces (4096) in a preset's shape (ETC-base): `longdoc train
+    hotpotqa --config published` from a random encoder, and Longformer's step at the same batch and length."""
+    work.mkdir(parents=True, exist_ok=True)
+    init = random_encoder(work / preset, tokenizer, preset, long_max_len=length, global_max_len=256)
+    command = ["train", "hotpotqa", "--config", "published", "--init", init, "--train",
+               data / "hotpotqa/hotpot_dev_distractor_v1.first53.json", "--out", work / "run", "--max-steps", steps,
+               "--batch-size", batch_size, "--effective-batch-size", batch_size, "--log-steps", log_steps,
+               "--save-steps", 10 * steps, "--long-max-len", length]
+    status, seconds, last = _command(command, work / "hotpotqa-train.log")
+    ours = our_step_rate(work / "run") if status == 0 else None
+    try:
+        theirs = longformer_step_rate(device, batch_size, length, question=64, steps=max(3, steps // 3), shape=preset)
+    except torch.OutOfMemoryError as error:
+        theirs, last = None, f"{last} Longformer: {str(error).splitlines()[0]}"
+    windows = _windows_per_example(work / "hotpotqa-train.log")
+    rows = [(name, batch_size, rate, HOTPOTQA_EXAMPLES * windows / rate / 3600 if rate else None)
+            for name, rate in (("longdoc train hotpotqa (residual)", ours), ("Longformer QA", theirs))]
+    if ours and theirs:
+        rows.append(("ours / Longformer", "", ours / theirs, None))
+    return Table("hotpotqa", f"A HotpotQA training step at {length} wordpieces, {preset} shape", (
+        "model", "batch", "examples/s", "hours per epoch (90,447 examples)"), rows, notes=(
+        f"Ours: `longdoc train hotpotqa --config published --long-max-len {length}` (global 256, residual attention, "
+        f"bf16 autocast, AdamW) from a random encoder of the {preset} preset, {steps} steps of batch {batch_size}, "
+        f"the engine's logged rate of the last {log_steps} steps (exit status {status}, {seconds:.0f} s in all"
+        + (f"; {last}" if status else "") + "). Longformer: LongformerForQuestionAnswering of the same shape at "
+        "random init, window 512, the first 64 tokens global (the question), bf16 autocast on float32 weights, "
+        "AdamW, as transformers' users train it, 2 warm-up steps. An epoch: 90,447 examples at "
+        f"{windows:.2f} windows each (the sample's rows per example at this length) for both."))
+
+
+def _windows_per_example(log: Path, examples: int = 53) -> float:
+    """Training rows per example of the HotpotQA sample (53 examples), from `longdoc train`'s log line."""
+    import re
+
+    found = re.search(r"(\d+) training rows", log.read_text(errors="replace"))
+    return int(found.group(1)) / examples if found else 1.0
+
+
 # --- the command line ------------------------------------------------------------------------------
 
 # Parts to come: "bench" (`longdoc bench --device cuda` against Longformer, BigBird and BERT) and
 # "train" (a training step of each task), each a function returning Tables, added here and run by
 # scripts/gpu_check.sh after `softmax`.
-PARTS = ("environment", "tests", "etc", "softmax")
+PARTS = ("environment", "tests", "etc", "softmax", "tasks", "hotpotqa")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,6 +549,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the folder of the tables (default gpu-check/)")
     parser.add_argument("--junit", type=Path, help="tests: pytest's --junitxml file")
     parser.add_argument("--repeats", type=int, default=10, help="softmax: timed runs per measurement")
+    parser.add_argument("--data", type=Path, default=REPOSITORY.parent / "shared" / "data",
+                        help="tasks, hotpotqa: the data samples (default ../shared/data)")
+    parser.add_argument("--tokenizer", type=Path, help="tasks, hotpotqa: a folder with MiniLM's tokenizer files "
+                        "(default: the packaged MiniLM's)")
+    parser.add_argument("--work", type=Path, help="tasks, hotpotqa: where the runs are written (default OUT/PART)")
     args = parser.parse_args(argv)
     try:
         if args.part == "environment":
@@ -401,6 +589,15 @@ def _run(args, device: torch.device) -> list[Table]:
         return [tests_table(args.junit)]
     if args.part == "etc":
         return [etc_table(device)]
+    if args.part in ("tasks", "hotpotqa"):
+        if args.tokenizer is None:
+            from longdoc.convert.pretrained import minilm_path
+
+            args.tokenizer = Path(minilm_path())
+        work = args.work or args.out / args.part
+        if args.part == "tasks":
+            return [tasks_table(device, args.data, args.tokenizer, work)]
+        return [hotpotqa_table(device, args.data, args.tokenizer, work)]
     return [softmax_table(device, repeats=args.repeats)]
 
 if __name__ == "__main__":

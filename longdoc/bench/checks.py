@@ -13,6 +13,11 @@ document) has its own targets at 4096, as ratios within the run: our forward at 
 BERT-SDPA's and below Longformer's and BigBird's; our forward+backward at most 0.7x BERT-SDPA's and
 0.8x BigBird's; talking heads add at most 25% to the forward and 30% to the forward+backward; the
 forward reaches 60% of the run's matmul GFLOP/s.
+
+On a CUDA GPU (issue 31), as ratios within the run: our forward+backward at 4096 at most 0.5x
+BigBird's and 0.5x Longformer's; our peak memory at 16384 at most 0.5x Longformer's in both modes
+(or ours fits where Longformer runs out of memory); our peak memory at 16384 under 4.5 times that at
+4096.
 """
 
 from dataclasses import dataclass
@@ -33,6 +38,10 @@ PLAIN_PEER_RATIOS = (
     (TRAIN, BERT, 0.7), (TRAIN, BIGBIRD, 0.8),
 )
 MAX_TALKING_HEADS_OVERHEAD = {FORWARD: 0.25, TRAIN: 0.30}
+# GPU targets: (mode, peer, the most our time may be as a fraction of the peer's), and our peak memory
+# at LONG_LENGTH as a fraction of Longformer's.
+GPU_PEER_RATIOS = ((TRAIN, BIGBIRD, 0.5), (TRAIN, LONGFORMER, 0.5))
+MAX_GPU_MEMORY_RATIO = 0.5
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
@@ -119,7 +128,33 @@ def talking_heads_overhead(result: BenchResult, mode: str) -> Check:
     return _overhead(result, what, OURS_RESIDUAL_TALKING.name, REFERENCE.name, mode, limit)
 
 
+def memory_against_peer(result: BenchResult, peer: str, max_ratio: float) -> Check:
+    what = f"at {LONG_LENGTH}: {REFERENCE.name} peak memory at most {max_ratio:g}x {peer}'s"
+    attempted = {(m.model, m.mode): m for m in result.measurements if m.length == LONG_LENGTH}  # failures too
+    pairs = [(result.find(REFERENCE.name, LONG_LENGTH, mode), attempted.get((peer, mode))) for mode in MODES]
+    if any(ours is None or ours.peak_mib is None for ours, _ in pairs):
+        return Check(SKIP, f"{what} (needs {REFERENCE.name}'s peak memory at {LONG_LENGTH})")
+    details, passed = [], True
+    for mode, (ours, theirs) in zip(MODES, pairs):
+        if theirs is None or not (theirs.error or theirs.peak_mib):
+            return Check(SKIP, f"{what} (needs {peer} at {LONG_LENGTH})")
+        if theirs.error:  # ours fits where the peer does not: out of memory (any other failure is no pass)
+            fits = "OutOfMemoryError" in theirs.error
+            details.append(f"{mode} {ours.peak_mib:.0f} MiB vs {peer} failed ({theirs.error.split(':')[0]})")
+            passed = passed and fits
+            continue
+        ratio = ours.peak_mib / theirs.peak_mib
+        details.append(f"{mode} {ratio:.2f}x ({ours.peak_mib:.0f} vs {theirs.peak_mib:.0f} MiB)")
+        passed = passed and ratio <= max_ratio
+    return _verdict(passed, f"{what}: " + ", ".join(details))
+
+
 def target_checks(result: BenchResult) -> list[Check]:
+    if result.settings.device.startswith("cuda"):
+        return [ratio_to_peer(result, *target) for target in GPU_PEER_RATIOS] + [
+            memory_against_peer(result, LONGFORMER, MAX_GPU_MEMORY_RATIO),
+            memory_growth(result),
+        ]
     if result.settings.plain_process:
         return [ratio_to_peer(result, *target) for target in PLAIN_PEER_RATIOS] + [
             talking_heads_overhead(result, FORWARD),

@@ -9,15 +9,18 @@ same L-token document our encoder reads as L long tokens plus G global ones. The
 sampled the same way, once before every timed step, so that the share of its rate our forward
 reaches compares two speeds of the same minutes (five matmuls in a row at the start measured 338,
 350 and 380 GFLOP/s in three runs of the same code within an hour, while our forward ran at 212-217
-in all three). Peak memory is not measured (in one process, memory freed by one model stays mapped
-for the next); the fresh-process run (longdoc.bench.run) measures it.
+in all three). Peak memory is measured on CUDA only, where the allocator's counters give each step's
+own peak in one process; on the CPU, memory freed by one model stays mapped for the next, and the
+fresh-process run (longdoc.bench.run) measures it.
 """
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
 
+from longdoc.bench.memory import PeakMemory
 from longdoc.bench.models import build_runner
 from longdoc.bench.results import BenchResult, MatmulMeasurement, Measurement
 from longdoc.bench.run import machine_info
@@ -45,6 +48,7 @@ def run_plain(settings: BenchSettings, progress: Callable[[Measurement], None] |
         jobs = {(v.name, mode): Job(settings, v, length, mode) for v in variants for mode in MODES}
         runners = {v.name: build_runner(jobs[v.name, FORWARD]) for v in variants}
         seconds = {key: [] for key in jobs}
+        peaks: dict = {}  # on CUDA only: its allocator's counters give each step's own peak in one process
         errors = {}
         for round_number in range(settings.repeats + 1):
             for key in jobs:
@@ -54,17 +58,23 @@ def run_plain(settings: BenchSettings, progress: Callable[[Measurement], None] |
                     matmul_seconds.append(time_matmul())
                 # One failure (a peer out of memory, say) is reported in its row; the run goes on.
                 try:
-                    took = timed(step_for(runners[key[0]], key[1]), device)
-                except RuntimeError as error:
+                    with PeakMemory(settings.device) if device.type == "cuda" else contextlib.nullcontext() as memory:
+                        took = timed(step_for(runners[key[0]], key[1]), device)
+                except RuntimeError as error:  # (torch.OutOfMemoryError is one)
                     errors[key] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
                     continue
+                if memory is not None:
+                    peaks[key] = max(peaks.get(key, 0.0), memory.peak_mib)
                 if round_number:
                     seconds[key].append(took)
         for key, job in jobs.items():
             if key in errors:
                 measurement = Measurement(key[0], length, key[1], error=errors[key])
             else:
-                measurement = Measurement(key[0], length, key[1], seconds[key], None, forward_flops(job, runners[key[0]]))
+                measurement = Measurement(key[0], length, key[1], seconds[key], peaks.get(key),
+                                          forward_flops(job, runners[key[0]]))
             measurements.append(measurement)
             if progress:
                 progress(measurement)

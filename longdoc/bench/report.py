@@ -66,8 +66,9 @@ def _header(result: BenchResult) -> list[str]:
     if settings.plain_process:
         process = "every model in this one process, interleaved round by round, as a user's script runs them"
         peer_tokens = "L tokens (the same document)"
-        times = (f"times: median of {settings.repeats} rounds after a warm-up round; memory: see the "
-                 "fresh-process run")
+        memory = ("MiB: peak above models and inputs, largest of the rounds" if settings.device == "cuda"
+                  else "memory: see the fresh-process run")
+        times = f"times: median of {settings.repeats} rounds after a warm-up round; {memory}"
     else:
         process = "each measurement in a fresh process"
         peer_tokens = f"L + {shape.global_tokens} tokens"

@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=_positive, help="torch threads in each measuring process (default: one per core)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--shape", choices=("minilm", "base", "large"), default="minilm",
+                        help="every model's transformer shape, from our presets: minilm (6 layers, hidden 384; the "
+                        "default), base (ETC-base: 12 layers, hidden 768) or large (24 layers, hidden 1024)")
     inference.add_attention_argument(parser)
     parser.add_argument(
         "--allocator", choices=("auto", "jemalloc", "keep", "thp", "system"),
@@ -70,7 +73,7 @@ def _print_progress(measurement) -> None:
 def settings_from_arguments(args: argparse.Namespace):
     """BenchSettings for the parsed arguments: --quick's defaults, then any explicit option."""
     from longdoc.bench import BenchSettings
-    from longdoc.bench.settings import OURS_RESIDUAL, OURS_RESIDUAL_TALKING, PEERS
+    from longdoc.bench.settings import FULL_LENGTHS, OURS_RESIDUAL, OURS_RESIDUAL_TALKING, PEERS, Shape
     from longdoc.cpu_memory import KEEP, allocator_environment, resolve_allocator
 
     in_process = args.plain or args.batched
@@ -83,7 +86,9 @@ def settings_from_arguments(args: argparse.Namespace):
     except ValueError as error:
         raise InputError(f"--allocator: {error}") from None
     overrides = dict(dtype=args.dtype, device=args.device, allocator=allocator, threads=args.threads or 0,
-                     attention=args.attention or "auto")
+                     attention=args.attention or "auto", shape=Shape.from_preset(args.shape))
+    if args.device == "cuda":  # the peers' length limit is the CPU's: on a GPU its memory decides (OOM rows)
+        overrides["peer_max_length"] = max(args.lengths or FULL_LENGTHS)
     if args.lengths:
         overrides["lengths"] = args.lengths
     if args.repeats:

@@ -313,6 +313,45 @@ def test_plain_checks_judge_the_targets():
     assert share.status == FAIL and "59.7%" in share.detail
 
 
+def gpu_result(longformer_train_16k: Measurement) -> BenchResult:
+    """A plain-process CUDA run at 4096 and 16384 with hand-picked medians and peaks (see below)."""
+    settings = BenchSettings.plain_quick(lengths=(4096, 16384), device="cuda", dtype="bfloat16")
+    matmul = MatmulMeasurement(size=2048, dtype="bfloat16", seconds=[0.001], threads=1, backend="torch")
+    train = {"ours(res)": 0.10, "longformer": 0.25, "bigbird": 0.19}
+    measurements = [Measurement(name, 4096, TRAIN, [seconds], 1000.0) for name, seconds in train.items()]
+    measurements += [Measurement("ours(res)", 4096, FORWARD, [0.03], 300.0),
+                     Measurement("ours(res)", 16384, FORWARD, [0.12], 1250.0),
+                     Measurement("ours(res)", 16384, TRAIN, [0.4], 4400.0),
+                     Measurement("longformer", 16384, FORWARD, [0.5], 2600.0), longformer_train_16k]
+    return BenchResult(settings, {}, matmul, measurements)
+
+
+def test_gpu_checks_judge_the_issues_targets():
+    checks = target_checks(gpu_result(Measurement("longformer", 16384, TRAIN, [1.0], 9000.0)))
+    # fwd+bwd at 4096: 0.10 / 0.19 = 0.53 > 0.5 FAIL, 0.10 / 0.25 = 0.40 PASS; memory at 16384:
+    # 1250 / 2600 = 0.48 and 4400 / 9000 = 0.49 PASS; growth 1250 / 300 = 4.17x, 4400 / 1000 = 4.4x PASS.
+    assert [check.status for check in checks] == [FAIL, PASS, PASS, PASS]
+    assert "0.53x" in checks[0].detail and "0.48x" in checks[2].detail and "4.40x" in checks[3].detail
+    # Longformer out of memory where ours fits passes; any other failure of the peer does not
+    oom = Measurement("longformer", 16384, TRAIN, error="OutOfMemoryError: CUDA out of memory. Tried to allocate")
+    assert target_checks(gpu_result(oom))[2].status == PASS
+    other = Measurement("longformer", 16384, TRAIN, error="RuntimeError: shapes do not match")
+    assert target_checks(gpu_result(other))[2].status == FAIL
+    heavier = Measurement("longformer", 16384, TRAIN, [1.0], 8000.0)  # 4400 / 8000 = 0.55
+    assert target_checks(gpu_result(heavier))[2].status == FAIL
+
+
+def test_gpu_command_line_options():
+    parser = argparse.ArgumentParser()
+    bench_command.add_arguments(parser)
+    settings = bench_command.settings_from_arguments(
+        parser.parse_args(["--plain", "--device", "cuda", "--lengths", "4096,16384", "--shape", "base"]))
+    # on a GPU the peers run at every length (the CPU's 8192 limit is for minutes, not memory)
+    assert settings.peer_max_length == 16384 and settings.device == "cuda"
+    assert settings.shape == Shape(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072)
+    assert bench_command.settings_from_arguments(parser.parse_args([])).peer_max_length == 8192
+
+
 @pytest.mark.slow
 def test_plain_run_interleaves_every_model_in_this_process():
     from longdoc.bench.plain import run_plain
