@@ -44,8 +44,12 @@ REQUIRED = {"torch": "torch", "triton": "triton", "transformers": "transformers"
             "safetensors": "safetensors", "tqdm": "tqdm", "pytest": "pytest", "google_crc32c": "google-crc32c"}
 OPTIONAL = {"xdist": ("pytest-xdist", "the tests run in one process"),
             "ninja": ("ninja", "the C++ kernels are not built: their tests skip")}
-# Outputs within tolerance * (1 + |reference|) of CPU float32's, element by element.
-TOLERANCES = {torch.float32: 1e-4, torch.bfloat16: 1e-2}
+# How the model computes: its weights' dtype, and whether bfloat16 autocast is on (what `longdoc train`
+# and `predict --bf16` run: float32 weights, bfloat16 products); outputs within tolerance * (1 +
+# |reference|) of CPU float32's, element by element.
+PRECISIONS = {"float32": (torch.float32, False), "bfloat16": (torch.bfloat16, False),
+              "bfloat16 autocast": (torch.float32, True)}
+TOLERANCES = {"float32": 1e-4, "bfloat16": 1e-2, "bfloat16 autocast": 1e-2}
 
 
 class Refusal(Exception):
@@ -165,9 +169,10 @@ def tests_table(junit: Path) -> Table:
 # --- the converted ETC fixtures ------------------------------------------------------------------
 
 def etc_table(device: torch.device, cases: list[Path] | None = None, backends=("gpu", "eager"),
-              dtypes=(torch.float32, torch.bfloat16)) -> Table:
-    """Each converted ETC fixture's long and global outputs at real tokens on `device`, per dtype and
-    backend, against the same model's on the CPU in float32 (the eager backend) on the same inputs."""
+              precisions=tuple(PRECISIONS)) -> Table:
+    """Each converted ETC fixture's long and global outputs at real tokens on `device`, per precision
+    (PRECISIONS) and backend, against the same model's on the CPU in float32 (the eager backend) on the
+    same inputs."""
     import numpy as np
 
     from longdoc.convert.etc import LengthOptions, etcmodel_inputs, read_etc
@@ -179,29 +184,31 @@ def etc_table(device: torch.device, cases: list[Path] | None = None, backends=("
         inputs = etcmodel_inputs(np.load(case / "inputs.npz"), valid["long_valid"], valid["global_valid"])
         real = [torch.from_numpy(valid[name].astype(bool)) for name in ("long_valid", "global_valid")]
         reference = _etc_outputs(model, "eager", inputs, real)
-        for dtype in dtypes:
+        for precision in precisions:
+            dtype, autocast = PRECISIONS[precision]
             for backend in backends:
-                outputs = _etc_outputs(copy.deepcopy(model).to(device, dtype), backend, inputs, real)
+                outputs = _etc_outputs(copy.deepcopy(model).to(device, dtype), backend, inputs, real, autocast)
                 gaps = [(got - want).abs() for got, want in zip(outputs, reference)]
-                share = max(float((gap / (TOLERANCES[dtype] * (1 + want.abs()))).max())
+                share = max(float((gap / (TOLERANCES[precision] * (1 + want.abs()))).max())
                             for gap, want in zip(gaps, reference))
-                rows.append((case.name, str(dtype).removeprefix("torch."), backend, float(gaps[0].max()),
-                             float(gaps[1].max()), share, "yes" if share <= 1 else "NO"))
+                rows.append((case.name, precision, backend, float(gaps[0].max()), float(gaps[1].max()), share,
+                             "yes" if share <= 1 else "NO"))
     return Table("etc", "Converted ETC fixtures: GPU against CPU float32", (
-        "case", "dtype", "backend", "max abs diff, long", "max abs diff, global", "largest diff / tolerance",
+        "case", "precision", "backend", "max abs diff, long", "max abs diff, global", "largest diff / tolerance",
         "within"), rows, notes=(
         "Outputs at real tokens of each `tests/fixtures/etc` case converted with `read_etc` (long 64, global 8), "
         "on the GPU with the attention backend named, against the same model on the CPU in float32 (eager "
-        "backend), same inputs. Tolerance per element: t * (1 + |CPU output|), t = "
-        + ", ".join(f"{t:g} in {str(d).removeprefix('torch.')}" for d, t in TOLERANCES.items())
-        + "; the eager rows show what the dtype alone costs."))
+        "backend), same inputs. Precision: the weights' dtype, or float32 weights under bfloat16 autocast (what "
+        "`longdoc train` and `predict --bf16` run). Tolerance per element: t * (1 + |CPU output|), t = "
+        + ", ".join(f"{t:g} in {precision}" for precision, t in TOLERANCES.items())
+        + "; the eager rows show what the precision alone costs."))
 
 
-def _etc_outputs(model, backend: str, inputs: dict, real: list) -> list:
+def _etc_outputs(model, backend: str, inputs: dict, real: list, autocast: bool = False) -> list:
     """The model's long and global outputs at real tokens, float32 on the CPU."""
     model.set_attention_backend(backend)
     device = next(model.parameters()).device
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         output = model(**{name: tensor.to(device) for name, tensor in inputs.items()})
     return [hidden.float().cpu()[mask] for hidden, mask in zip(
         (output.long_hidden_state, output.global_hidden_state), real)]

@@ -2,7 +2,7 @@
 # The device check of longdoc on a machine with a CUDA GPU, meant to take under 8 minutes on one
 # H100 or H200.
 #
-#   [WHEELS=DIR] [OUT=DIR] [DATA=DIR] [TOKENIZER=DIR] [JOBS=N] scripts/gpu_check.sh
+#   [WHEELS=DIR] [OUT=DIR] [DATA=DIR] [TOKENIZER=DIR] [JOBS=N] [STEPS="..."] scripts/gpu_check.sh
 #
 # WHEELS: a folder of wheels of what the machine lacks (the environment step names them), installed
 # without an index or dependencies into SITE (default OUT/site-packages) with longdoc itself (from this checkout) and
@@ -24,7 +24,8 @@
 #   hotpotqa.md     `longdoc train hotpotqa` at 4096 in ETC-base's shape against Longformer-base
 # The first three run at once; the timed steps after them run alone. Each step has a time limit (a
 # step that runs out of it fails and the others go on). The Python of the tables is
-# scripts/gpu_check.py. JOBS: pytest's worker processes (default 8). The C++ CPU kernels are not
+# scripts/gpu_check.py. JOBS: pytest's worker processes (default 8). STEPS: the steps to run (default
+# all: tests etc tasks softmax bench hotpotqa). The C++ CPU kernels are not
 # built (LONGDOC_KERNELS=0): on CUDA the attention runs the GPU kernel.
 set -euo pipefail
 mkdir -p "${OUT:-gpu-check}"  # (OUT and WHEELS: relative to where the script is run from)
@@ -53,7 +54,8 @@ fi
 "$python" -m pip install --quiet --no-index --no-deps --no-build-isolation --upgrade --target "$site" \
     . ${wheels:+"$wheels"/*.whl}
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-export LONGDOC_KERNELS=0 TRANSFORMERS_VERBOSITY=error
+# PYTHONSAFEPATH: `python -m longdoc.cli` run here must import the installed longdoc, not ./longdoc
+export LONGDOC_KERNELS=0 TRANSFORMERS_VERBOSITY=error PYTHONSAFEPATH=1
 unset TRITON_INTERPRET
 gpu_check=("$python" scripts/gpu_check.py)
 check() { "${gpu_check[@]}" "$@" --out "$out"; }
@@ -66,26 +68,38 @@ step() { "$@" || { local code=$?; ((status)) || status=$code; }; }
 workers=()
 if "$python" -c "import xdist" 2>/dev/null; then workers=(-n "${JOBS:-8}"); fi
 limited() { local seconds=$1; shift; timeout --kill-after 10 "$seconds" "$@"; }
+wanted() { [[ " ${STEPS:-tests etc tasks softmax bench hotpotqa} " == *" $1 "* ]]; }
 samples=(--data "$data" ${tokenizer:+--tokenizer "$tokenizer"})
-limited 150 "$python" -m pytest tests/model/test_gpu_kernel.py tests/model/backends -q "${workers[@]}" \
-    -p no:cacheprovider --junitxml "$out/pytest.xml" >"$out/pytest.log" 2>&1 &
-tests=$!
-limited 150 "${gpu_check[@]}" tasks "${samples[@]}" --out "$out" >"$out/tasks.out" 2>&1 &
-tasks=$!
-step limited 90 "${gpu_check[@]}" etc --out "$out"
-step wait $tests
-tail -n 3 "$out/pytest.log"
-step check tests --junit "$out/pytest.xml"
-step wait $tasks
-cat "$out/tasks.out"
+if wanted tests; then
+    limited 120 "$python" -m pytest tests/model/test_gpu_kernel.py tests/model/backends -q "${workers[@]}" \
+        -p no:cacheprovider --junitxml "$out/pytest.xml" >"$out/pytest.log" 2>&1 &
+    tests=$!
+fi
+if wanted tasks; then
+    limited 120 "${gpu_check[@]}" tasks "${samples[@]}" --out "$out" >"$out/tasks.out" 2>&1 &
+    tasks=$!
+fi
+wanted etc && step limited 60 "${gpu_check[@]}" etc --out "$out"
+if wanted tests; then
+    step wait $tests
+    tail -n 3 "$out/pytest.log"
+    step check tests --junit "$out/pytest.xml"
+fi
+if wanted tasks; then
+    step wait $tasks
+    cat "$out/tasks.out"
+fi
 
-step limited 60 "${gpu_check[@]}" softmax --repeats 5 --out "$out"
-for shape in minilm base; do
-    step limited $([[ $shape == base ]] && echo 130 || echo 100) "$python" -m longdoc.cli bench --plain --device cuda --dtype bfloat16 --lengths 4096,8192,16384 \
-        --repeats 2 --shape $shape >"$out/bench-$shape.md" 2>"$out/bench-$shape.log"
-    cat "$out/bench-$shape.md"
-done
-step limited 110 "${gpu_check[@]}" hotpotqa "${samples[@]}" --out "$out"
+wanted softmax && step limited 60 "${gpu_check[@]}" softmax --repeats 5 --out "$out"
+if wanted bench; then
+    for shape in minilm base; do
+        step limited $([[ $shape == base ]] && echo 120 || echo 90) "$python" -m longdoc.cli bench --plain \
+            --device cuda --dtype bfloat16 --lengths 4096,8192,16384 --repeats 2 --shape $shape \
+            >"$out/bench-$shape.md" 2>"$out/bench-$shape.log"
+        cat "$out/bench-$shape.md"
+    done
+fi
+wanted hotpotqa && step limited 100 "${gpu_check[@]}" hotpotqa "${samples[@]}" --out "$out"
 
 echo "tables in $out/"
 exit "$status"

@@ -332,8 +332,10 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
         # Whole blocks inside the encoder; padded positions are masked as keys and cut off below.
         long_hidden = F.pad(long_hidden, (0, 0, 0, side.padded_length - length))
         long_hidden, global_hidden, weights = self.encoder(long_hidden, global_hidden, side, backend)
-        # (A copy, not a view: a view's strides would tie an exported program's length to the padding.)
-        long_hidden = torch.narrow_copy(long_hidden, 1, 0, length)
+        # A copy, not a view: a view's strides would tie an exported program's length to the padding.
+        # torch.narrow_copy traces without guards on the length but has no derivative before torch 2.13.
+        long_hidden = (long_hidden[:, :length].clone(memory_format=torch.contiguous_format) if long_hidden.requires_grad
+                       else torch.narrow_copy(long_hidden, 1, 0, length))
         return GlobalLocalModelOutput(long_hidden_state=long_hidden, global_hidden_state=global_hidden,
                                       attention_weights=weights)
 

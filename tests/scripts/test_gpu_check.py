@@ -96,7 +96,7 @@ def test_the_softmax_timing_runs_both_backends_in_every_setting(interpreter_mode
 @pytest.mark.slow
 def test_the_etc_comparison_reports_each_backends_gap_against_its_tolerance(interpreter_mode):
     case = gpu_check.ETC_FIXTURES / "padding"
-    table = gpu_check.etc_table(torch.device("cpu"), [case], dtypes=(torch.float32,))
+    table = gpu_check.etc_table(torch.device("cpu"), [case], precisions=("float32",))
     (_, _, gpu, *gpu_gaps, gpu_within), (_, _, eager, *eager_gaps, eager_within) = table.rows
     assert (gpu, eager) == ("gpu", "eager") and table.rows[0][:2] == ("padding", "float32")
     assert eager_gaps == [0.0, 0.0, 0.0] and eager_within == "yes"  # (the reference itself)

@@ -157,7 +157,7 @@ def mask_biases(config: GlobalLocalConfig, inputs: dict):
 
 
 def test_auto_picks_by_device_and_dtype(monkeypatch):
-    built = cpu_kernels.compiled() is not None
+    built = cpu_kernels.enabled() and cpu_kernels.compiled() is not None
     assert resolve_backend("auto", CPU, torch.float32) is (CpuBackend if built else EagerBackend)
     assert resolve_backend("auto", CPU, torch.bfloat16) is EagerBackend
     # CUDA tensors in the kernel's dtypes run it where Triton imports, the eager backend otherwise.
