@@ -431,10 +431,11 @@ def tasks_table(device: torch.device, data: Path, tokenizer: Path, work: Path, r
                           num_attention_heads=2, intermediate_size=128, local_radius=8, long_max_len=512,
                           global_max_len=128)
     with ThreadPoolExecutor(len(runs) + 1) as pool:
+        pretraining = pool.submit(_command, ["pretrain", "--init", init, "--train", data / "README.md", "--out",
+                                             work / "pretrain", "--max-steps", 2, "--batch-size", 2, "--long-max-len",
+                                             512, "--global-max-len", 128, "--log-steps", 1], work / "pretrain.log")
         rows = list(pool.map(lambda run: task_row(run, data, init, work, str(device)), runs))
-        pretrained = pool.submit(_command, ["pretrain", "--init", init, "--train", data / "README.md", "--out",
-                                            work / "pretrain", "--max-steps", 2, "--batch-size", 2, "--long-max-len",
-                                            512, "--global-max-len", 128, "--log-steps", 1], work / "pretrain.log").result()
+        pretrained = pretraining.result()
     rows.append(("(pretrain)", pretrained[0], pretrained[1], None, None, pretrained[2] if pretrained[0] else ""))
     return Table("tasks", "Every task's train and predict, and pretrain, on the GPU", (
         "task", "train exit", "train s", "predict exit", "predict s", "last line of a failure"), rows, notes=(

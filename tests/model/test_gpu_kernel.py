@@ -241,8 +241,10 @@ H100_SHARED_MEMORY = 232448
 def test_the_kernels_build_for_an_h100_within_its_shared_memory(triton_kernels):
     # Triton's compiler, not its interpreter, on the kernels the layer's calls launch
     # (tests/model/gpu_kernel_builds.py): valid sm_90 programs whose blocks fit in shared memory.
+    # (the module is found from the checkout: without PYTHONSAFEPATH, which the GPU check sets)
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONSAFEPATH"}
     run = subprocess.run([sys.executable, "-m", "tests.model.gpu_kernel_builds"], capture_output=True, text=True,
-                         timeout=1500, cwd=Path(__file__).parents[2])
+                         timeout=1500, cwd=Path(__file__).parents[2], env=environment)
     assert run.returncode == 0, run.stderr[-3000:]
     builds = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     print(*builds, sep="\n")

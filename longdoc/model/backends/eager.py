@@ -108,6 +108,9 @@ class EagerBackend(AttentionBackend):
     name = "eager"
 
     def __init__(self, reuse_buffers: bool = False, keep_weights: bool = False):
+        # Autocast casts no op given an out= tensor (the float32 relative terms and head mixes would
+        # meet bfloat16 buffers): under autocast every tensor is fresh.
+        reuse_buffers = reuse_buffers and not any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
         super().__init__(reuse_buffers, keep_weights)
         self.workspace = Workspace(reuse=reuse_buffers)
 

@@ -246,3 +246,22 @@ def test_under_autocast_the_backend_is_chosen_for_the_projections_dtype():
         model.set_attention_backend("cpu")
         with pytest.raises(AttentionBackendError, match="attention backend 'cpu' cannot run on cpu in bfloat16"):
             model(**inputs)
+
+
+@pytest.mark.parametrize("overrides", [CONFIGS[name] for name in ("residual", "talking-heads", "plain")],
+                         ids=["residual", "talking-heads", "plain"])
+def test_the_eager_backend_runs_inference_under_autocast(overrides):
+    # Without autograd the eager backend writes into reused buffers (out=), which autocast does not
+    # cast: found on an H200 (a converted ETC model under bfloat16 autocast, no_grad) as a dtype error.
+    model = make_model(tiny_config(**overrides)).float().eval()
+    model.set_attention_backend("eager")
+    inputs = make_inputs(2, 13, 4, padding=True, structure=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.no_grad():
+            inference = model(**inputs).long_hidden_state
+        with_autograd = model(**inputs).long_hidden_state
+    assert inference.dtype == torch.float32  # (the model's output: the last layer norm runs in float32)
+    torch.testing.assert_close(inference, with_autograd.detach(), atol=0, rtol=0)
+    with torch.no_grad():
+        float32 = model(**inputs).long_hidden_state
+    torch.testing.assert_close(inference.float(), float32, atol=0.1, rtol=0.05)  # (bfloat16 products)
