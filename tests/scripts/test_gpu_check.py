@@ -45,7 +45,7 @@ def test_the_tests_table_counts_each_files_outcomes_and_names_the_failures(tmp_p
 
 
 @no_gpu
-@pytest.mark.parametrize("part", ["environment", "tests", "etc", "softmax"])
+@pytest.mark.parametrize("part", gpu_check.PARTS)
 def test_without_a_cuda_gpu_each_part_exits_2_with_one_line(tmp_path, capsys, part):
     assert gpu_check.main([part, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
@@ -65,7 +65,8 @@ def test_a_missing_module_is_named_with_its_distribution(tmp_path, capsys, monke
 def test_the_shell_script_stops_at_its_first_step_without_a_cuda_gpu(tmp_path):
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     run = subprocess.run(["bash", str(REPOSITORY / "scripts" / "gpu_check.sh")], capture_output=True, text=True,
-                         env={**environment, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}, timeout=300)
+                         env={**environment, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "DATA": str(tmp_path)},
+                         timeout=300)
     assert run.returncode == 2
     assert run.stderr.splitlines()[-1] == (f"gpu_check environment: no CUDA GPU here (torch {torch.__version__}): the "
                                            "check runs on one")
@@ -101,3 +102,29 @@ def test_the_etc_comparison_reports_each_backends_gap_against_its_tolerance(inte
     assert (gpu, eager) == ("gpu", "eager") and table.rows[0][:2] == ("padding", "float32")
     assert eager_gaps == [0.0, 0.0, 0.0] and eager_within == "yes"  # (the reference itself)
     assert 0 < gpu_gaps[2] <= 1 and gpu_within == "yes" and max(gpu_gaps[:2]) < 1e-4
+
+
+@pytest.mark.slow
+def test_a_task_trains_and_predicts_as_a_user_runs_it(shared_data, tmp_path):
+    from longdoc.convert.pretrained import minilm_path
+
+    table = gpu_check.tasks_table(torch.device("cpu"), shared_data, Path(minilm_path()), tmp_path,
+                                  runs=gpu_check.TASK_RUNS[:1])
+    (task, train_exit, train_seconds, predict_exit, predict_seconds, failure), pretrain = table.rows
+    assert (task, train_exit, predict_exit, failure) == ("wikihop", 0, 0, "") and train_seconds > 0 < predict_seconds
+    assert pretrain[:2] == ("(pretrain)", 0)
+    assert (tmp_path / "wikihop-predictions").is_file() and (tmp_path / "pretrain" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_the_hotpotqa_step_compares_the_engines_rate_with_longformers(shared_data, tmp_path):
+    from longdoc.convert.pretrained import minilm_path
+
+    table = gpu_check.hotpotqa_table(torch.device("cpu"), shared_data, Path(minilm_path()), tmp_path, batch_size=2,
+                                     steps=2, log_steps=1, preset="minilm", length=512)
+    (ours, _, our_rate, our_hours), (theirs, _, their_rate, their_hours), ratio = table.rows
+    assert our_rate > 0 and their_rate > 0 and ratio[2] == pytest.approx(our_rate / their_rate)
+    windows = gpu_check._windows_per_example(tmp_path / "hotpotqa-train.log")
+    assert windows > 1  # (512 wordpieces: HotpotQA's contexts take several windows)
+    assert our_hours == pytest.approx(gpu_check.HOTPOTQA_EXAMPLES * windows / our_rate / 3600)
+    assert "exit status 0" in table.notes
