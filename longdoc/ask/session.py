@@ -30,6 +30,7 @@ demo's model gives its document's answer whatever is asked (docs/ask.md), while 
 document answers shares words with a sentence of it.
 """
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -37,7 +38,7 @@ from typing import Any, Sequence
 from longdoc.ask.documents import SourceText
 from longdoc.ask.index import CorpusIndex, Hit, index_documents
 from longdoc.ask.retrieve import MOST_PASSAGES, RetrievalOptions, Retriever, SentenceEvidence
-from longdoc.errors import InputError, ModelFolderError
+from longdoc.errors import DeviceMemoryError, InputError, ModelFolderError, OptionError
 from longdoc.data.task import SpanAnswerReading, TaskLookup
 
 PASSAGES_READ = MOST_PASSAGES  # the most passages read per question (longdoc.ask.retrieve: fewer when they separate)
@@ -161,16 +162,9 @@ class AskSession:
         elif self.model is None:
             answers = [{**self._span(hit.document, start, end), "score": score, "support": []}
                        for score, hit, (start, end) in ranked[:top_k]]
-        elif self.reading is None:
-            answers = [answer for answer in self._read_spans(question, hits, whole, top_k, max_answer_len,
-                                                             handle_impossible)
-                       if min_score is None or answer["score"] >= min_score]
         else:
-            from longdoc.ask.reader import MIN_SCORE, read_answers
-
-            answers = [answer.to_json() for answer in read_answers(
-                question, self.corpus, hits, self.model, self.tokenizer, self.reading, top_k=top_k,
-                min_score=MIN_SCORE if min_score is None else min_score)]
+            with _out_of_memory_named_by_asks_options():
+                answers = self._read(question, hits, whole, top_k, min_score, max_answer_len, handle_impossible)
         passages = [{"file": self.corpus.documents[hit.document].source.path, "start": self.corpus.passage(hit).start,
                      "end": self.corpus.passage(hit).end, "score": hit.score,
                      "found_by": [rank.to_json() for rank in hit.found_by]} for hit in hits]
@@ -192,6 +186,19 @@ class AskSession:
                            else "decoded file text"}
                           for source in self.sources],
         }
+
+    def _read(self, question: str, hits: Sequence[Hit], whole: bool, top_k: int, min_score: float | None,
+              max_answer_len: int | None, handle_impossible: bool) -> list[dict]:
+        """The reader's answers in `hits`: a QA reader's, or a task model's read as its task says."""
+        if self.reading is None:
+            return [answer for answer in self._read_spans(question, hits, whole, top_k, max_answer_len,
+                                                          handle_impossible)
+                    if min_score is None or answer["score"] >= min_score]
+        from longdoc.ask.reader import MIN_SCORE, read_answers
+
+        return [answer.to_json() for answer in read_answers(
+            question, self.corpus, hits, self.model, self.tokenizer, self.reading, top_k=top_k,
+            min_score=MIN_SCORE if min_score is None else min_score)]
 
     def _add_pages(self, places: Sequence[dict]) -> None:
         """A "page" for each place ({"file", "start", ...}) in a PDF: the page its start comes from."""
@@ -231,3 +238,16 @@ class AskSession:
     def _span(self, document: int, start: int, end: int) -> dict:
         source = self.corpus.documents[document].source
         return {"text": source.text[start:end], "file": source.path, "start": start, "end": end}
+
+
+@contextlib.contextmanager
+def _out_of_memory_named_by_asks_options():
+    """Out of device memory while reading: an OptionError naming what `ask` can lower (it has no
+    batch size, which the prediction loop's DeviceMemoryError would name)."""
+    import torch
+
+    try:
+        yield
+    except (torch.OutOfMemoryError, DeviceMemoryError):
+        raise OptionError("out of device memory reading the passages: compute in bfloat16 ({bf16}), or read "
+                          "fewer passages ({passages})") from None

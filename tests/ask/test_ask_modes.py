@@ -164,3 +164,22 @@ def test_read_all_gives_the_sliding_window_readers_answer_on_a_real_document(lif
     answer = result["answers"][0]
     assert (answer["text"], answer["start"], answer["end"]) == (expected.text, expected.start, expected.end)
     assert text[answer["start"]:answer["end"]] == answer["text"] != ""
+
+
+def test_out_of_device_memory_names_what_ask_can_lower(lifted_reader, tmp_path, capsys, monkeypatch):
+    # ask has no --batch-size: out of memory while reading, it names its own options in one line, exit 2
+    from longdoc import GlobalLocalModel
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(GlobalLocalModel, "forward", out_of_memory)
+    document = make_fact_questions(1, seed=4, words=200, distractors=2)[0]
+    path = tmp_path / "notes.txt"
+    path.write_text(document.context, encoding="utf-8")
+    assert main(["ask", "--model", str(lifted_reader / "lifted"), "--question", document.question,
+                 "--min-evidence", "-1", "--quiet", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == ("longdoc ask: error: out of device memory reading the passages: compute "
+                                            "in bfloat16 (--bf16), or read fewer passages (--passages)")
+    assert "Traceback" not in err
