@@ -66,7 +66,7 @@ def _header(result: BenchResult) -> list[str]:
     if settings.plain_process:
         process = "every model in this one process, interleaved round by round, as a user's script runs them"
         peer_tokens = "L tokens (the same document)"
-        memory = ("MiB: peak above models and inputs, largest of the rounds" if settings.device == "cuda"
+        memory = ("MiB: peak above models and inputs, largest of the rounds" if settings.device.startswith("cuda")
                   else "memory: see the fresh-process run")
         times = f"times: median of {settings.repeats} rounds after a warm-up round; {memory}"
     else:

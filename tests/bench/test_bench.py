@@ -350,6 +350,10 @@ def test_gpu_command_line_options():
     assert settings.peer_max_length == 16384 and settings.device == "cuda"
     assert settings.shape == Shape(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072)
     assert bench_command.settings_from_arguments(parser.parse_args([])).peer_max_length == 8192
+    from longdoc.model.config import PRESETS
+
+    shape_flag = next(action for action in parser._actions if action.dest == "shape")
+    assert set(shape_flag.choices) == set(PRESETS)  # (listed in the command, which imports no model code)
 
 
 @pytest.mark.slow

@@ -60,10 +60,8 @@ bytes for 10d multiply-adds); without residual attention it is bound like flash 
 d = 64, by the exponentials and the tensor cores together. Talking heads add 2h multiply-adds per
 pair and head for the mixes (GEMMs with K = h, small for the tensor cores) and hold [h, 16, d]
 tiles, more than the registers take (their sm_90 builds spill): expect them to be the slowest.
-Measured on an H200 (docs/benchmarks.md, "On a GPU"): one layer's two softmaxes at ETC-base sizes
-with residual attention in bfloat16 take 10.2 ms forward, about 0.14 TB/s of the traffic above, so
-the kernels are far from that bound and not yet tuned (the eager backend took 7.2 ms); with talking
-heads they take half the eager backend's time.
+Measured on an H200 (docs/benchmarks.md, "On a GPU"), they move the traffic above far below the
+memory's rate and are slower than the eager backend without talking heads: not yet tuned.
 """
 
 from longdoc.model.kernels.gpu.softmax import TritonSoftmax, interpreting, triton_available, triton_failure
