@@ -7,15 +7,22 @@ headed with the GPU's name, torch's and Triton's versions and the date.
   python scripts/gpu_check.py tests --junit FILE
                                             pytest's results on the GPU (its JUnit XML) as a table
   python scripts/gpu_check.py etc           the converted ETC fixtures (tests/fixtures/etc) on the GPU
-                                            against CPU float32 on the same inputs, float32 and bfloat16
+                                            against CPU float32 on the same inputs: float32, bfloat16
+                                            weights, and float32 weights under bfloat16 autocast
   python scripts/gpu_check.py softmax       one layer's two softmaxes (ETC-base sizes), the gpu against
                                             the eager backend: time and peak memory, forward and
                                             forward+backward
+  python scripts/gpu_check.py tasks [--data DIR] [--tokenizer DIR]
+                                            every task's `longdoc train` (2 steps) and `longdoc predict`,
+                                            and `longdoc pretrain`, as a user runs them
+  python scripts/gpu_check.py hotpotqa [--data DIR] [--tokenizer DIR]
+                                            `longdoc train hotpotqa` at 4096 in ETC-base's shape against
+                                            Longformer-base's training step
 
-Parts to come (see PARTS): `longdoc bench --device cuda` against Longformer, BigBird and BERT, and a
-training step of each task. Every part refuses to run without a CUDA GPU (one line, exit 2); the
-functions behind them take a device, so the tests run them on CPU tensors in the gpu backend's
-interpreter mode (tests/scripts/test_gpu_check.py).
+(`longdoc bench --device cuda` against Longformer, BigBird and BERT is the command itself:
+scripts/gpu_check.sh runs it.) Every part refuses to run without a CUDA GPU (one line, exit 2); the
+functions behind them take a device, so the tests run them on the CPU, the gpu backend's kernels in
+its interpreter mode (tests/scripts/test_gpu_check.py).
 """
 
 import argparse
@@ -545,9 +552,6 @@ def _windows_per_example(log: Path, examples: int = 53) -> float:
 
 # --- the command line ------------------------------------------------------------------------------
 
-# Parts to come: "bench" (`longdoc bench --device cuda` against Longformer, BigBird and BERT) and
-# "train" (a training step of each task), each a function returning Tables, added here and run by
-# scripts/gpu_check.sh after `softmax`.
 PARTS = ("environment", "tests", "etc", "softmax", "tasks", "hotpotqa")
 
 
