@@ -3,7 +3,8 @@
 Per page: the gold keyphrases and each prediction file's, ranked as the file lists them (its order
 is the ranking the metric cuts at 1, 3 and 5) with the model's score of each when the file's scores
 side file lies beside it (PRED.scores.jsonl: `longdoc predict` writes it, longdoc.tasks.openkp.decode
-says what the scores are; a file without one is said to have no scores), the page's
+says what the scores are; a file without one is said to have no scores) and the model's rank of each
+phrase among all it scored there (where it put a gold phrase it did not write), the page's
 text with every occurrence of each phrase marked (its tokens, compared lowercased, as the metric
 normalises them) when the gold file holds the text (OpenKPDev.jsonl does; the metric's reference
 files hold only url and KeyPhrases), and the page's P, R and F1 at 1, 3 and 5 from
@@ -43,7 +44,9 @@ def check_scores(record: Mapping) -> str | None:
 
 
 def _phrase_scores(scores: PredictionScores, url: str) -> dict[str, float] | None:
-    """{normalised phrase: score} of one page in one file's scores; None when it has none for it."""
+    """{normalised phrase: score} of one page in one file's scores, best first (the side file's order:
+    its first phrases are the prediction file's, then the ones the model ranked next); None when it
+    has none for it."""
     record = scores.records.get(url)
     if record is None:
         return None
@@ -98,6 +101,10 @@ def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
             columns.append(Column(f"run {run + 1} rank", lambda phrase, listed=phrases_of_run: str(
                 listed.index(phrase) + 1) if phrase in listed else ""))
             if run_found is not None:  # a file without scores for it keeps the one column
+                # The model's rank among the phrases it scored: where it put a gold phrase it did not write.
+                scored_ranks = {phrase: rank for rank, phrase in enumerate(run_found, start=1)}
+                columns.append(Column(f"run {run + 1} model's rank of {len(run_found)}",
+                                      lambda phrase, ranks=scored_ranks: str(ranks.get(phrase, ""))))
                 columns.append(Column(f"run {run + 1} score", lambda phrase, scored=run_found: f"{scored[phrase]:.4g}"
                                       if phrase in scored else ""))
         table = table_of("keyphrases", every, columns)

@@ -9,10 +9,11 @@ Ainslie et al., 2020, section 4). The TOP_K best distinct phrases are written be
 the token list of its best-scoring occurrence as the text spells it. Phrases holding an empty token
 (two spaces in a row in the text) are never proposed: the official metric would drop or mangle them.
 
-Beside it, the scores side file (longdoc.data.prediction_scores) holds the score of each phrase
-written: {"id": url, "keyphrases": [{"phrase": tokens, "score": logit}, ...]}, best first, the
-phrases as the official file spells them and in its order; the score is the phrase's best n-gram
-logit (the ranking above).
+Beside it, the scores side file (longdoc.data.prediction_scores) holds the SCORED best phrases
+(more than the file's TOP_K, so that a reader sees where the model put a gold phrase it did not
+write): {"id": url, "keyphrases": [{"phrase": tokens, "score": logit}, ...]}, best first, the
+first TOP_K the official file's phrases as it spells them and in its order; the score is the
+phrase's best n-gram logit (the ranking above).
 """
 
 import json
@@ -29,6 +30,7 @@ from longdoc.tasks.openkp.features import collate, feature_settings, window_inpu
 from longdoc.tasks.openkp.reader import read_examples
 
 TOP_K = 5
+SCORED = 20
 
 # One window as the phrase decoder reads it: (its first word in the page, ngram_logits [MAX_NGRAM, W]
 # over its W words: entry (n - 1, i) scores the window's words i .. i + n - 1).
@@ -73,9 +75,10 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, tune: bool =
     scored = score_examples(model, read_examples(data_path), tokenizer=tokenizer,
                             settings=feature_settings(model.config), inputs=window_inputs, collate=collate,
                             batch_size=batch_size, progress=progress, desc="predict")
-    ranked = [(example.labels["url"], top_phrases(words_of(example), [word_window(example, w) for w in windows]))
+    ranked = [(example.labels["url"], top_phrases(words_of(example), [word_window(example, w) for w in windows],
+                                                   k=SCORED))
               for example, windows in scored]
-    lines = [json.dumps({"url": url, "KeyPhrases": [tokens for _, tokens in phrases]}, ensure_ascii=False)
+    lines = [json.dumps({"url": url, "KeyPhrases": [tokens for _, tokens in phrases[:TOP_K]]}, ensure_ascii=False)
              for url, phrases in ranked]
     atomic_write_text(out_path, "".join(line + "\n" for line in lines))
     scores = write_scores(out_path, ({"id": url, "keyphrases": [{"phrase": tokens, "score": score}

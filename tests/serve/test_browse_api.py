@@ -129,8 +129,16 @@ def test_the_scores_side_files_scores_are_served(scored_predictions, shared_data
     with running(_browser("openkp", gold, [pred], {})) as base:
         full = request(f"{base}/api/examples/{urllib.parse.quote(record['id'], safe='')}")[1]
     (table,) = full["tables"]
-    assert table["columns"] == ["keyphrase", "gold", "run 1 rank", "run 1 score"]
+    scored = record["keyphrases"]
+    assert table["columns"] == ["keyphrase", "gold", "run 1 rank", f"run 1 model's rank of {len(scored)}", "run 1 score"]
     ranked = sorted((row for row in table["rows"] if row[2]), key=lambda row: int(row[2]))
-    assert [(row[0], float(row[3])) for row in ranked] == [
-        (" ".join(entry["phrase"]).lower(), pytest.approx(entry["score"], rel=1e-3)) for entry in record["keyphrases"]]
+    # the written phrases: the side file's first five, each with its score and the same rank in both columns
+    assert [(row[0], row[3], float(row[4])) for row in ranked] == [
+        (" ".join(entry["phrase"]).lower(), str(rank), pytest.approx(entry["score"], rel=1e-3))
+        for rank, entry in enumerate(scored[:5], start=1)]
+    # a gold phrase the model scored but did not write shows its rank among all it scored
+    ranks = {" ".join(entry["phrase"]).lower(): rank for rank, entry in enumerate(scored, start=1)}
+    for row in table["rows"]:
+        if row[1] == "gold" and not row[2]:
+            assert row[3] == str(ranks.get(row[0], ""))
     assert full["run_fields"][0][1] == ["scores", f"from {pred.name}.scores.jsonl: the best n-gram logit of each phrase"]
