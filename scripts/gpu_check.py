@@ -12,6 +12,8 @@ headed with the GPU's name, torch's and Triton's versions and the date.
   python scripts/gpu_check.py softmax       one layer's two softmaxes (ETC-base sizes), the gpu against
                                             the eager backend: time and peak memory, forward and
                                             forward+backward
+  python scripts/gpu_check.py tiles         the same with other tile sizes of the kernels (without
+                                            talking heads): time, and the outputs' gap from eager's
   python scripts/gpu_check.py tasks [--data DIR] [--tokenizer DIR]
                                             every task's `longdoc train` (2 steps) and `longdoc predict`,
                                             and `longdoc pretrain`, as a user runs them
@@ -366,6 +368,76 @@ def _fresh_carried(operands: list) -> list:
         one.carried.requires_grad)) for one in operands]
 
 
+# --- the GPU kernels' tiles, tried ----------------------------------------------------------------
+
+# (queries, keys per tile, warps, pipelining stages: None for Triton's default) tried for the kernels
+# without talking heads, after today's choice (longdoc.model.kernels.gpu.softmax.tiles_for).
+TILE_CANDIDATES = ((32, 32, 4, None), (32, 32, 8, 2), (64, 32, 4, None), (64, 32, 8, None), (32, 64, 8, None),
+                   (64, 64, 8, None), (128, 32, 8, None), (128, 64, 8, None))
+
+
+def tiles_table(device: torch.device, shape: SoftmaxShape | None = None, dtype: torch.dtype = torch.bfloat16,
+                repeats: int = 10, warmups: int = 2, candidates=TILE_CANDIDATES) -> Table:
+    """One layer's two softmaxes (residual attention, no talking heads) on the gpu backend with each
+    candidate's tiles in place of today's: median time forward and forward+backward, and the largest
+    difference of the outputs from the eager backend's (a tiling the kernels do not support shows
+    there, or fails to build)."""
+    from longdoc.model.kernels.gpu import softmax as gpu_softmax
+
+    shape, chosen, rows = shape or SoftmaxShape(), gpu_softmax.tiles_for, []
+    for candidate in (None, *candidates):
+        if candidate is not None:
+            gpu_softmax.tiles_for = _tiles_with(chosen, *candidate)
+        try:
+            gap = _gap_to_eager(shape, device, dtype)
+            forward, train = (_measure("gpu", shape, device, dtype, True, False, mode, repeats, warmups)[0]
+                              for mode in (False, True))
+            rows.append((_tiles_label(candidate), forward * 1e3, train * 1e3, gap, ""))
+        except Exception as error:  # (a tiling that does not build or run: its row says why)
+            rows.append((_tiles_label(candidate), None, None, None,
+                         f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:160]}"))
+        finally:
+            gpu_softmax.tiles_for = chosen
+    return Table("tiles", "The GPU kernels' tiles: one layer's two softmaxes per tiling", (
+        "tiles (queries x keys, warps, stages)", "forward ms", "forward+backward ms", "largest diff from eager",
+        "failure"), rows, notes=(
+        f"{shape.describe()}, {str(dtype).removeprefix('torch.')}, residual attention, no talking heads; the first "
+        f"row is today's choice (softmax.tiles_for), the others replace it in both softmaxes. Median of {repeats} "
+        f"after {warmups} warm-up runs (the first builds the kernels). Largest diff: the context's and summed "
+        "scores' largest absolute difference from the eager backend's on the same inputs."))
+
+
+def _tiles_with(chosen: Callable, block_m: int, block_n: int, num_warps: int, num_stages: int | None) -> Callable:
+    def tiles_for(num_queries: int, width: int, head_size: int, heads: int, talking: bool):
+        tiles = chosen(num_queries, width, head_size, heads, talking)
+        return tiles if talking else replace(tiles, block_m=block_m, block_n=block_n, num_warps=num_warps,
+                                             num_stages=num_stages)
+    return tiles_for
+
+
+def _tiles_label(candidate: tuple | None) -> str:
+    if candidate is None:
+        return "today's (tiles_for)"
+    block_m, block_n, num_warps, num_stages = candidate
+    return f"{block_m} x {block_n}, {num_warps} warps, {num_stages or 'default'} stages"
+
+
+def _gap_to_eager(shape: SoftmaxShape, device: torch.device, dtype: torch.dtype) -> float:
+    """The largest absolute difference of the gpu backend's outputs (context, summed scores) from the
+    eager backend's, both softmaxes, on the same operands (forward without autograd)."""
+    from longdoc.model.backends.resolution import BACKENDS
+
+    torch.manual_seed(0)
+    operands, _ = layer_operands(shape, device, dtype, residual=True, talking=False, train=False)
+    outputs = {}
+    for name in ("gpu", "eager"):
+        with torch.no_grad():
+            backend = BACKENDS[name]()
+            outputs[name] = [tensor.float() for one in _fresh_carried(operands)
+                             for result in [backend.attend(one)] for tensor in (result.context, result.summed)]
+    return max(float((got - want).abs().max()) for got, want in zip(outputs["gpu"], outputs["eager"]))
+
+
 # --- every task's commands on the GPU ------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -552,7 +624,7 @@ def _windows_per_example(log: Path, examples: int = 53) -> float:
 
 # --- the command line ------------------------------------------------------------------------------
 
-PARTS = ("environment", "tests", "etc", "softmax", "tasks", "hotpotqa")
+PARTS = ("environment", "tests", "etc", "softmax", "tiles", "tasks", "hotpotqa")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -560,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("part", choices=PARTS)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the folder of the tables (default gpu-check/)")
     parser.add_argument("--junit", type=Path, help="tests: pytest's --junitxml file")
-    parser.add_argument("--repeats", type=int, default=10, help="softmax: timed runs per measurement")
+    parser.add_argument("--repeats", type=int, default=10, help="softmax, tiles: timed runs per measurement")
     parser.add_argument("--data", type=Path, default=REPOSITORY.parent / "shared" / "data",
                         help="tasks, hotpotqa: the data samples (default ../shared/data)")
     parser.add_argument("--tokenizer", type=Path, help="tasks, hotpotqa: a folder with MiniLM's tokenizer files "
@@ -610,6 +682,8 @@ def _run(args, device: torch.device) -> list[Table]:
         if args.part == "tasks":
             return [tasks_table(device, args.data, args.tokenizer, work)]
         return [hotpotqa_table(device, args.data, args.tokenizer, work)]
+    if args.part == "tiles":
+        return [tiles_table(device, repeats=args.repeats)]
     return [softmax_table(device, repeats=args.repeats)]
 
 if __name__ == "__main__":

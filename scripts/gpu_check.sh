@@ -25,7 +25,8 @@
 # The first three run at once; the timed steps after them run alone. Each step has a time limit (a
 # step that runs out of it fails and the others go on). The Python of the tables is
 # scripts/gpu_check.py. JOBS: pytest's worker processes (default 8). STEPS: the steps to run (default
-# all: tests etc tasks softmax bench hotpotqa). The C++ CPU kernels are not
+# tests etc tasks softmax bench hotpotqa; add tiles for the sweep of the kernels' tile sizes, tiles.md,
+# which the default leaves out: it is for tuning them). The C++ CPU kernels are not
 # built (LONGDOC_KERNELS=0): on CUDA the attention runs the GPU kernel.
 set -euo pipefail
 mkdir -p "${OUT:-gpu-check}"  # (OUT and WHEELS: relative to where the script is run from)
@@ -91,6 +92,7 @@ if wanted tasks; then
 fi
 
 wanted softmax && step limited 60 "${gpu_check[@]}" softmax --repeats 5 --out "$out"
+wanted tiles && step limited 150 "${gpu_check[@]}" tiles --repeats 5 --out "$out"
 if wanted bench; then
     for shape in minilm base; do
         step limited $([[ $shape == base ]] && echo 120 || echo 90) "$python" -m longdoc.cli bench --plain \

@@ -128,3 +128,32 @@ def test_the_hotpotqa_step_compares_the_engines_rate_with_longformers(shared_dat
     assert windows > 1  # (512 wordpieces: HotpotQA's contexts take several windows)
     assert our_hours == pytest.approx(gpu_check.HOTPOTQA_EXAMPLES * windows / our_rate / 3600)
     assert "exit status 0" in table.notes
+
+
+@pytest.mark.slow
+def test_the_tiles_sweep_times_each_tiling_and_its_gap_from_the_eager_backend(interpreter_mode):
+    shape = SoftmaxShape(batch=1, config=GlobalLocalConfig(hidden_size=32, num_attention_heads=2, long_max_len=64,
+                                                       global_max_len=4, local_radius=8, max_relative_distance=4))
+    table = gpu_check.tiles_table(torch.device("cpu"), shape, torch.float32, repeats=1, warmups=0,
+                                  candidates=((32, 16, 4, None), (16, 32, 4, 2)))
+    assert [row[0] for row in table.rows] == ["today's (tiles_for)", "32 x 16, 4 warps, default stages",
+                                              "16 x 32, 4 warps, 2 stages"]
+    for label, forward, train, gap, failure in table.rows:
+        assert failure == "" and forward > 0 and train > 0 and gap < 1e-5, (label, failure)
+    from longdoc.model.kernels.gpu import softmax as gpu_softmax
+
+    assert gpu_softmax.tiles_for.__module__ == gpu_softmax.__name__  # today's choice is back in place
+
+
+@pytest.mark.slow
+def test_a_tiling_that_cannot_run_is_a_row_saying_why(interpreter_mode, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of resource: shared memory, Required: 262144, Hardware limit: 232448")
+
+    monkeypatch.setattr(gpu_check, "_gap_to_eager", broken)
+    shape = SoftmaxShape(batch=1, config=GlobalLocalConfig(hidden_size=8, num_attention_heads=2, long_max_len=8,
+                                                       global_max_len=2, local_radius=1, max_relative_distance=1))
+    (row,) = gpu_check.tiles_table(torch.device("cpu"), shape, torch.float32, repeats=1, warmups=0,
+                                   candidates=()).rows
+    assert row == ("today's (tiles_for)", None, None, None,
+                   "RuntimeError: out of resource: shared memory, Required: 262144, Hardware limit: 232448")
