@@ -21,7 +21,7 @@ import torch
 
 from longdoc.model.backends.base import AttentionBackend, KernelSettings, SoftmaxOperands, SoftmaxResult
 from longdoc.model.backends.eager import EagerBackend
-from longdoc.model.kernels.gpu import TritonSoftmax, interpreting, triton_failure
+from longdoc.model.kernels.gpu import TritonSoftmax, interpreter_failure, interpreting, triton_failure
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -41,6 +41,9 @@ class GpuBackend(AttentionBackend):
         why = triton_failure()
         if why is not None:
             return f"the GPU kernel needs Triton: {why}"
+        why = interpreted and interpreter_failure()
+        if why:
+            return why
         if (dtype == torch.bfloat16 and device.type == "cuda" and torch.cuda.is_available()
                 and torch.cuda.get_device_capability(device) < (8, 0)):  # (bfloat16 tensor cores: Ampere's)
             return "the GPU kernel takes bfloat16 on GPUs of compute capability 8.0 or more: float16 or float32 here"

@@ -17,7 +17,7 @@ from longdoc.model.backends.eager import EagerBackend
 from longdoc.model.backends.gpu import GpuBackend
 from longdoc.model.backends.resolution import BACKENDS, refusal, resolve_backend
 from longdoc.model.kernels import cpu as cpu_kernels
-from longdoc.model.kernels.gpu import interpreting, triton_failure
+from longdoc.model.kernels.gpu import interpreter_failure, interpreting, triton_failure
 from tests.model.conftest import make_inputs, tiny_config
 from tests.model.dense_reference import dense_forward
 from tests.model.test_attention import make_model
@@ -170,7 +170,11 @@ def test_auto_picks_by_device_and_dtype(monkeypatch):
     if built:
         assert resolve_backend("cpu", CPU, torch.float32) is CpuBackend
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the gpu backend's interpreter mode only runs when named
-    assert resolve_backend("gpu", CPU, torch.float32) is GpuBackend
+    if interpreter_failure() is None:
+        assert resolve_backend("gpu", CPU, torch.float32) is GpuBackend
+    else:  # (an interpreter that cannot run the kernels says so, in one line)
+        with pytest.raises(AttentionBackendError, match="interpreter cannot run the kernels' loops"):
+            resolve_backend("gpu", CPU, torch.float32)
     for dtype in (torch.float32, torch.float16):
         assert resolve_backend("auto", CPU, dtype) is EagerBackend
     for name, backend in BACKENDS.items():

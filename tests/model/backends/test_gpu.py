@@ -22,7 +22,9 @@ def test_cpu_tensors_run_only_in_the_interpreter_mode_and_not_in_bfloat16(monkey
     if not triton_available():
         pytest.skip("Triton is not installed (pip install triton)")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert GpuBackend.refusal(CPU, torch.float32) is None and GpuBackend.refusal(CPU, torch.float16) is None
+    # (None, unless this Triton's interpreter cannot run the kernels: then that, in one line)
+    expected = gpu_softmax.interpreter_failure()
+    assert GpuBackend.refusal(CPU, torch.float32) == expected and GpuBackend.refusal(CPU, torch.float16) == expected
     # (its interpreter multiplies bfloat16's bit patterns: triton-lang/triton#11584)
     assert GpuBackend.refusal(CPU, torch.bfloat16) == ("Triton's interpreter (TRITON_INTERPRET=1) multiplies bfloat16 "
                                                       "wrongly: float16 or float32 there")
@@ -69,3 +71,14 @@ def test_relative_ids_go_to_the_kernels_as_int32_derived_once_per_forward_pass(m
     for settings in seen:
         assert settings.kernel_ids.dtype == torch.int32 and settings.relative_ids.dtype == torch.int64
         assert torch.equal(settings.kernel_ids.long(), settings.relative_ids)
+
+
+def test_an_interpreter_that_cannot_run_the_kernels_is_refused_in_one_line(monkeypatch):
+    # Triton 3.6's interpreter under numpy 2.4 cannot take a loop's bounds from tensors (every kernel
+    # does): found running the tests with the GPU machine's Triton; the backend says so, the tests skip.
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    why = "Triton 3.6.0's interpreter cannot run the kernels' loops with numpy 2.4.6 (InterpreterError); Triton 3.9's can"
+    monkeypatch.setattr(gpu, "interpreter_failure", lambda: why)
+    message = refusal("gpu", CPU, torch.float32)
+    assert message.startswith(f"attention backend 'gpu' cannot run on cpu in float32: {why}; there eager, ")
+    assert message.endswith("dense can (or auto, which picks one)") and "\n" not in message

@@ -64,6 +64,8 @@ Measured on an H200 (docs/benchmarks.md, "On a GPU"), they move the traffic abov
 memory's rate and are slower than the eager backend without talking heads: not yet tuned.
 """
 
-from longdoc.model.kernels.gpu.softmax import TritonSoftmax, interpreting, triton_available, triton_failure
+from longdoc.model.kernels.gpu.softmax import (
+    TritonSoftmax, interpreter_failure, interpreting, triton_available, triton_failure,
+)
 
-__all__ = ["TritonSoftmax", "interpreting", "triton_available", "triton_failure"]
+__all__ = ["TritonSoftmax", "interpreter_failure", "interpreting", "triton_available", "triton_failure"]

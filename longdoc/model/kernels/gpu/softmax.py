@@ -44,6 +44,27 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+@functools.cache
+def interpreter_failure() -> str | None:
+    """Why Triton's interpreter cannot run the kernels here (None: it can). Their loops over keys take
+    their bounds from tensors, which Triton 3.6's interpreter turns into ints with int() of a
+    1-element array, an error under numpy 2.4 (Triton 3.9's squeezes it first); one tiny kernel
+    (tiles.loop_probe) tells."""
+    import importlib.metadata
+
+    import numpy
+
+    from longdoc.model.kernels.gpu.tiles import loop_probe
+
+    trips = torch.zeros(1, dtype=torch.int32)
+    try:
+        loop_probe[(1,)](trips, 0)
+    except Exception as error:  # (the interpreter wraps what failed in its own errors)
+        return (f"Triton {importlib.metadata.version('triton')}'s interpreter cannot run the kernels' loops with "
+                f"numpy {numpy.__version__} ({type(error).__name__}); Triton 3.9's can")
+    return None if int(trips) == 2 else f"Triton's interpreter ran a 2-trip loop {int(trips)} times"
+
+
 def _kernels():
     """The forward and backward kernel modules (importing them imports triton)."""
     if not triton_available():
@@ -276,9 +297,9 @@ def run_forward(operands: _Operands, pre: Tensor | None, post: Tensor | None, sc
                 summed_out: Tensor | None, dropout: _Dropout) -> tuple[Tensor, Tensor, Tensor]:
     """One softmax's forward: (context [B, Nq, h, d], row_max, row_sum [B, h, Nq]); the summed scores
     into `summed_out` ([B, h, Nq, N], contiguous) if given."""
-    forward, _ = _kernels()
     o = operands
-    _check_device(o.query)
+    _check_device(o.query)  # (first: the kernels' modules, imported outside the interpreter, are compiled ones)
+    forward, _ = _kernels()
     talking = pre is not None
     tiles = tiles_for(o.num_queries, o.width, o.head_size, o.heads, talking)
     context = o.query.new_empty(o.batch, o.num_queries, o.heads, o.head_size)
