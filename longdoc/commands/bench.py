@@ -73,7 +73,7 @@ def _print_progress(measurement) -> None:
 def settings_from_arguments(args: argparse.Namespace):
     """BenchSettings for the parsed arguments: --quick's defaults, then any explicit option."""
     from longdoc.bench import BenchSettings
-    from longdoc.bench.settings import FULL_LENGTHS, OURS_RESIDUAL, OURS_RESIDUAL_TALKING, PEERS, Shape
+    from longdoc.bench.settings import FULL_LENGTHS, OURS_PLAIN, OURS_RESIDUAL, OURS_RESIDUAL_TALKING, PEERS, Shape
     from longdoc.cpu_memory import KEEP, allocator_environment, resolve_allocator
 
     in_process = args.plain or args.batched
@@ -97,7 +97,10 @@ def settings_from_arguments(args: argparse.Namespace):
         if args.quick:
             settings = BenchSettings.plain_quick(**overrides)
         else:
-            variants = (OURS_RESIDUAL, OURS_RESIDUAL_TALKING) + PEERS
+            # On a GPU also ours without residual attention: what keeping every layer's scores costs
+            # where the peers' fused attention keeps none.
+            ours = (OURS_RESIDUAL, OURS_PLAIN) if args.device == "cuda" else (OURS_RESIDUAL,)
+            variants = ours + (OURS_RESIDUAL_TALKING,) + PEERS
             settings = BenchSettings(**{"variants": variants, "plain_process": True, **overrides})
     else:
         settings = BenchSettings.quick(**overrides) if args.quick else BenchSettings(**overrides)

@@ -348,6 +348,9 @@ def test_gpu_command_line_options():
         parser.parse_args(["--plain", "--device", "cuda", "--lengths", "4096,16384", "--shape", "base"]))
     # on a GPU the peers run at every length (the CPU's 8192 limit is for minutes, not memory)
     assert settings.peer_max_length == 16384 and settings.device == "cuda"
+    # ours without residual attention too: what keeping the scores costs where fused peers keep none
+    assert [variant.name for variant in settings.variants] == [
+        "ours(res)", "ours(plain)", "ours(res,th)", "longformer", "bigbird", "bert"]
     assert settings.shape == Shape(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072)
     assert bench_command.settings_from_arguments(parser.parse_args([])).peer_max_length == 8192
     from longdoc.model.config import PRESETS
