@@ -49,6 +49,16 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
                 yield line_number, _parse(decode_text(line, f"{path}:{line_number}"), path, line_number)
 
 
+def hash_file(digest, path: str | os.PathLike) -> int:
+    """Feed the bytes of `path` to `digest` (a hashlib object) a MiB at a time; the number of bytes."""
+    size = 0
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+    return size
+
+
 def _umask() -> int:
     mask = os.umask(0)  # reading the umask means setting it; put it straight back
     os.umask(mask)

@@ -534,10 +534,9 @@ def longformer_step_rate(device: torch.device, batch_size: int, length: int, que
                          warmups: int = 2, shape: str = "base") -> float:
     """Examples/s of a Longformer-base question-answering training step as transformers' users run it:
     AdamW, bf16 autocast on float32 weights, window 512, global attention on the question's tokens."""
-    import time
-
     from transformers import LongformerConfig, LongformerForQuestionAnswering
 
+    from longdoc.bench.worker import timed
     from longdoc.model.config import PRESETS
 
     sizes = PRESETS[shape]
@@ -564,14 +563,7 @@ def longformer_step_rate(device: torch.device, batch_size: int, length: int, que
 
     for _ in range(warmups):
         step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return batch_size * steps / (time.perf_counter() - start)
+    return batch_size * steps / timed(lambda: [step() for _ in range(steps)], device)
 
 
 def our_step_rate(run: Path) -> float:

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from longdoc.io import hash_file
+
 MANIFEST = "manifest.json"
 KEEP = 8  # entries kept (the most recently used)
 _ABANDONED_SECONDS = 24 * 3600  # a half-written entry this old belongs to a process that was killed
@@ -65,9 +67,7 @@ def file_digest(paths: Iterable[Path], root: Path | None = None) -> str:
     digest = hashlib.sha256()
     for path in sorted(paths):
         digest.update(str(path.relative_to(root) if root else path.name).encode("utf-8") + b"\0")
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        hash_file(digest, path)
     return digest.hexdigest()
 
 

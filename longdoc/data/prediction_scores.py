@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from longdoc.errors import InputError
-from longdoc.io import atomic_write_text, iter_jsonl
+from longdoc.io import atomic_write_text, hash_file, iter_jsonl
 
 SUFFIX = ".scores.jsonl"
 
@@ -36,9 +36,7 @@ def scores_path(prediction_path: str | os.PathLike) -> Path:
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    hash_file(digest, path)
     return digest.hexdigest()
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from longdoc.errors import InputError
-from longdoc.io import atomic_write_json, read_json
+from longdoc.io import atomic_write_json, hash_file, read_json
 from longdoc.evaluate.tables import markdown_table
 from longdoc.data.task import TaskLookup
 
@@ -159,10 +159,7 @@ def gold_identity(gold) -> tuple[int, dict]:
     files = gold_files(gold)
     digest, size = hashlib.sha256(), 0
     for path in files:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-                size += len(block)
+        size += hash_file(digest, path)
     examples = sum(_count_examples(path) for path in files)
     return examples, {"files": [path.name for path in files], "bytes": size, "sha256": digest.hexdigest()}
 
