@@ -1,9 +1,12 @@
 """Shared fixtures and helpers: the real data samples in ../shared/data, MiniLM's tokenizer, a run's logged
-losses; the attention's C++ kernels built once per session, before its tests."""
+losses; a cache folder per test session; the attention's C++ kernels built once per session, before its
+tests."""
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,7 +26,43 @@ if "TRITON_INTERPRET" not in os.environ:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
+# The cache entries a test session shares with the user's cache (LONGDOC_CACHE, else ~/.cache/longdoc):
+# each is named by what it was built from, so an entry found is the entry a build would write, and
+# rebuilding them would cost every session minutes (the compiled kernels, MiniLM's lifted weights).
+SHARED_CACHE_ENTRIES = ("kernels", "lifted")
+SESSION_CACHE = pytest.StashKey[Path]()
+
+
 def pytest_configure(config):
+    _use_a_session_cache(config)
+    _share_the_cores()
+
+
+def pytest_unconfigure(config):
+    session_cache = config.stash.get(SESSION_CACHE, None)
+    if session_cache is not None:
+        shutil.rmtree(session_cache, ignore_errors=True)  # the shared entries are links: left as they are
+
+
+def _use_a_session_cache(config) -> None:
+    """Everything else a session caches (training features, ask's indexes, the demo's model) goes
+    into a folder of its own, removed at the end: no test reads what an earlier run left there, and
+    the suite writes nothing into the user's cache. Under pytest-xdist the workers inherit the
+    controller's folder."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from longdoc.model.cache import ENVIRONMENT_VARIABLE, cache_dir
+
+    user_cache = cache_dir()
+    session_cache = Path(tempfile.mkdtemp(prefix="longdoc-test-cache-"))
+    for name in SHARED_CACHE_ENTRIES:
+        (user_cache / name).mkdir(parents=True, exist_ok=True)
+        (session_cache / name).symlink_to(user_cache / name, target_is_directory=True)
+    os.environ[ENVIRONMENT_VARIABLE] = str(session_cache)
+    config.stash[SESSION_CACHE] = session_cache
+
+
+def _share_the_cores() -> None:
     """Under pytest-xdist, each worker uses its share of the cores. With every worker on all of them,
     OpenMP's threads spin at their barriers while the other worker holds the core they wait for, and
     a small model's training slows down many times over (docs/benchmarks.md, "The test suite").
