@@ -6,9 +6,13 @@ headed with the GPU's name, torch's and Triton's versions and the date.
                                             module the check needs is missing)
   python scripts/gpu_check.py tests --junit FILE
                                             pytest's results on the GPU (its JUnit XML) as a table
-  python scripts/gpu_check.py etc           the converted ETC fixtures (tests/fixtures/etc) on the GPU
+  python scripts/gpu_check.py etc [--device cpu]
+                                            the converted ETC fixtures (tests/fixtures/etc) on the GPU
                                             against CPU float32 on the same inputs: float32, bfloat16
-                                            weights, and float32 weights under bfloat16 autocast
+                                            weights, and float32 weights under bfloat16 autocast; beside
+                                            them transformers' BertModel with MiniLM's weights, where the
+                                            package is installed (what the precisions cost a model we did
+                                            not write); --device cpu: the same on the CPU
   python scripts/gpu_check.py softmax       one layer's two softmaxes (ETC-base sizes), the gpu against
                                             the eager backend: time and peak memory, forward and
                                             forward+backward
@@ -22,8 +26,8 @@ headed with the GPU's name, torch's and Triton's versions and the date.
                                             Longformer-base's training step
 
 (`longdoc bench --device cuda` against Longformer, BigBird and BERT is the command itself:
-scripts/gpu_check.sh runs it.) Every part refuses to run without a CUDA GPU (one line, exit 2); the
-functions behind them take a device, so the tests run them on the CPU, the gpu backend's kernels in
+scripts/gpu_check.sh runs it.) Every part but `etc --device cpu` refuses to run without a CUDA GPU (one
+line, exit 2); the functions behind them take a device, so the tests run them on the CPU, the gpu backend's kernels in
 its interpreter mode (tests/scripts/test_gpu_check.py).
 """
 
@@ -32,6 +36,7 @@ import copy
 import datetime
 import importlib
 import importlib.metadata
+import os
 import statistics
 import sys
 import xml.etree.ElementTree as ElementTree
@@ -59,6 +64,8 @@ OPTIONAL = {"xdist": ("pytest-xdist", "the tests run in one process"),
 PRECISIONS = {"float32": (torch.float32, False), "bfloat16": (torch.bfloat16, False),
               "bfloat16 autocast": (torch.float32, True)}
 TOLERANCES = {"float32": 1e-4, "bfloat16": 1e-2, "bfloat16 autocast": 1e-2}
+# The reference the precisions' cost is set beside: transformers' own BERT on this repository's README.
+BERT_CASE = "transformers BertModel, all-MiniLM-L6-v2's weights, README.md's first 512 wordpieces"
 
 
 class Refusal(Exception):
@@ -69,15 +76,23 @@ class Refusal(Exception):
 class Machine:
     """What every table is headed with."""
 
-    gpu: str
+    device: str
     torch: str
     triton: str
     date: str
 
     @classmethod
-    def here(cls) -> "Machine":
-        return cls(torch.cuda.get_device_name(), torch.__version__, _version("triton") or "not installed",
-                   datetime.date.today().isoformat())
+    def here(cls, device: torch.device) -> "Machine":
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+        return cls(name, torch.__version__, _version("triton") or "not installed", datetime.date.today().isoformat())
+
+
+def _cpu_name() -> str:
+    """The CPU's model name and the cores this process may use (Linux's /proc/cpuinfo)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "CPU")
+    return f"{model}, {len(os.sched_getaffinity(0))} cores"
 
 
 @dataclass(frozen=True)
@@ -92,7 +107,7 @@ class Table:
 
     def markdown(self, machine: Machine) -> str:
         lines = [f"# {self.title}", "",
-                 f"{machine.gpu}; torch {machine.torch}, Triton {machine.triton}; {machine.date}", ""]
+                 f"{machine.device}; torch {machine.torch}, Triton {machine.triton}; {machine.date}", ""]
         if self.notes:
             lines += [self.notes, ""]
         lines += ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
@@ -178,10 +193,10 @@ def tests_table(junit: Path) -> Table:
 # --- the converted ETC fixtures ------------------------------------------------------------------
 
 def etc_table(device: torch.device, cases: list[Path] | None = None, backends=("gpu", "eager"),
-              precisions=tuple(PRECISIONS)) -> Table:
+              precisions=tuple(PRECISIONS), bert: bool = True) -> Table:
     """Each converted ETC fixture's long and global outputs at real tokens on `device`, per precision
     (PRECISIONS) and backend, against the same model's on the CPU in float32 (the eager backend) on the
-    same inputs."""
+    same inputs; with `bert`, BERT_CASE's rows after them (bert_rows)."""
     import numpy as np
 
     from longdoc.convert.etc import LengthOptions, etcmodel_inputs, read_etc
@@ -197,20 +212,57 @@ def etc_table(device: torch.device, cases: list[Path] | None = None, backends=("
             dtype, autocast = PRECISIONS[precision]
             for backend in backends:
                 outputs = _etc_outputs(copy.deepcopy(model).to(device, dtype), backend, inputs, real, autocast)
-                gaps = [(got - want).abs() for got, want in zip(outputs, reference)]
-                share = max(float((gap / (TOLERANCES[precision] * (1 + want.abs()))).max())
-                            for gap, want in zip(gaps, reference))
-                rows.append((case.name, precision, backend, float(gaps[0].max()), float(gaps[1].max()), share,
-                             "yes" if share <= 1 else "NO"))
-    return Table("etc", "Converted ETC fixtures: GPU against CPU float32", (
+                rows.append(_compared(case.name, precision, backend, outputs, reference))
+    if bert:
+        rows += bert_rows(device, precisions)
+    return Table("etc", f"Converted ETC fixtures: {'GPU' if device.type == 'cuda' else 'CPU'} against CPU float32", (
         "case", "precision", "backend", "max abs diff, long", "max abs diff, global", "largest diff / tolerance",
         "within"), rows, notes=(
         "Outputs at real tokens of each `tests/fixtures/etc` case converted with `read_etc` (long 64, global 8), "
-        "on the GPU with the attention backend named, against the same model on the CPU in float32 (eager "
-        "backend), same inputs. Precision: the weights' dtype, or float32 weights under bfloat16 autocast (what "
+        "on the device named above with the attention backend named, against the same model on the CPU in "
+        "float32 (eager backend), same inputs. Precision: the weights' dtype, or float32 weights under bfloat16 autocast (what "
         "`longdoc train` and `predict --bf16` run). Tolerance per element: t * (1 + |CPU output|), t = "
         + ", ".join(f"{t:g} in {precision}" for precision, t in TOLERANCES.items())
-        + "; the eager rows show what the precision alone costs."))
+        + "; the eager rows show what the precision alone costs, the last rows what it costs transformers' "
+        "BertModel (MiniLM's weights, its own eager attention; against itself on the CPU in float32)."))
+
+
+def bert_rows(device: torch.device, precisions=tuple(PRECISIONS)) -> list[tuple]:
+    """BERT_CASE's last hidden states on `device` per precision against the same model's on the CPU in
+    float32: none where the packaged MiniLM is not installed (the GPU machine lacks it)."""
+    try:
+        from longdoc.convert.pretrained import minilm_path
+
+        path = minilm_path()
+    except ImportError:
+        return []
+    from transformers import AutoTokenizer, BertModel
+
+    text = (REPOSITORY / "README.md").read_text(encoding="utf-8")
+    inputs = AutoTokenizer.from_pretrained(path)(text, truncation=True, max_length=512, return_tensors="pt")
+    model = BertModel.from_pretrained(path, attn_implementation="eager").eval()
+    reference = _bert_output(model, inputs)
+    rows = []
+    for precision in precisions:
+        dtype, autocast = PRECISIONS[precision]
+        output = _bert_output(copy.deepcopy(model).to(device, dtype), inputs, autocast)
+        rows.append(_compared(BERT_CASE, precision, "transformers (eager)", [output], [reference]))
+    return rows
+
+
+def _bert_output(model, inputs, autocast: bool = False) -> torch.Tensor:
+    device = next(model.parameters()).device
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        return model(**{name: tensor.to(device) for name, tensor in inputs.items()}).last_hidden_state.float().cpu()
+
+
+def _compared(case: str, precision: str, backend: str, outputs: list, reference: list) -> tuple:
+    """A row of the etc table: each output's largest gap from its reference (long, then global: "-"
+    for a model with one output), and the largest gap as a share of its tolerance."""
+    gaps = [(got - want).abs() for got, want in zip(outputs, reference)]
+    share = max(float((gap / (TOLERANCES[precision] * (1 + want.abs()))).max()) for gap, want in zip(gaps, reference))
+    largest = [float(gap.max()) for gap in gaps] + [None] * (2 - len(gaps))
+    return (case, precision, backend, *largest, share, "yes" if share <= 1 else "NO")
 
 
 def _etc_outputs(model, backend: str, inputs: dict, real: list, autocast: bool = False) -> list:
@@ -623,6 +675,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu_check", description=__doc__.splitlines()[0])
     parser.add_argument("part", choices=PARTS)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the folder of the tables (default gpu-check/)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="etc: where the model runs (default cuda; cpu: the precisions' cost on the CPU, eager "
+                             "backend); every other part runs on a CUDA GPU")
     parser.add_argument("--junit", type=Path, help="tests: pytest's --junitxml file")
     parser.add_argument("--repeats", type=int, default=10, help="softmax, tiles: timed runs per measurement")
     parser.add_argument("--data", type=Path, default=REPOSITORY.parent / "shared" / "data",
@@ -635,12 +690,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.part == "environment":
             check_environment(args.out)
             return 0
-        require_cuda()
-        tables = _run(args, torch.device("cuda"))
+        device = torch.device(args.device)
+        if device.type == "cpu" and args.part != "etc":
+            raise Refusal("--device cpu: only the etc part runs on the CPU")
+        if device.type == "cuda":
+            require_cuda()
+        tables = _run(args, device)
     except Refusal as refusal:
         print(f"gpu_check {args.part}: {refusal}", file=sys.stderr)
         return 2
-    machine = Machine.here()
+    machine = Machine.here(device)
     for table in tables:
         print(f"wrote {table.write(machine, args.out)}")
     return 0
@@ -651,7 +710,7 @@ def check_environment(out: Path) -> None:
     module is missing or there is no CUDA GPU."""
     table = environment_table()
     if torch.cuda.is_available():
-        print(f"wrote {table.write(Machine.here(), out)}")
+        print(f"wrote {table.write(Machine.here(torch.device('cuda')), out)}")
     missing = missing_modules(table)
     if missing:
         raise Refusal(f"missing {', '.join(missing)}: put their wheels in a folder and run with WHEELS=that folder")
@@ -663,8 +722,8 @@ def _run(args, device: torch.device) -> list[Table]:
         if args.junit is None or not args.junit.is_file():
             raise Refusal(f"--junit: pytest's JUnit XML file not found: {args.junit}")
         return [tests_table(args.junit)]
-    if args.part == "etc":
-        return [etc_table(device)]
+    if args.part == "etc":  # (on the CPU the gpu backend would need Triton's interpreter)
+        return [etc_table(device, backends=("gpu", "eager") if device.type == "cuda" else ("eager",))]
     if args.part in ("tasks", "hotpotqa"):
         if args.tokenizer is None:
             from longdoc.convert.pretrained import minilm_path

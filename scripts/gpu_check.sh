@@ -14,6 +14,7 @@
 #   tests.md        tests/model/test_gpu_kernel.py and tests/model/backends on the GPU, the kernels
 #                   compiled (TRITON_INTERPRET unset); pytest's own output in pytest.log
 #   etc.md          the converted ETC fixtures on the GPU against CPU float32, float32 and bfloat16
+#                   (weights, and autocast); transformers' BERT beside them where MiniLM is installed
 #   tasks.md        every task's `longdoc train` (2 steps) and `longdoc predict --device cuda`, and
 #                   `longdoc pretrain`; each command's output in tasks/*.log
 #   softmax.md      one layer's two softmaxes at ETC-base sizes, gpu against eager backend: time and

@@ -53,6 +53,13 @@ def test_without_a_cuda_gpu_each_part_exits_2_with_one_line(tmp_path, capsys, pa
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("part", [part for part in gpu_check.PARTS if part not in ("etc", "environment")])
+def test_only_the_etc_part_runs_on_the_cpu(tmp_path, capsys, part):
+    assert gpu_check.main([part, "--device", "cpu", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"gpu_check {part}: --device cpu: only the etc part runs on the CPU\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_missing_module_is_named_with_its_distribution(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(gpu_check.REQUIRED, "no_such_module_here", "no-such-distribution")
     assert gpu_check.main(["environment", "--out", str(tmp_path)]) == 2
@@ -97,11 +104,27 @@ def test_the_softmax_timing_runs_both_backends_in_every_setting(interpreter_mode
 @pytest.mark.slow
 def test_the_etc_comparison_reports_each_backends_gap_against_its_tolerance(interpreter_mode):
     case = gpu_check.ETC_FIXTURES / "padding"
-    table = gpu_check.etc_table(torch.device("cpu"), [case], precisions=("float32",))
+    table = gpu_check.etc_table(torch.device("cpu"), [case], precisions=("float32",), bert=False)
     (_, _, gpu, *gpu_gaps, gpu_within), (_, _, eager, *eager_gaps, eager_within) = table.rows
     assert (gpu, eager) == ("gpu", "eager") and table.rows[0][:2] == ("padding", "float32")
     assert eager_gaps == [0.0, 0.0, 0.0] and eager_within == "yes"  # (the reference itself)
     assert 0 < gpu_gaps[2] <= 1 and gpu_within == "yes" and max(gpu_gaps[:2]) < 1e-4
+
+
+def test_on_the_cpu_the_etc_part_sets_the_fixtures_beside_transformers_bert(tmp_path, capsys):
+    case = gpu_check.ETC_FIXTURES / "packed"
+    table = gpu_check.etc_table(torch.device("cpu"), [case], backends=("eager",))
+    assert [row[:3] for row in table.rows] == [
+        ("packed", precision, "eager") for precision in gpu_check.PRECISIONS] + [
+        (gpu_check.BERT_CASE, precision, "transformers (eager)") for precision in gpu_check.PRECISIONS]
+    for case_name, precision, _, long_gap, global_gap, share, within in table.rows:
+        assert within == ("yes" if share <= 1 else "NO")
+        if precision == "float32":  # each model against itself, on the same device and dtype
+            assert (long_gap, share) == (0.0, 0.0)
+        else:  # what bfloat16 costs: visible, and under a tenth of the outputs' scale
+            assert 0 < long_gap < 0.1 and share > 0
+        assert (global_gap is None) == (case_name == gpu_check.BERT_CASE)
+    assert "transformers' BertModel" in table.notes and table.title == "Converted ETC fixtures: CPU against CPU float32"
 
 
 @pytest.mark.slow
