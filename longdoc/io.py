@@ -1,5 +1,9 @@
 """Reading user files with errors that point at the file and line, and writing files atomically.
 
+Decoding: text that is not valid UTF-8 is decoded with U+FFFD replacement and a warning that counts
+the replaced byte runs (unpaired surrogates, which JSON allows, likewise), one character for one, so
+character offsets into the decoded string stay exact.
+
 Every file longdoc writes (predictions, metrics, checkpoints' side files) goes through
 `atomic_write_*`: the content lands in a temporary file in the same folder and is renamed over the
 target, so a crash never leaves a half-written file behind.
@@ -9,11 +13,37 @@ import gzip
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
 from longdoc.errors import InputError
-from longdoc.data.text import decode_text
+
+
+def decode_text(data: bytes | str, where: str) -> str:
+    """Decode UTF-8 bytes; invalid bytes become U+FFFD with a warning naming `where` and the count."""
+    if isinstance(data, str):
+        return replace_lone_surrogates(data, where)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", errors="replace")
+        # Each invalid byte sequence becomes one U+FFFD; genuine U+FFFD in the input are not counted.
+        replaced = text.count("\ufffd") - data.count("\ufffd".encode())
+        warnings.warn(f"{where}: not valid UTF-8; {replaced} invalid byte sequence(s) replaced by U+FFFD", stacklevel=2)
+        return text
+
+
+def replace_lone_surrogates(text: str, where: str) -> str:
+    """Replace unpaired UTF-16 surrogates (JSON allows "\\ud800") by U+FFFD, one for one, so offsets stay exact."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        cleaned = "".join("\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in text)
+        count = sum(a != b for a, b in zip(text, cleaned))
+        warnings.warn(f"{where}: {count} unpaired surrogate(s) replaced by U+FFFD", stacklevel=2)
+        return cleaned
 
 
 def _read_bytes(path: Path) -> bytes:

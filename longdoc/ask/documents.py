@@ -6,7 +6,7 @@ with the standard library's `html.parser`), .pdf (each page's text layer, read w
 to the extracted text, which `SourceText.extracted` records and the JSON output states (`longdoc ask
 --extract FILE` prints it); a PDF's text also records where each page starts (`SourceText.page_at`). A folder stands for every supported
 file under it, in sorted order. Bytes that are not UTF-8 are replaced (U+FFFD) with a warning
-(`longdoc.data.text.decode_text`); offsets are character offsets into the decoded text.
+(`longdoc.io.decode_text`); offsets are character offsets into the decoded text.
 
 A file that is missing, unreadable, binary (a NUL byte in its first 8 KiB; PDF and DOCX excepted),
 of an unsupported type, empty (nothing but whitespace), a PDF without a text layer, or a PDF/DOCX
@@ -26,7 +26,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Iterable
 
-from longdoc.data.text import decode_text
+from longdoc.io import decode_text
 
 TEXT_SUFFIXES = (".txt", ".md")
 HTML_SUFFIXES = (".html", ".htm")

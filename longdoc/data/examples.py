@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from longdoc.errors import InputError
-from longdoc.data.text import replace_lone_surrogates, split_paragraphs, split_sentences
+from longdoc.data.text import split_paragraphs, split_sentences
+from longdoc.io import replace_lone_surrogates
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,9 @@ from torch import Tensor
 
 from longdoc.data.batching import collate_features
 from longdoc.data.features import GlobalMarkers, TokenTypes
-from longdoc.data.text import decode_text, split_paragraphs, split_sentences
+from longdoc.data.text import split_paragraphs, split_sentences
 from longdoc.errors import InputError, OptionError
+from longdoc.io import decode_text
 from longdoc.model.config import GlobalLocalConfig
 
 # A file whose first bytes hold a NUL is binary (git, grep and file(1) use the same test).

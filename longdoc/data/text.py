@@ -1,9 +1,6 @@
-"""Plain text: decoding bytes safely, splitting text into paragraphs and sentences, and the
-character spans of pre-tokenized text (tokens joined by single spaces, as NQ's simplified
-`document_text` and OpenKP's `text` are).
-
-Decoding: text that is not valid UTF-8 is decoded with U+FFFD replacement and a warning that counts
-the replaced byte runs; all character offsets are then offsets into the decoded string.
+"""Plain text: splitting text into paragraphs and sentences, and the character spans of
+pre-tokenized text (tokens joined by single spaces, as NQ's simplified `document_text` and OpenKP's
+`text` are). Offsets are into the decoded text (longdoc.io.decode_text).
 
 Splitting rules (nothing is downloaded; NLTK's punkt would need a model download):
 - Paragraphs are separated by blank lines: a line break, optional spaces/tabs, another line break.
@@ -15,7 +12,6 @@ Spans never include the whitespace around a paragraph or sentence.
 """
 
 import re
-import warnings
 
 _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st mt vs etc e.g i.e cf al no vol fig inc ltd co corp dept gen col lt sgt "
@@ -25,32 +21,6 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
 # terminator run, closing quotes/brackets, whitespace, then what may start a sentence
 _SENTENCE_END = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s+[\"'“‘(\[]?[A-Z0-9À-Þ])")
 _WORD_BEFORE = re.compile(r"(\S+)$")
-
-
-def decode_text(data: bytes | str, where: str) -> str:
-    """Decode UTF-8 bytes; invalid bytes become U+FFFD with a warning naming `where` and the count."""
-    if isinstance(data, str):
-        return replace_lone_surrogates(data, where)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = data.decode("utf-8", errors="replace")
-        # Each invalid byte sequence becomes one U+FFFD; genuine U+FFFD in the input are not counted.
-        replaced = text.count("\ufffd") - data.count("\ufffd".encode())
-        warnings.warn(f"{where}: not valid UTF-8; {replaced} invalid byte sequence(s) replaced by U+FFFD", stacklevel=2)
-        return text
-
-
-def replace_lone_surrogates(text: str, where: str) -> str:
-    """Replace unpaired UTF-16 surrogates (JSON allows "\\ud800") by U+FFFD, one for one, so offsets stay exact."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        cleaned = "".join("\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in text)
-        count = sum(a != b for a, b in zip(text, cleaned))
-        warnings.warn(f"{where}: {count} unpaired surrogate(s) replaced by U+FFFD", stacklevel=2)
-        return cleaned
 
 
 def token_char_spans(text: str) -> list[tuple[int, int]]:

@@ -43,8 +43,9 @@ from typing import Any, Iterator
 from longdoc.data.examples import Document, Paragraph, Span, StructuredExample, TextSpan
 from longdoc.data.hub_exports import export_kind, hub_rows, records
 from longdoc.data.records import RecordFields
-from longdoc.data.text import decode_text, token_char_spans
+from longdoc.data.text import token_char_spans
 from longdoc.errors import InputError, OptionWarning
+from longdoc.io import decode_text
 
 # Skipped lines named in the closing warning; the count covers all of them.
 SHOWN_SKIPPED_LINES = 5

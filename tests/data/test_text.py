@@ -1,25 +1,6 @@
-"""Plain text: UTF-8 decoding with warnings, paragraph and sentence splitting (hand-checked spans)."""
+"""Plain text: paragraph and sentence splitting, pre-tokenized text's spans (hand-checked spans)."""
 
-import pytest
-
-from longdoc.data.text import decode_text, replace_lone_surrogates, split_paragraphs, split_sentences, token_char_spans
-
-
-def test_valid_utf8_decodes_silently(recwarn):
-    assert decode_text("café".encode(), "x") == "café"
-    assert not recwarn.list
-
-
-def test_invalid_utf8_is_replaced_with_a_counted_warning():
-    # b"\xff" and b"\xc3(" hold two invalid sequences: each becomes one U+FFFD; "(" survives.
-    with pytest.warns(UserWarning, match=r"doc\.txt: not valid UTF-8; 2 invalid byte sequence"):
-        text = decode_text(b"a\xffb \xc3(", "doc.txt")
-    assert text == "a\ufffdb \ufffd("
-
-
-def test_lone_surrogates_are_replaced_one_for_one():
-    with pytest.warns(UserWarning, match="1 unpaired surrogate"):
-        assert replace_lone_surrogates("a\ud800b", "q") == "a\ufffdb"
+from longdoc.data.text import split_paragraphs, split_sentences, token_char_spans
 
 
 def test_paragraphs_split_on_blank_lines():
