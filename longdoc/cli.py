@@ -9,12 +9,14 @@ import argparse
 import importlib
 import os
 import sys
+import time
 import warnings
 from importlib.metadata import version
 
 from longdoc.commands.hints import as_flags, with_hint
 from longdoc.cpu_memory import configure_allocator
 from longdoc.errors import InputError, OptionWarning
+from longdoc.io import atomic_write_json
 
 DESCRIPTION = """\
 longdoc answers questions over long documents: ask a question of your own files (with the
@@ -125,8 +127,19 @@ def main(argv=None) -> int:
         _silence_closed_stdout()
         return BROKEN_PIPE_STATUS
     except (InputError, FileNotFoundError, IsADirectoryError) as error:
-        print(f"longdoc {args.command}: error: {with_hint(error)}", file=sys.stderr)
+        message = f"longdoc {args.command}: error: {with_hint(error)}"
+        print(message, file=sys.stderr)
+        _tell_torchrun(message)
         return 2
+
+
+def _tell_torchrun(message: str) -> None:
+    """In a process torchrun started, the error also goes into the file torchrun reads when one of its
+    processes fails, so that its closing summary names the error (without it: "To enable traceback
+    see ..."). The file's simple form, which torchrun's ProcessFailure reads: a message and a time."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        atomic_write_json(error_file, {"message": message, "timestamp": int(time.time())})
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The engine across processes: a run SIGKILLed between checkpoints and rerun ends bit for bit where
 an uninterrupted run does; `torchrun --nproc_per_node 2` (gloo, DDP and FSDP) follows the loss curve
-of one process with the same effective batch."""
+of one process with the same effective batch, and a bad input in one of its processes ends the run
+with torchrun's summary naming that error."""
 
 import json
 import os
@@ -124,3 +125,20 @@ def test_torchrun_two_processes_derive_accumulation_from_the_effective_batch(dat
     resolved = json.loads((out / "train_options.json").read_text())
     assert (resolved["effective_batch_size"], resolved["grad_accum"]) == (4, 2)
     assert logged_losses(out) == pytest.approx(logged_losses(single), rel=1e-5)
+
+
+def test_a_bad_input_in_one_torchrun_process_ends_the_run_and_torchrun_names_it(data, tmp_path):
+    out = tmp_path / "torchrun"
+    argv = toy_train_argv(command(data, out, **{"max-steps": 6, "save-steps": 2, "batch-size": 2}))
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "-m", "tests.train.toy_train", *argv], cwd=ROOT, capture_output=True, text=True,
+                         env=child_env(LONGDOC_TOY_FAIL_AT="4", LONGDOC_TOY_FAIL_RANK="1"), timeout=300)
+    error = "longdoc train: error: batch 4: a bad row (LONGDOC_TOY_FAIL_AT)"
+    assert run.returncode != 0
+    assert f"{error}\n" in run.stderr  # the process's own line
+    assert f"traceback : {error}\n" in run.stderr  # torchrun's summary, from the error file it reads
+    # What was saved before is whole; nothing of the steps after it.
+    assert [path.name for path in checkpoints.list_checkpoints(out)] == ["step-000000002"]
+    trainer_state, _, _ = checkpoints.read_checkpoint_files(checkpoints.list_checkpoints(out)[0])
+    assert trainer_state["processes"] == 2
+    assert not (out / "model.safetensors").exists() and not (out / "metrics.json").exists()

@@ -2,7 +2,10 @@
 scripts/train_<task>.py is for a real task (and the same under torchrun -m).
 
 With LONGDOC_TOY_HANG_AT=N set, the N-th batch collated creates the file LONGDOC_TOY_HANG_MARKER names
-and blocks, so a test can kill the run at a known point between checkpoints."""
+and blocks, so a test can kill the run at a known point between checkpoints. With LONGDOC_TOY_FAIL_AT=N,
+the N-th batch collated in the process of rank LONGDOC_TOY_FAIL_RANK (default 0) is a bad input (an
+InputError, as a row found bad at collation is), so a test sees what one failing process does to a
+run of several."""
 
 import os
 import sys
@@ -11,6 +14,7 @@ import time
 from tests.train import toy_task
 
 from longdoc.cli import main
+from longdoc.errors import InputError
 
 _collated = 0
 
@@ -21,6 +25,9 @@ def _collate_then_maybe_hang(rows, pad_token_id):
     if _collated == int(os.environ.get("LONGDOC_TOY_HANG_AT", "0")):
         open(os.environ["LONGDOC_TOY_HANG_MARKER"], "w").close()
         time.sleep(600)
+    if (_collated == int(os.environ.get("LONGDOC_TOY_FAIL_AT", "0"))
+            and os.environ.get("RANK", "0") == os.environ.get("LONGDOC_TOY_FAIL_RANK", "0")):
+        raise InputError(f"batch {_collated}: a bad row (LONGDOC_TOY_FAIL_AT)")
     return _original_collate(rows, pad_token_id)
 
 
