@@ -26,9 +26,9 @@ headed with the GPU's name, torch's and Triton's versions and the date.
                                             Longformer-base's training step
 
 (`longdoc bench --device cuda` against Longformer, BigBird and BERT is the command itself:
-scripts/gpu_check.sh runs it.) Every part but `etc --device cpu` refuses to run without a CUDA GPU (one
-line, exit 2); the functions behind them take a device, so the tests run them on the CPU, the gpu backend's kernels in
-its interpreter mode (tests/scripts/test_gpu_check.py).
+scripts/gpu_check.sh runs it.) Every part but `etc --device cpu` refuses to run without a CUDA GPU
+(one line, exit 2); the functions behind them take a device, so the tests run them on the CPU, the
+gpu backend's kernels in its interpreter mode (tests/scripts/test_gpu_check.py).
 """
 
 import argparse
@@ -58,9 +58,9 @@ REQUIRED = {"torch": "torch", "triton": "triton", "transformers": "transformers"
             "safetensors": "safetensors", "tqdm": "tqdm", "pytest": "pytest", "google_crc32c": "google-crc32c"}
 OPTIONAL = {"xdist": ("pytest-xdist", "the tests run in one process"),
             "ninja": ("ninja", "the C++ kernels are not built: their tests skip")}
-# How the model computes: its weights' dtype, and whether bfloat16 autocast is on (what `longdoc train`
-# and `predict --bf16` run: float32 weights, bfloat16 products); outputs within tolerance * (1 +
-# |reference|) of CPU float32's, element by element.
+# How the model computes: its weights' dtype (`predict --bf16` and `ask --bf16` cast them to bfloat16),
+# and whether bfloat16 autocast is on (what `longdoc train` runs: float32 weights, bfloat16 products);
+# outputs within tolerance * (1 + |reference|) of CPU float32's, element by element.
 PRECISIONS = {"float32": (torch.float32, False), "bfloat16": (torch.bfloat16, False),
               "bfloat16 autocast": (torch.float32, True)}
 TOLERANCES = {"float32": 1e-4, "bfloat16": 1e-2, "bfloat16 autocast": 1e-2}
@@ -220,8 +220,8 @@ def etc_table(device: torch.device, cases: list[Path] | None = None, backends=("
         "within"), rows, notes=(
         "Outputs at real tokens of each `tests/fixtures/etc` case converted with `read_etc` (long 64, global 8), "
         "on the device named above with the attention backend named, against the same model on the CPU in "
-        "float32 (eager backend), same inputs. Precision: the weights' dtype, or float32 weights under bfloat16 autocast (what "
-        "`longdoc train` and `predict --bf16` run). Tolerance per element: t * (1 + |CPU output|), t = "
+        "float32 (eager backend), same inputs. Precision: the weights' dtype (bfloat16: what `predict --bf16` "
+        "runs), or float32 weights under bfloat16 autocast (what `longdoc train` runs). Tolerance per element: t * (1 + |CPU output|), t = "
         + ", ".join(f"{t:g} in {precision}" for precision, t in TOLERANCES.items())
         + "; the eager rows show what the precision alone costs, the last rows what it costs transformers' "
         "BertModel (MiniLM's weights, its own eager attention; against itself on the CPU in float32)."))
