@@ -111,7 +111,7 @@ def test_the_etc_comparison_reports_each_backends_gap_against_its_tolerance(inte
     assert 0 < gpu_gaps[2] <= 1 and gpu_within == "yes" and max(gpu_gaps[:2]) < 1e-4
 
 
-def test_on_the_cpu_the_etc_part_sets_the_fixtures_beside_transformers_bert(tmp_path, capsys):
+def test_on_the_cpu_the_etc_part_sets_the_fixtures_beside_transformers_bert():
     case = gpu_check.ETC_FIXTURES / "packed"
     table = gpu_check.etc_table(torch.device("cpu"), [case], backends=("eager",))
     assert [row[:3] for row in table.rows] == [
