@@ -237,7 +237,9 @@ def bert_rows(device: torch.device, precisions=tuple(PRECISIONS)) -> list[tuple]
     except ImportError:
         return []
     from transformers import AutoTokenizer, BertModel
+    from transformers.utils import logging as transformers_logging
 
+    transformers_logging.disable_progress_bar()  # (its weight-loading bar would end up in the check's log)
     text = (REPOSITORY / "README.md").read_text(encoding="utf-8")
     inputs = AutoTokenizer.from_pretrained(path)(text, truncation=True, max_length=512, return_tensors="pt")
     model = BertModel.from_pretrained(path, attn_implementation="eager").eval()
