@@ -139,7 +139,10 @@ def _tell_torchrun(message: str) -> None:
     see ..."). The file's simple form, which torchrun's ProcessFailure reads: a message and a time."""
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if error_file:
-        atomic_write_json(error_file, {"message": message, "timestamp": int(time.time())})
+        try:
+            atomic_write_json(error_file, {"message": message, "timestamp": int(time.time())})
+        except OSError:
+            pass  # the error is printed already; torchrun's summary then says less, as without the file
 
 
 if __name__ == "__main__":
