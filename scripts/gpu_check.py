@@ -253,9 +253,15 @@ def bert_rows(device: torch.device, precisions=tuple(PRECISIONS)) -> list[tuple]
 
 
 def _bert_output(model, inputs, autocast: bool = False) -> torch.Tensor:
+    return _forward(model, inputs, autocast).last_hidden_state.float().cpu()
+
+
+def _forward(model, inputs: dict, autocast: bool):
+    """The model's output on `inputs` (moved to its device), without autograd, under bfloat16 autocast
+    if `autocast`."""
     device = next(model.parameters()).device
     with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-        return model(**{name: tensor.to(device) for name, tensor in inputs.items()}).last_hidden_state.float().cpu()
+        return model(**{name: tensor.to(device) for name, tensor in inputs.items()})
 
 
 def _compared(case: str, precision: str, backend: str, outputs: list, reference: list) -> tuple:
@@ -270,9 +276,7 @@ def _compared(case: str, precision: str, backend: str, outputs: list, reference:
 def _etc_outputs(model, backend: str, inputs: dict, real: list, autocast: bool = False) -> list:
     """The model's long and global outputs at real tokens, float32 on the CPU."""
     model.set_attention_backend(backend)
-    device = next(model.parameters()).device
-    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-        output = model(**{name: tensor.to(device) for name, tensor in inputs.items()})
+    output = _forward(model, inputs, autocast)
     return [hidden.float().cpu()[mask] for hidden, mask in zip(
         (output.long_hidden_state, output.global_hidden_state), real)]
 

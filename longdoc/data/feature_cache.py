@@ -172,8 +172,8 @@ def _write(rows: list[dict[str, Any]], key: FeatureKey, folder: Path, given: lis
         datasets.Dataset.from_list(rows).save_to_disk(str(building / "rows"))
         files = {str(path.relative_to(building)): file_digest([path])
                  for path in sorted((building / "rows").rglob("*")) if path.is_file()}
-        (building / MANIFEST).write_text(json.dumps({"rows": len(rows), "files": files, "warnings": given, "key": key.__dict__},
-                                                    indent=1, default=str), encoding="utf-8")
+        manifest = {"rows": len(rows), "files": files, "warnings": given, "key": key.__dict__}
+        (building / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str), encoding="utf-8")
         try:
             os.rename(building, folder)
         except OSError:
