@@ -59,7 +59,7 @@ def task_folder(work: Path, task_name: str) -> Path:
     """A `task_name` model on the default lifted MiniLM with fresh heads (seed 0), exported (once)."""
     import torch
 
-    from longdoc.convert.model_folder import read_tokenizer
+    from longdoc.model_folder import read_tokenizer
     from longdoc.convert.pretrained import default_model_path
     from longdoc.export.folder import export_folder
     from longdoc.tasks import REGISTRY

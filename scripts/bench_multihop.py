@@ -97,7 +97,7 @@ def plot(curves: dict[str, list[dict]], guessing: float, path: Path, title: str)
 def main(argv=None) -> int:
     from dataclasses import asdict
 
-    from longdoc.convert.model_folder import read_tokenizer
+    from longdoc.model_folder import read_tokenizer
     from longdoc.convert.pretrained import default_model_path, lifted_minilm
     from longdoc.cpu_memory import configure_allocator
     from longdoc.tasks.multihop.demo import DemoData, run_options, timed_training, write_data

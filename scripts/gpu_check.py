@@ -523,7 +523,7 @@ def random_encoder(folder: Path, tokenizer: Path, preset: str | None = None, **s
     """A randomly initialised encoder (a preset's shape, or `sizes`) with `tokenizer`'s files, saved in
     `folder` as `--init` reads it."""
     from longdoc import GlobalLocalConfig, GlobalLocalModel
-    from longdoc.convert.model_folder import read_tokenizer
+    from longdoc.model_folder import read_tokenizer
 
     config = GlobalLocalConfig.from_preset(preset, **sizes) if preset else GlobalLocalConfig(**sizes)
     torch.manual_seed(0)

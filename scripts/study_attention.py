@@ -89,7 +89,7 @@ def prepare(out: Path) -> dict[str, Path]:
     import torch
 
     from longdoc import GlobalLocalConfig, GlobalLocalModel
-    from longdoc.convert.model_folder import read_tokenizer
+    from longdoc.model_folder import read_tokenizer
     from longdoc.convert.pretrained import minilm_path
 
     paths = {name: out / name for name in ("multihop_train.json", "multihop_dev.json", "text_train", "text_dev",
@@ -170,7 +170,7 @@ def talking_heads_cost(paths: dict, rounds: int) -> dict:
 
     from longdoc import GlobalLocalConfig, GlobalLocalModel
     from longdoc.analyze.data import model_inputs
-    from longdoc.convert.model_folder import read_tokenizer
+    from longdoc.model_folder import read_tokenizer
     from longdoc.model.inputs import encoder_inputs
     from longdoc.tasks import REGISTRY
 

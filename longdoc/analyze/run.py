@@ -116,7 +116,7 @@ def analyze_attention(options: AnalysisOptions, tasks: TaskLookup | None = None)
     from longdoc.model import inference
     from longdoc.analyze import data
     from longdoc.analyze.collect import add_batch
-    from longdoc.convert.model_folder import read_tokenizer, refuse_existing, write_new_folder
+    from longdoc.model_folder import read_tokenizer, refuse_existing, write_new_folder
     from longdoc.model.backends.resolution import resolve_backend
     from longdoc.model.encoder_folder import describe_checkpoint
     from longdoc.model.inputs import check_encoder_inputs, encoder_inputs

@@ -81,7 +81,7 @@ def load_reader(model_dir, tasks: TaskLookup | None, runtime: str = "torch", dev
 
 def _load(model_dir: Path, model_class, runtime: str, device) -> tuple[Any, Any]:
     """(model, tokenizer) of a reader folder: the PyTorch model, or its exported graph on ONNX Runtime."""
-    from longdoc.convert.model_folder import load_model, read_tokenizer
+    from longdoc.model_folder import load_model, read_tokenizer
 
     if runtime == "onnx":
         from longdoc.export.serving import load_task_model

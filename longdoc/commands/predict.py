@@ -51,7 +51,7 @@ class _WindowCounter:
 
 
 def run(args) -> int:
-    from longdoc.convert.model_folder import load_model, read_tokenizer
+    from longdoc.model_folder import load_model, read_tokenizer
 
     task = get_task(args.task)
     if task.decode is None or task.model is None:

@@ -33,7 +33,7 @@ from longdoc.io import read_json
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.side_inputs import RelativeIdLayout
-from longdoc.convert.model_folder import refuse_existing
+from longdoc.model_folder import refuse_existing
 
 ETC_CONFIG_FILE = "etc_config.json"
 BERT_CONFIG_FILE = "bert_config.json"

@@ -39,7 +39,7 @@ from longdoc.errors import InputError, OptionError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.span_reader import SpanReader
-from longdoc.convert.model_folder import read_tokenizer, refuse_existing, save_model, write_new_folder
+from longdoc.model_folder import read_tokenizer, refuse_existing, save_model, write_new_folder
 
 # Bump when the meaning of a lifted checkpoint changes, so caches of lifted models are rebuilt.
 LIFT_FORMAT_VERSION = 2  # 2: global tokens take no absolute positions

@@ -12,7 +12,7 @@ variables rule by rule, checks shapes against the model, and returns the state d
 `save_converted` writes the model, the tokenizer (longdoc.convert.vocabulary: a WordPiece vocab.txt
 or a SentencePiece model), the pretraining heads and the model card (`model_card`, from
 `conversion_summary`) into a folder built beside --out and renamed into place
-(`longdoc.convert.model_folder.write_new_folder`), so nothing half-written is left there.
+(`longdoc.model_folder.write_new_folder`), so nothing half-written is left there.
 """
 
 import json
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from longdoc.convert.model_folder import save_model, write_new_folder
+from longdoc.model_folder import save_model, write_new_folder
 from longdoc.convert.tf_checkpoint import TFCheckpoint
 from longdoc.errors import InputError
 

@@ -66,7 +66,7 @@ def export_folder(model_dir: str | Path, out: str | Path, tasks: TaskLookup, ops
     import onnx
     import onnxruntime
 
-    from longdoc.convert.model_folder import read_tokenizer, refuse_existing, write_new_folder
+    from longdoc.model_folder import read_tokenizer, refuse_existing, write_new_folder
 
     model_dir, out = Path(model_dir), Path(out)
     refuse_existing(out)

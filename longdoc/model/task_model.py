@@ -22,7 +22,7 @@ Starting points:
   `residual_attention`, `talking_heads` starting at identity).
 - `Class.from_pretrained(DIR)`: a trained model of this task. A bare encoder or a model of another
   task is refused with a `ModelFolderError` saying what DIR holds (the command line adds how to
-  get the right model). The tokenizer saved beside it: `longdoc.convert.model_folder.read_tokenizer(DIR)`.
+  get the right model). The tokenizer saved beside it: `longdoc.model_folder.read_tokenizer(DIR)`.
 
 `model.forward_rows(rows, collate, batch_size)` runs a trained model over feature rows batched by
 length, with a progress bar: what every task's `decode.predict` needs. `run_rows` is that loop for

@@ -348,8 +348,8 @@ def _load_optimizer_state(wrapped: nn.Module, optimizer, state: dict, fsdp: bool
 
 
 def _save_final_model(job: TrainingJob, model: nn.Module, state_dict: dict) -> None:
-    """The final model into out_dir, file by file atomically (longdoc.convert.model_folder.write_into)."""
-    from longdoc.convert.model_folder import save_model, write_into
+    """The final model into out_dir, file by file atomically (longdoc.model_folder.write_into)."""
+    from longdoc.model_folder import save_model, write_into
 
     def write(folder: Path) -> None:
         if job.save_model is None:

@@ -78,7 +78,7 @@ def build_task_job(task: Task, options: TrainingOptions, task_options: Any = Non
     (None: its defaults); `progress`: show the training and dev prediction progress bars."""
     import torch
 
-    from longdoc.convert.model_folder import read_tokenizer, save_model
+    from longdoc.model_folder import read_tokenizer, save_model
     from longdoc.convert.pretrained import initial_weights
     from longdoc.data.options import record_values
     from longdoc.train.engine import TrainingJob

@@ -103,7 +103,7 @@ def build_pretraining_job(options: PretrainingOptions, progress: bool = True):
     """The TrainingJob of `longdoc pretrain` with resolved options: the engine's and the corpus and
     masking ones; `progress`: show the training bar."""
     from longdoc.io import atomic_write_json
-    from longdoc.convert.model_folder import read_tokenizer
+    from longdoc.model_folder import read_tokenizer
     from longdoc.convert.pretrained import initial_weights
     from longdoc.train.engine import TrainingJob
     init_dir = initial_weights(options)
@@ -143,8 +143,8 @@ def build_pretraining_job(options: PretrainingOptions, progress: bool = True):
 
 def save_encoder(folder: Path, model: GlobalLocalForPretraining, tokenizer=None, state_dict: dict | None = None) -> None:
     """The bare encoder (GlobalLocalModel: config.json, model.safetensors) that `--init` takes, its
-    tokenizer and the pretraining heads (HEADS_FILE) into `folder` (longdoc.convert.model_folder)."""
-    from longdoc.convert.model_folder import save_model
+    tokenizer and the pretraining heads (HEADS_FILE) into `folder` (longdoc.model_folder)."""
+    from longdoc.model_folder import save_model
 
     encoder_state, heads = model.split_state_dict(state_dict)
     save_model(folder, model.encoder, tokenizer, state_dict=encoder_state, extra_weights={HEADS_FILE: heads})

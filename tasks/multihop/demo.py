@@ -234,7 +234,7 @@ def evaluate_restricted(task, model_dir: Path, dev: Path, out: Path, restricted_
     scored by the task's official metric; predictions and metrics.json written in `out` (a leaderboard
     row, ranked beside the runs on `full_dev`)."""
     from longdoc.evaluate.leaderboard import write_metrics_json
-    from longdoc.convert.model_folder import load_model
+    from longdoc.model_folder import load_model
     from longdoc.train.finetune import DEV_PREDICTIONS_FILE, predict_and_score
 
     out.mkdir(parents=True, exist_ok=True)
@@ -257,7 +257,7 @@ def run_demo(tasks: TaskLookup, out: Path, data: DemoData = DemoData(), override
     from longdoc.convert.pretrained import default_model_path
     from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, leaderboards_markdown
     from longdoc.io import read_json
-    from longdoc.convert.model_folder import copy_model, read_tokenizer
+    from longdoc.model_folder import copy_model, read_tokenizer
     from longdoc.train.finetune import train_task
 
     out = Path(out)

@@ -13,7 +13,7 @@ TEXT = ("Mara Quell was born in Tallinnford. She paints bridges over the river. 
 
 def tiny_encoder(folder: Path, seed: int = 0, **overrides) -> Path:
     """A random encoder (2 layers, 2 heads of 8) with MiniLM's tokenizer, saved in `folder`."""
-    from longdoc.convert.model_folder import read_tokenizer
+    from longdoc.model_folder import read_tokenizer
     from longdoc.convert.pretrained import minilm_path
 
     settings = dict(vocab_size=30522, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,

@@ -28,7 +28,7 @@ def _generated(n, seed, length):
 @pytest.fixture(scope="module")
 def readers(tmp_path_factory):
     """(untrained, trained) model folders: a tiny encoder with fresh heads, and the same after 300 steps."""
-    from longdoc.convert.model_folder import copy_model
+    from longdoc.model_folder import copy_model
     from longdoc.tasks.hotpotqa.model import HotpotQAModel
     from longdoc.io import atomic_write_json
 

@@ -19,7 +19,7 @@ import sentencepiece
 
 from longdoc import cli
 from longdoc.cli import main
-from longdoc.convert.model_folder import read_tokenizer
+from longdoc.model_folder import read_tokenizer
 from longdoc.convert.vocabulary import read_vocabulary
 from longdoc.errors import InputError
 

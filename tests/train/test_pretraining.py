@@ -22,7 +22,7 @@ from longdoc.data.pretraining_corpus import (
     read_corpus,
 )
 from longdoc.model.pretraining import HEADS_FILE, GlobalLocalForPretraining
-from longdoc.convert.model_folder import write_new_folder
+from longdoc.model_folder import write_new_folder
 from longdoc.train.pretraining import save_encoder
 
 NAMES = "alice bob carol dave erin frank grace henry irene jack kate liam mary nick olga paul rose sam tina victor".split()

@@ -1,4 +1,4 @@
-"""longdoc.convert.model_folder: read_tokenizer on a longdoc model folder (the saved tokenizer class, without
+"""longdoc.model_folder: read_tokenizer on a longdoc model folder (the saved tokenizer class, without
 transformers' warning about the unknown model_type of config.json), loading through the model
 class's checks, and the three ways a folder is written whole or not at all."""
 
@@ -9,7 +9,7 @@ from transformers.utils import logging as transformers_logging
 
 from longdoc.convert.pretrained import default_model_path, default_tokenizer
 from longdoc.errors import InputError, ModelFolderError, OptionError
-from longdoc.convert.model_folder import (
+from longdoc.model_folder import (
     copy_model, load_model, read_tokenizer, replace_folder, save_model, write_into, write_new_folder,
 )
 
