@@ -35,6 +35,7 @@ from longdoc.data.text import split_paragraphs, split_sentences
 from longdoc.errors import InputError, OptionError
 from longdoc.io import decode_text
 from longdoc.model.config import GlobalLocalConfig
+from longdoc.model.inputs import check_encoder_inputs
 
 # A file whose first bytes hold a NUL is binary (git, grep and file(1) use the same test).
 _SNIFF_BYTES = 8192
@@ -287,7 +288,9 @@ class PretrainingCollator:
 
     Random choices draw from torch's global generator, so a run seeded (and resumed with its RNG
     state) masks the same way. `config`: the model's, whose input conventions (global token ids,
-    token types) the inputs follow; None: longdoc's defaults with the tokenizer's markers.
+    token types) the inputs follow, and against which the CPC sentences' inputs (the second pass,
+    `cpc_*`) are checked here, where they are made (the training engine checks the first pass's);
+    None: longdoc's defaults with the tokenizer's markers, unchecked.
     """
 
     def __init__(self, tokenizer, settings: PretrainingSettings, config: GlobalLocalConfig | None = None):
@@ -300,6 +303,7 @@ class PretrainingCollator:
         self.markers = (None if config is None else GlobalMarkers.from_config(config)) or GlobalMarkers.from_tokenizer(
             tokenizer)
         self.token_types = TokenTypes() if config is None else TokenTypes.from_config(config)
+        self.config = config
         self.vocab_size = len(tokenizer)
         # Random replacements avoid special tokens ([CLS], [SEP], [PAD], [MASK], markers).
         special = set(tokenizer.all_special_ids)
@@ -329,7 +333,10 @@ class PretrainingCollator:
         batch["cpc_positions"] = torch.tensor(cpc_pairs, dtype=torch.long).reshape(-1, 2)
         sentence_rows = [self.sentences_row(sentence, torch.zeros_like(sentence), 1) for sentence in cpc_sentences]
         if sentence_rows:
-            for name, value in collate_features(sentence_rows, self.pad_id).items():
+            sentences = collate_features(sentence_rows, self.pad_id)
+            if self.config is not None:
+                check_encoder_inputs(sentences, self.config)
+            for name, value in sentences.items():
                 batch[f"cpc_{name}"] = value
         return batch
 

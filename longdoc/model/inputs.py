@@ -6,7 +6,11 @@ tokens) read every input, a host synchronisation on a GPU that also stops torch.
 so they run where batches are collated: `check_encoder_inputs(batch, config)`, which
 `TaskModel.forward_rows` and the training engine call on each batch before it leaves the CPU.
 Forward runs them too when its inputs are on the CPU and no tracing is under way, so that a model
-called directly still refuses bad values with a clear error.
+called directly still refuses bad values with a clear error, except inside `checked_batches()`,
+where the caller says it has checked every batch it gives the model: the training engine's steps,
+so that a batch is checked once, where it is made. (A mark inside the batch would not reach the
+encoder: `model(**batch)` spreads it over a task model's keywords, and `encode` passes on the
+encoder's inputs only.)
 
 The schema. `ENCODER_INPUTS` holds one `InputSpec` per `GlobalLocalModel.forward` argument, in
 argument order: its name, its axes, its dtype in a batch and the value that pads it. Axes are
@@ -52,8 +56,10 @@ it runs a BERT. `take_aliases` renames them (forward and `TaskModel.encode` call
 together with its alias is refused.
 """
 
+import contextlib
+import contextvars
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 from torch import Tensor
@@ -166,6 +172,21 @@ def _require_dtype(spec: InputSpec, tensor: Tensor) -> None:
         raise ValueError(f"{spec.name} must hold {kind}, got dtype {tensor.dtype}")
 
 
+# True inside `checked_batches()`: the batches given to forward were checked where they were made.
+_BATCHES_CHECKED = contextvars.ContextVar("batches_checked", default=False)
+
+
+@contextlib.contextmanager
+def checked_batches() -> Iterator[None]:
+    """Within it, forward leaves the values of its inputs unchecked: the caller has run
+    `check_encoder_inputs` on every batch it gives the model. Names, shapes and dtypes are still checked."""
+    token = _BATCHES_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _BATCHES_CHECKED.reset(token)
+
+
 def check_encoder_inputs(batch: Mapping[str, Any], config: GlobalLocalConfig) -> None:
     """Every check of the encoder's inputs in `batch` (a collated batch; other keys are ignored),
     their values included: ValueError naming the input. Call it where batches are collated."""
@@ -178,7 +199,8 @@ def check_and_collect(
     """Validate `GlobalLocalModel.forward`'s arguments (by name, None: not given) against the schema
     and the config; return the structure record with defaults filled in. `check_values`: also check
     the values (which reads the tensors); None: where that costs no host synchronisation and stops
-    no tracing (inputs on the CPU, neither torch.compile nor export tracing)."""
+    no tracing (inputs on the CPU, neither torch.compile nor export tracing), unless the caller
+    checked them where the batch was made (`checked_batches`)."""
     unknown = sorted(set(inputs) - set(MODEL_INPUT_NAMES))
     if unknown:
         raise ValueError(f"unknown encoder input(s) {', '.join(unknown)}; known: {', '.join(MODEL_INPUT_NAMES)}")
@@ -219,7 +241,7 @@ def check_and_collect(
         (batch, num_globals), dtype=torch.bool, device=device
     )
     if check_values is None:
-        check_values = device.type == "cpu" and not torch.compiler.is_compiling()
+        check_values = device.type == "cpu" and not torch.compiler.is_compiling() and not _BATCHES_CHECKED.get()
     if check_values:
         _check_values(config, given, num_globals, long_mask, global_mask)
     global_sees_all = given.get("global_sees_all")

@@ -69,7 +69,7 @@ from tqdm.auto import tqdm
 
 from longdoc.errors import DeviceMemoryError, OptionError
 from longdoc.io import atomic_write_json, atomic_write_text
-from longdoc.model.inputs import batch_shape, check_encoder_inputs
+from longdoc.model.inputs import batch_shape, check_encoder_inputs, checked_batches
 from longdoc.train import checkpoints as ckpt
 from longdoc.train.distributed import ProcessInfo, barrier, gather_objects, start_processes, stop_processes
 from longdoc.train.options import RESOLVED_OPTIONS_FILE, TrainingOptions, recorded_options
@@ -630,7 +630,7 @@ def _training_step(run: _Run, window: _LogWindow, stop: _StopRequest) -> bool:
         indices = _micro_batch_indices(run.step, micro, options.seed, run.steps_per_epoch, run.effective,
                                        len(run.job.rows), options.batch_size, info, run.orders)
         batch = run.job.collate([run.job.rows[i] for i in indices])
-        check_encoder_inputs(batch, run.model.config)  # the values, here on the CPU, not in forward on the device
+        check_encoder_inputs(batch, run.model.config)  # the values, here on the CPU, once (not again in forward)
         return _to_device(batch, info.device)
 
     def measure(output) -> None:
@@ -640,9 +640,10 @@ def _training_step(run: _Run, window: _LogWindow, stop: _StopRequest) -> bool:
                 sums[index] += value.detach().float()
                 counts[index] += 1
 
-    step_loss, learning_rate = optimizer_step(
-        run.wrapped, micro_batch, options.grad_accum, run.optimizer, run.scheduler, options.max_grad_norm,
-        run.autocast, run.wrapped.no_sync if info.distributed and not run.fsdp else None, measure)
+    with checked_batches():
+        step_loss, learning_rate = optimizer_step(
+            run.wrapped, micro_batch, options.grad_accum, run.optimizer, run.scheduler, options.max_grad_norm,
+            run.autocast, run.wrapped.no_sync if info.distributed and not run.fsdp else None, measure)
     run.step += 1
     # One collective per step: the loss, whether any process was asked to stop, the logged outputs.
     shared = torch.cat([torch.stack([step_loss, torch.tensor(float(stop.requested), device=info.device)]),

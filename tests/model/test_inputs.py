@@ -1,6 +1,6 @@
 """The input schema: forward's signature and docstring follow it; features -> collate -> forward
 holds to it end to end; inputs of the wrong dtype or name are refused; the checks of values run where
-batches are collated, and in forward on CPU inputs only."""
+batches are collated, and in forward on CPU inputs only, unless the caller checked them (`checked_batches`)."""
 
 import inspect
 
@@ -14,7 +14,7 @@ from longdoc.data.examples import Document, DomNode, Paragraph, Span, Structured
 from longdoc.data.features import FeatureSettings, build_features
 from longdoc.model.inputs import (
     ENCODER_INPUTS, INPUT_ALIASES, MODEL_INPUT_NAMES, PACKED_ROW_INPUTS, PAD_TOKEN_ID, InputSpec, check_and_collect,
-    check_encoder_inputs,
+    check_encoder_inputs, checked_batches,
 )
 from tests.model.conftest import make_inputs, tiny_config
 
@@ -110,3 +110,10 @@ def test_value_checks_run_where_batches_are_collated_and_in_forward_on_cpu_input
     assert torch.equal(structure.sentence_ids, inputs["sentence_ids"])
     with pytest.raises(ValueError, match=r"long_attention_mask has shape \(2, 9\)"):  # shapes: always
         check_and_collect(config, {**inputs, "long_attention_mask": torch.ones(2, 9)}, check_values=False)
+    # Batches their caller checked where it made them (the training engine's): forward reads no value again.
+    with checked_batches():
+        assert torch.equal(check_and_collect(config, inputs).sentence_ids, inputs["sentence_ids"])
+        with pytest.raises(ValueError, match=r"long_attention_mask has shape \(2, 9\)"):
+            check_and_collect(config, {**inputs, "long_attention_mask": torch.ones(2, 9)})
+    with pytest.raises(ValueError, match="sentence_ids contains 4"):
+        check_and_collect(config, inputs)  # and after it, again

@@ -343,3 +343,21 @@ def test_out_of_memory_while_predicting_is_one_line(reference, data, tmp_path, m
         f"longdoc predict: error: out of device memory predicting a batch of {rows} rows of {length} long and "
         f"{globals_} global tokens: lower --batch-size, or compute in bfloat16 (--bf16)"))
     assert rows == 3 and not prediction.exists()
+
+
+def test_a_training_step_checks_each_batch_once(data, tmp_path, monkeypatch):
+    # The values of a batch are read where it is collated, on the CPU; the encoder's forward, on the
+    # CPU too, leaves them to that check instead of reading every input a second time.
+    from longdoc.model import inputs
+    from longdoc.model.modeling import GlobalLocalModel
+
+    checks, forwards = [], []
+    check_values, forward = inputs._check_values, GlobalLocalModel.forward
+    monkeypatch.setattr(inputs, "_check_values", lambda *args: checks.append(1) or check_values(*args))
+    monkeypatch.setattr(GlobalLocalModel, "forward", lambda self, **batch: forwards.append(1) or forward(self, **batch))
+    options = {"train": data["train"], "init": data["init"], "out": tmp_path / "out", "batch-size": 4,
+               "grad-accum": 2, "max-steps": 2, "save-steps": 2, "lr": 1e-3}
+    assert main(["--quiet", "train", "toy", *(item for name, value in options.items()
+                                             for item in (f"--{name}", str(value)))]) == 0
+    assert len(forwards) == 2 * 2  # steps x micro-batches, each one batch through the encoder
+    assert len(checks) == len(forwards)
