@@ -26,7 +26,8 @@ from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
 from triton.runtime.jit import JITFunction
 
-from longdoc.model.kernels.gpu import TritonSoftmax, softmax as gpu_softmax
+from longdoc.model.backends.gpu import TritonSoftmax
+from longdoc.model.kernels.gpu import softmax as gpu_softmax
 from tests.model.one_softmax import Case, operands
 
 H100 = GPUTarget("cuda", 90, 32)

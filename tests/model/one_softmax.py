@@ -1,4 +1,4 @@
-"""One softmax of the global-local attention, as TritonSoftmax (longdoc.model.kernels.gpu) takes it:
+"""One softmax of the global-local attention, as TritonSoftmax (longdoc.model.backends.gpu) takes it:
 random operands with the masks and relative ids the model builds (`operands`), and a dense float64
 reference of it written from DESIGN.md's rules, sections 1-3 (`reference`). The settings are the
 record the gpu backend passes (longdoc.model.backends.base.KernelSettings)."""

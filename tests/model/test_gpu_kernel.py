@@ -20,7 +20,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from longdoc.model.kernels.gpu import TritonSoftmax, softmax as gpu_softmax, triton_available
+from longdoc.model.backends.gpu import TritonSoftmax
+from longdoc.model.kernels.gpu import softmax as gpu_softmax, triton_available
 from tests.model.one_softmax import Case, Operands, operands, reference
 
 DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"

@@ -27,6 +27,15 @@ def head_views(projected: Tensor, heads: int, parts: int = 3) -> tuple[Tensor, .
     return projected.unflatten(-1, (parts, heads, -1)).permute(2, 0, 3, 1, 4).unbind(0)
 
 
+def projection_heads(own: Tensor, other: Tensor, heads: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Views [B, h, N, d] where the projections wrote them: the query, first keys and first values of
+    `own` [B, Nq, 3H]; the second keys and values of `other` ([B, N2, 3H], a fused projection whose
+    queries go unused, or [B, N2, 2H], a cross projection)."""
+    query, first_keys, first_values = head_views(own, heads)
+    second_keys, second_values = head_views(other, heads, parts=3 * other.shape[-1] // own.shape[-1])[-2:]
+    return query, first_keys, first_values, second_keys, second_values
+
+
 @dataclass(frozen=True)
 class SoftmaxOperands:
     """One softmax, as every backend takes it.
@@ -86,10 +95,7 @@ class SoftmaxOperands:
     def heads(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """Views [B, h, N, d] where the projections wrote them: query, first keys, first values, second
         keys, second values."""
-        query, first_keys, first_values = head_views(self.own, self.num_heads)
-        second_parts = 3 * self.other.shape[-1] // self.own.shape[-1]
-        second_keys, second_values = head_views(self.other, self.num_heads, second_parts)[-2:]
-        return query, first_keys, first_values, second_keys, second_values
+        return projection_heads(self.own, self.other, self.num_heads)
 
     def relative_terms_by_id(self) -> Tensor | None:
         """For kernels that pick each pair's relative term themselves: the terms of all R ids for every

@@ -15,7 +15,9 @@ import math
 import torch
 from torch import Tensor
 
-from longdoc.model.backends.base import AttentionBackend, KernelSettings, SoftmaxOperands, SoftmaxResult, head_views
+from longdoc.model.backends.base import (
+    AttentionBackend, KernelSettings, SoftmaxOperands, SoftmaxResult, projection_heads,
+)
 from longdoc.model.backends.relative import relative_gradient
 from longdoc.model.dropout import keep_mask, kept_scale
 from longdoc.model.kernels import cpu as kernels
@@ -31,8 +33,7 @@ def kernel_keys(own: Tensor, other: Tensor, heads: int, window_block: int) -> di
     projections wrote them): the queries of `own` [B, Nq, 3H], its keys and values first (with
     `window_block` b: the window of 3b keys around each block of b queries), then all of `other`'s
     keys and values ([B, N2, 3H] or [B, N2, 2H])."""
-    query, first_keys, first_values = head_views(own, heads)
-    second_keys, second_values = head_views(other, heads, parts=3 * other.shape[-1] // own.shape[-1])[-2:]
+    query, first_keys, first_values, second_keys, second_values = projection_heads(own, other, heads)
     return dict(query=query, query_scale=1.0 / math.sqrt(query.shape[-1]), first_keys=first_keys,
                 first_values=first_values, window_block=window_block, second_keys=second_keys,
                 second_values=second_values)

@@ -1,5 +1,5 @@
 """The fused GPU attention: each softmax of the global-local attention in Triton kernels, forward
-and backward (`TritonSoftmax`, an autograd function, which the gpu backend calls:
+and backward (`run_forward`, `run_backward`: the gpu backend's autograd function calls them,
 longdoc.model.backends.gpu).
 
 One softmax, as the eager backend specifies it (longdoc.model.backends.eager): queries q [B, h,
@@ -65,7 +65,9 @@ memory's rate and are slower than the eager backend without talking heads: not y
 """
 
 from longdoc.model.kernels.gpu.softmax import (
-    TritonSoftmax, interpreter_failure, interpreting, triton_available, triton_failure,
+    HeadGradients, ScoreGradients, SoftmaxTensors, dropout_for, interpreter_failure, interpreting, run_backward,
+    run_forward, triton_available, triton_failure,
 )
 
-__all__ = ["TritonSoftmax", "interpreter_failure", "interpreting", "triton_available", "triton_failure"]
+__all__ = ["HeadGradients", "ScoreGradients", "SoftmaxTensors", "dropout_for", "interpreter_failure", "interpreting",
+           "run_backward", "run_forward", "triton_available", "triton_failure"]

@@ -1,9 +1,10 @@
-"""`TritonSoftmax`: one softmax of the global-local attention, forward and backward, on the Triton
-kernels (forward.py, backward.py; the scheme is in longdoc.model.kernels.gpu). This module imports
-no Triton until a kernel runs (or `triton_failure` is asked).
+"""The launch of the Triton kernels of one softmax (forward.py, backward.py; the scheme is in
+longdoc.model.kernels.gpu): its tensors as the kernels read them (`SoftmaxTensors`), their tiles,
+dropout's seed, and `run_forward` and `run_backward`, which the gpu backend's autograd function
+calls (longdoc.model.backends.gpu). This module imports no Triton until a kernel runs (or
+`triton_failure` is asked).
 """
 
-import contextlib
 import functools
 import importlib.util
 import math
@@ -13,8 +14,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from longdoc.model.backends.base import KernelSettings, head_views
-from longdoc.model.backends.relative import relative_gradient
 from longdoc.model.dropout import kept_scale
 
 # Dropout's keep decisions compare 24 random bits with the drop probability times 2^24 (tiles.dropped).
@@ -123,8 +122,10 @@ def _next_power_of_2(n: int) -> int:
 
 
 @dataclass
-class _Operands:
-    """One softmax's tensors as the kernels read them (see forward.py) and its sizes."""
+class SoftmaxTensors:
+    """One softmax's tensors as the kernels read them (see forward.py) and its sizes: q, k and v
+    views where the projections wrote them (rows of d contiguous elements); the relative terms of
+    every id, the ids, the mask and the carried scores by query row."""
 
     query: Tensor  # [B, h, Nq, d] views
     first_keys: Tensor
@@ -191,35 +192,6 @@ def _piece(keys: Tensor, values: Tensor) -> tuple:
     """A piece of keys and values (or their gradients), which share strides, as the kernels take it:
     (keys, values, their batch, head and row strides, the number of keys)."""
     return (keys, values, tuple(keys.stride()[:3]), keys.shape[2])
-
-
-def _key_value_views(projected: Tensor, heads: int, hidden: int) -> tuple[Tensor, Tensor]:
-    """Keys and values of a fused projection [B, N, 3H] or of a cross projection [B, N, 2H]."""
-    return head_views(projected, heads, parts=projected.shape[-1] // hidden)[-2:]
-
-
-def _rows_in_place(tensor: Tensor) -> Tensor:
-    """`tensor` if its last dimension is contiguous (the kernels read rows of d elements), else a copy."""
-    return tensor if tensor.stride(-1) == 1 else tensor.contiguous()
-
-
-def _operands(own_qkv: Tensor, other: Tensor, relative: Tensor | None, carried: Tensor | None,
-              settings: KernelSettings) -> _Operands:
-    batch, num_queries, width3 = own_qkv.shape
-    heads, hidden = settings.num_heads, width3 // 3
-    query, first_keys, first_values = head_views(_rows_in_place(own_qkv), heads, parts=3)
-    second_keys, second_values = _key_value_views(_rows_in_place(other), heads, hidden)
-    relative = None if relative is None else _rows_in_place(relative)
-    # Per-head tensors as [B, h, Nq, ...]; the ids and the mask, shared by the heads, as [B, Nq, N].
-    rows = lambda tensor: None if tensor is None else tensor.reshape(batch, heads, num_queries, tensor.shape[-1])
-    shared = lambda tensor: None if tensor is None else tensor.reshape(batch, num_queries, -1).contiguous()
-    operands = _Operands(query, first_keys, first_values, second_keys, second_values, rows(relative),
-                         shared(settings.kernel_ids), shared(settings.mask_bias),
-                         None if carried is None else rows(carried).contiguous(), settings.window_block, heads)
-    if operands.mask.shape[-1] != operands.width:
-        raise ValueError(f"mask_bias has {operands.mask.shape[-1]} keys per query, the keys give {operands.width} "
-                         f"(first piece {operands.first_width}, second {second_keys.shape[2]})")
-    return operands
 
 
 @dataclass(frozen=True)
@@ -293,7 +265,7 @@ def _mixes(pre: Tensor, post: Tensor, heads: int) -> tuple[Tensor, Tensor]:
     return padded[0], padded[1]
 
 
-def run_forward(operands: _Operands, pre: Tensor | None, post: Tensor | None, scale: float,
+def run_forward(operands: SoftmaxTensors, pre: Tensor | None, post: Tensor | None, scale: float,
                 summed_out: Tensor | None, dropout: _Dropout) -> tuple[Tensor, Tensor, Tensor]:
     """One softmax's forward: (context [B, Nq, h, d], row_max, row_sum [B, h, Nq]); the summed scores
     into `summed_out` ([B, h, Nq, N], contiguous) if given."""
@@ -320,34 +292,43 @@ def run_forward(operands: _Operands, pre: Tensor | None, post: Tensor | None, sc
     return context, statistics[0], statistics[1]
 
 
-@dataclass
-class _Gradients:
-    """What one softmax's backward returns, float32 (but grad_scores): the projections' gradients and,
-    where asked for, the summed scores' and the mixes'."""
+@dataclass(frozen=True)
+class HeadGradients:
+    """Where a backward puts the gradients of the queries, keys and values: float32 [B, h, N, d]
+    views, rows contiguous, as SoftmaxTensors' (the query's written, the keys' and values' added to:
+    zeroed by the caller)."""
 
-    own: Tensor  # like own_qkv [B, Nq, 3H]
-    other: Tensor  # like other [B, N2, 3H or 2H]
-    scores: Tensor | None  # [B, h, Nq, N]
+    query: Tensor
+    first_keys: Tensor
+    first_values: Tensor
+    second_keys: Tensor
+    second_values: Tensor
+
+
+@dataclass(frozen=True)
+class ScoreGradients:
+    """What one softmax's backward returns besides HeadGradients: the summed scores' gradient
+    [B, h, Nq, N] (where asked for) and the mixes' [h, h] (talking heads), float32 but the scores'."""
+
+    scores: Tensor | None
     pre: Tensor | None
     post: Tensor | None
 
 
-def run_backward(operands: _Operands, own_qkv: Tensor, other: Tensor, pre: Tensor | None, post: Tensor | None,
+def run_backward(operands: SoftmaxTensors, gradients: HeadGradients, pre: Tensor | None, post: Tensor | None,
                  summed: Tensor | None, context: Tensor | None, row_max: Tensor, row_sum: Tensor,
                  grad_context: Tensor, grad_summed: Tensor | None, scale: float, dropout: _Dropout,
-                 want_scores: bool) -> _Gradients:
-    """One softmax's backward from the forward's statistics. `summed`: the summed scores the forward
-    wrote ([B, h, Nq, N]; None: computed again from the operands); `context`: the forward's output
-    [B, Nq, h, d] (without talking heads: the rows' delta comes from it); grad_context like it."""
+                 want_scores: bool) -> ScoreGradients:
+    """One softmax's backward from the forward's statistics, into `gradients`. `summed`: the summed
+    scores the forward wrote ([B, h, Nq, N]; None: computed again from the operands); `context`: the
+    forward's output [B, Nq, h, d] (without talking heads: the rows' delta comes from it);
+    grad_context like it."""
     _, backward = _kernels()
     o = operands
     talking = pre is not None
     tiles = tiles_for(o.num_queries, o.width, o.head_size, o.heads, talking)
-    grad_own = torch.zeros(own_qkv.shape, dtype=torch.float32, device=own_qkv.device)
-    grad_other = torch.zeros(other.shape, dtype=torch.float32, device=other.device)
-    grad_query, grad_first_keys, grad_first_values = head_views(grad_own, o.heads, parts=3)
-    grad_second_keys, grad_second_values = _key_value_views(grad_other, o.heads, own_qkv.shape[-1] // 3)
-    grad_scores = torch.empty(o.scores_shape, dtype=own_qkv.dtype, device=own_qkv.device) if want_scores else None
+    device = o.query.device
+    grad_scores = torch.empty(o.scores_shape, dtype=o.query.dtype, device=device) if want_scores else None
     grad_out = grad_context.transpose(1, 2)  # [B, h, Nq, d]
     arguments = [
         o.arguments(), *[o.mask if tensor is None else tensor for tensor in (summed, grad_summed, grad_scores)],
@@ -359,111 +340,21 @@ def run_backward(operands: _Operands, own_qkv: Tensor, other: Tensor, pre: Tenso
                  SUMMED_SAVED=summed is not None, HAS_GRAD_SUMMED=grad_summed is not None,
                  WRITE_GRAD_SCORES=want_scores, DROPOUT=dropout.active,
                  PRECISION=_precision(o.query.dtype), **tiles.launch_options())
-    gradients = [_view(grad_query),
-                 (_piece(grad_first_keys, grad_first_values), _piece(grad_second_keys, grad_second_values))]
+    grad_heads = [_view(gradients.query), (_piece(gradients.first_keys, gradients.first_values),
+                                           _piece(gradients.second_keys, gradients.second_values))]
     settings = [o.sizes(), o.scales(scale), dropout.arguments()]
     grad_pre = grad_post = None
     if talking:
         # Each program's sums of the mixes' gradients, added up here (in a fixed order).
         mix_partials = torch.empty(2, o.batch * query_tiles, tiles.heads, tiles.heads, dtype=torch.float32,
-                                   device=own_qkv.device)
+                                   device=device)
         backward.talking_heads_backward[(query_tiles, o.batch)](
-            *arguments, (row_max, row_sum), *gradients, _mixes(pre, post, tiles.heads),
+            *arguments, (row_max, row_sum), *grad_heads, _mixes(pre, post, tiles.heads),
             (mix_partials[0], mix_partials[1]), *settings, HEADS=tiles.heads, **flags)
         grad_pre, grad_post = mix_partials.sum(1)[:, : o.heads, : o.heads].unbind(0)
     else:
         # delta: each row's sum of grad_context * context (= sum of weights * their gradient).
         delta = (grad_context.float() * context.float()).sum(-1).transpose(1, 2).contiguous()  # [B, h, Nq]
         backward.attention_backward[(o.batch * o.heads, query_tiles)](*arguments, (row_max, row_sum, delta),
-                                                                      *gradients, *settings, **flags)
-    return _Gradients(grad_own, grad_other, grad_scores, grad_pre, grad_post)
-
-
-def _device_of(tensor: Tensor):
-    """Triton launches on the current CUDA device: make it the tensors' (a no-op on the CPU)."""
-    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()
-
-
-def _relative_gradient(grad_scores: Tensor, operands: _Operands, settings: KernelSettings,
-                       relative_shape: torch.Size) -> Tensor:
-    """The gradient of the relative terms [B, h, ..., Nq, R] from that of the summed scores
-    [B, h, Nq, N], summed by the ids' structure (longdoc.model.backends.relative)."""
-    blocked = grad_scores.view(operands.batch, operands.heads, *settings.mask_bias.shape[2:])
-    return relative_gradient(blocked, settings.relative_ids, settings.links, settings.layout,
-                             settings.window_block or None, relative_shape)
-
-
-class TritonSoftmax(torch.autograd.Function):
-    """One softmax from projections to context on the GPU kernels, called as
-    `TritonSoftmax.apply(own_qkv, other, relative, carried, pre, post, settings)` (as the gpu backend,
-    longdoc.model.backends.gpu, does): the queries of `own_qkv` [B, Nq, 3H] over the first keys (its
-    own: with settings.window_block b > 0 the window of 3b keys around each block of b queries, else
-    all) and the second keys (all of `other`'s: [B, N2, 3H] the other stream's fused projection, or
-    [B, N2, 2H] a cross projection); `relative` [B, h, ..., Nq, R] the relative terms of every id,
-    `carried` scores [B, h, ..., Nq, N], the talking-heads mixes `pre`, `post` [h, h] (any may be
-    None). Returns (context [B, Nq, H], the summed scores [B, h, ..., Nq, N] or None).
-
-    `settings` (longdoc.model.backends.base.KernelSettings) is read for num_heads, window_block,
-    mask_bias [B, 1, ..., Nq, N], kernel_ids (the relative ids as the kernels read them, int32, like
-    the mask), relative_ids, links and layout (the relative terms' gradient), scale (the running
-    mean's), keep_summed (residual attention: return the summed scores), drop_probability and
-    records_graph (the caller's grad mode). keep_weights and key_ranges are not read: the kernels
-    keep no weights (the gpu backend computes them where asked), and score every key.
-    """
-
-    @staticmethod
-    def forward(ctx, own_qkv: Tensor, other: Tensor, relative: Tensor | None, carried: Tensor | None,
-                pre: Tensor | None, post: Tensor | None, settings: KernelSettings):
-        if (relative is None) != (settings.kernel_ids is None):
-            raise ValueError("relative terms and their ids come together: "
-                             f"relative {'given' if relative is not None else 'None'}, kernel_ids "
-                             f"{'given' if settings.kernel_ids is not None else 'None'}")
-        operands = _operands(own_qkv, other, relative, carried, settings)
-        for_backward = settings.records_graph and any(ctx.needs_input_grad[:6])
-        summed = None
-        if settings.keep_summed:
-            # Without a backward to follow, the sums are written over the carried scores they replace.
-            reuse = carried is not None and not for_backward and carried.is_contiguous()
-            summed = carried if reuse else own_qkv.new_empty(
-                (operands.batch, operands.heads, *settings.mask_bias.shape[2:]))
-        dropout = dropout_for(settings.drop_probability)
-        with _device_of(own_qkv):
-            context, row_max, row_sum = run_forward(
-                operands, pre, post, settings.scale, None if summed is None else summed.view(operands.scores_shape),
-                dropout)
-        if for_backward:
-            # With residual attention the backward reads the summed scores (which the next layer
-            # keeps as its carried ones) instead of computing them again from these.
-            recomputed = (None, None) if summed is not None else (relative, carried)
-            ctx.save_for_backward(own_qkv, other, *recomputed, pre, post, None if pre is not None else context,
-                                  row_max, row_sum, summed)
-            ctx.settings, ctx.dropout = settings, dropout
-            ctx.relative_shape = None if relative is None else relative.shape
-            ctx.carried_shape = None if carried is None else carried.shape
-        batch, num_queries, width3 = own_qkv.shape
-        return context.view(batch, num_queries, width3 // 3), summed
-
-    @staticmethod
-    def backward(ctx, grad_context: Tensor, grad_summed: Tensor | None):
-        own_qkv, other, relative, carried, pre, post, context, row_max, row_sum, summed = ctx.saved_tensors
-        settings = ctx.settings
-        operands = _operands(own_qkv, other, relative, carried, settings)
-        needs = ctx.needs_input_grad
-        want_relative = ctx.relative_shape is not None and needs[2]
-        want_carried = ctx.carried_shape is not None and needs[3]
-        rows = operands.scores_shape
-        with _device_of(own_qkv):
-            gradients = run_backward(
-                operands, own_qkv, other, pre, post, None if summed is None else summed.view(rows),
-                None if context is None else context.view(*own_qkv.shape[:2], operands.heads, -1), row_max, row_sum,
-                grad_context.contiguous().view(*own_qkv.shape[:2], operands.heads, -1),
-                None if grad_summed is None else grad_summed.reshape(rows).contiguous(), settings.scale, ctx.dropout,
-                want_relative or want_carried)
-        grad_relative = grad_carried = None
-        if want_relative:
-            grad_relative = _relative_gradient(gradients.scores, operands, settings, ctx.relative_shape)
-        if want_carried:
-            grad_carried = gradients.scores.view(ctx.carried_shape)
-        cast = lambda grad, like: None if grad is None else grad.to(like.dtype)
-        return (cast(gradients.own, own_qkv), cast(gradients.other, other), grad_relative, grad_carried,
-                cast(gradients.pre, pre), cast(gradients.post, post), None)
+                                                                      *grad_heads, *settings, **flags)
+    return ScoreGradients(grad_scores, grad_pre, grad_post)
