@@ -1,18 +1,17 @@
 """longdoc: question answering over long documents with an ETC-style global-local encoder.
 
-Importing longdoc registers its encoder with transformers' Auto classes (longdoc.model.auto_classes), its
-one effect beyond defining names, so that a saved longdoc folder loads as other checkpoints do:
+The model classes register themselves with transformers' Auto classes where they are defined, as
+transformers documents for custom models (`AutoConfig.register`, `AutoModel.register`), so a saved
+longdoc folder loads as other checkpoints do once they are imported; `import longdoc` alone imports
+neither torch nor transformers and changes nothing in them:
 
-    import longdoc, transformers
+    import transformers
+    from longdoc import GlobalLocalModel  # registers the config and the encoder
     # the GlobalLocalModel encoder of the task model `longdoc train hotpotqa ... --out runs/hp` saved
     model = transformers.AutoModel.from_pretrained("runs/hp")
 """
 
-from longdoc.model.auto_classes import register_auto_classes
-
-__all__ = ["GlobalLocalConfig", "GlobalLocalModel", "GlobalLocalModelOutput"]
-
-register_auto_classes()
+__all__ = ["GlobalLocalConfig", "GlobalLocalModel", "GlobalLocalModelOutput", "SpanReader"]
 
 
 def __getattr__(name: str):
@@ -25,4 +24,8 @@ def __getattr__(name: str):
         from longdoc.model import modeling
 
         return getattr(modeling, name)
+    if name == "SpanReader":
+        from longdoc.model.span_reader import SpanReader
+
+        return SpanReader
     raise AttributeError(f"module 'longdoc' has no attribute {name!r}")

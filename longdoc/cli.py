@@ -32,6 +32,7 @@ COMMANDS = {
     "bench": "longdoc.commands.bench",
     "lift": "longdoc.commands.lift",
     "convert": "longdoc.commands.convert",
+    "upgrade": "longdoc.commands.upgrade",
     "make-data": "longdoc.commands.make_data",
     "ask": "longdoc.commands.ask",
     "serve": "longdoc.commands.serve",

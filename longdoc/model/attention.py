@@ -116,9 +116,6 @@ class GlobalLocalAttention(nn.Module):
         self.long_softmax = SoftmaxParameters(config)
         self.global_softmax = SoftmaxParameters(config)
 
-        # Weights saved before the per-softmax submodules name these parameters otherwise.
-        self.register_load_state_dict_pre_hook(_rename_legacy_parameters)
-
     def forward(
         self,
         long_hidden: Tensor,
@@ -184,17 +181,11 @@ class GlobalLocalAttention(nn.Module):
         )
 
 
-# The per-softmax parameters' names, relative to an attention module, in weights saved before
-# SoftmaxParameters (lifted and trained models up to November 2026) -> their names now.
-LEGACY_PARAMETER_NAMES = {
+# The per-softmax parameters under the attention module's own names (`long_relative_key`, ...), as weights
+# written before SoftmaxParameters held them name them -> their names now. Such weights are refused on
+# load (GlobalLocalPreTrainedModel.from_pretrained) until `longdoc upgrade` rewrites them once.
+OLD_PARAMETER_NAMES = {
     f"{softmax}_{parameter}": f"{softmax}_softmax.{parameter}"
     for softmax in ("long", "global")
     for parameter in ("relative_key", "relative_bias", "talking_heads_pre", "talking_heads_post")
 }
-
-
-def _rename_legacy_parameters(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
-    """Load hook of GlobalLocalAttention (every `load_state_dict`): old names under `prefix` -> current ones."""
-    for old, new in LEGACY_PARAMETER_NAMES.items():
-        if prefix + old in state_dict:
-            state_dict[prefix + new] = state_dict.pop(prefix + old)

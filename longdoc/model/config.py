@@ -6,7 +6,7 @@ attention; Talking-Heads Attention (Shazeer et al., 2020, arXiv:2003.02436).
 Impossible combinations are refused at construction with a message naming the fields.
 """
 
-from transformers import PretrainedConfig
+from transformers import AutoConfig, PretrainedConfig
 
 from longdoc.model.backends import BACKEND_NAMES
 
@@ -258,3 +258,8 @@ class GlobalLocalConfig(PretrainedConfig):
             if not isinstance(token_id, int) or not 0 <= token_id < self.vocab_size:
                 raise ValueError(f"GlobalLocalConfig: global_token_ids[{kind!r}] must be an int in "
                                  f"[0, {self.vocab_size - 1}] (vocab_size), got {token_id!r}")
+
+
+# transformers' documented registration of a custom config: AutoConfig on a longdoc folder gives this class
+# in any program that has it (the model modules register theirs beside it).
+AutoConfig.register(GlobalLocalConfig.model_type, GlobalLocalConfig, exist_ok=True)

@@ -9,19 +9,20 @@ tensor on the host (the checks of values run on CPU inputs only, or where batche
 so torch.compile traces it whole with the eager backend, and torch.export exports it.
 """
 
-import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import PreTrainedModel
+from transformers import AutoModel, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
+from longdoc.errors import InputError
 from longdoc.model.attention import (
-    LEGACY_PARAMETER_NAMES, AttentionCarry, AttentionWeights, GlobalLocalAttention, SoftmaxParameters,
+    OLD_PARAMETER_NAMES, AttentionCarry, AttentionWeights, GlobalLocalAttention, SoftmaxParameters,
 )
 from longdoc.model.backends.base import AttentionBackend
 from longdoc.model.backends.resolution import check_backend_name, resolve_backend
@@ -170,19 +171,11 @@ class GlobalLocalPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["GlobalLocalLayer"]
 
     @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """transformers' from_pretrained, also for weights saved with the attention's old parameter
-        names (attention.LEGACY_PARAMETER_NAMES): transformers' `key_mapping` renames them as they are
-        read. (`load_state_dict` renames them with GlobalLocalAttention's load hook.)"""
-        legacy = {re.escape(f"attention.{old}"): f"attention.{new}" for old, new in LEGACY_PARAMETER_NAMES.items()}
-        kwargs["key_mapping"] = {**legacy, **(kwargs.get("key_mapping") or {})}
-        return super().from_pretrained(*args, **kwargs)
-
-    def save_pretrained(self, *args, **kwargs):
-        """transformers' save_pretrained, always under the current parameter names: by default it would
-        write a model loaded through `key_mapping` back under the names it was loaded from."""
-        kwargs.setdefault("save_original_format", False)
-        return super().save_pretrained(*args, **kwargs)
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' from_pretrained; a folder whose weights carry the attention's old parameter
+        names (attention.OLD_PARAMETER_NAMES) is refused with the command that renames them."""
+        refuse_old_parameter_names(pretrained_model_name_or_path)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     def set_attention_backend(self, name: str | None) -> None:
         """Compute the attention of every encoder in this model with backend `name` (one of
@@ -340,9 +333,31 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
                                       attention_weights=weights)
 
 
+def old_parameter_names(weights_file: str | Path) -> list[str]:
+    """The keys of the safetensors file `weights_file` named as attention.OLD_PARAMETER_NAMES names them."""
+    from safetensors import safe_open
+
+    with safe_open(str(weights_file), "pt") as weights:
+        return [key for key in weights.keys() if key.rsplit(".", 1)[-1] in OLD_PARAMETER_NAMES]
+
+
+def refuse_old_parameter_names(folder: str | Path) -> None:
+    """InputError when the local model folder `folder` holds weights under the old parameter names."""
+    weights_file = Path(folder) / "model.safetensors"
+    found = old_parameter_names(weights_file) if weights_file.is_file() else []
+    if found:
+        raise InputError(f"{weights_file}: {len(found)} attention weights under their old names ({found[0]}, ...); "
+                         f"run `longdoc upgrade {folder}` once to rename them")
+
+
 def _attention_dtype(hidden: Tensor) -> torch.dtype:
     """The dtype the attention computes in: the hidden states', or under autocast the projections'."""
     device = hidden.device.type
     if device in ("cpu", "cuda") and torch.is_autocast_enabled(device):
         return torch.get_autocast_dtype(device)
     return hidden.dtype
+
+
+# transformers' documented registration of a custom model: AutoModel on a longdoc folder (a task model's
+# too: its encoder) gives this class in any program that has it.
+AutoModel.register(GlobalLocalConfig, GlobalLocalModel, exist_ok=True)

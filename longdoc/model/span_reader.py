@@ -7,7 +7,8 @@ The reader reads what its source read: the tokenizer's pair template in the long
 question [SEP] context [SEP] with token types 0 then 1 for BERT; <s> question </s></s> context </s>
 for RoBERTa), and scores every long token as a start and an end.
 
-`import longdoc` registers it with transformers' AutoModelForQuestionAnswering, and its output is a
+Importing it (`from longdoc import SpanReader`) registers it with transformers'
+AutoModelForQuestionAnswering, and its output is a
 `QuestionAnsweringModelOutput` (start_logits, end_logits), so a reader loads and reads as a
 transformers QA model does: `AutoModelForQuestionAnswering.from_pretrained(DIR)`, then
 `model(**tokenizer(question, context, return_tensors="pt"))` (transformers' input names are the long
@@ -21,8 +22,10 @@ import copy
 from dataclasses import dataclass
 
 from torch import Tensor
+from transformers import AutoModelForQuestionAnswering
 from transformers.modeling_outputs import QuestionAnsweringModelOutput
 
+from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.heads import SpanHead, span_loss
 from longdoc.model.task_model import TaskModel
 
@@ -64,3 +67,7 @@ class SpanReader(TaskModel):
         if isinstance(getattr(model, "span_head", None), SpanHead):
             model.span_head.load_state_dict(self.span_head.state_dict())
         return model
+
+
+# transformers' documented registration of a custom model (see modeling.py's).
+AutoModelForQuestionAnswering.register(GlobalLocalConfig, SpanReader, exist_ok=True)

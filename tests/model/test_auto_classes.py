@@ -1,7 +1,9 @@
-"""`import longdoc` registers the encoder with transformers' Auto classes: a saved longdoc folder
-loads through AutoModel / AutoConfig in a fresh process, whatever was imported first, and the
-import itself loads neither torch nor transformers; AutoModel on a task model's folder gives its
-encoder without a load report; AutoModelForQuestionAnswering loads a lifted span reader."""
+"""The model classes register themselves with transformers' Auto classes where they are defined: a saved
+longdoc folder loads through AutoModel / AutoConfig in a fresh process that imported the class, in
+either order with transformers, while `import longdoc` alone loads neither torch nor transformers and
+registers nothing; AutoModel on a task model's folder gives its encoder without a load report;
+AutoModelForQuestionAnswering loads a lifted span reader. Weights under the attention's old parameter
+names are refused on load, naming `longdoc upgrade`, which renames them once."""
 
 import contextlib
 import logging
@@ -18,7 +20,7 @@ from transformers.utils import logging as transformers_logging
 
 from longdoc import cli
 from longdoc.convert.pretrained import minilm_path
-from longdoc.errors import ModelFolderError
+from longdoc.errors import InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
 from longdoc.model.span_reader import SpanReader
@@ -39,7 +41,6 @@ with torch.no_grad():
     output = model(**load_file(sys.argv[2]))
 save_file({{"long": output.long_hidden_state, "global": output.global_hidden_state}}, sys.argv[3])
 print(type(model).__module__, type(model).__name__, type(model.config).__name__)
-print(any(type(finder).__module__ == "longdoc.model.auto_classes" for finder in sys.meta_path))
 """
 
 
@@ -76,16 +77,17 @@ def _outputs(model, inputs_path, monkeypatch):
     return output.long_hidden_state, output.global_hidden_state
 
 
-def test_importing_longdoc_loads_neither_torch_nor_transformers():
-    [loaded] = _python("import sys, longdoc; print(sorted({'torch', 'transformers'} & set(sys.modules)))")
-    assert loaded == "[]"
+def test_importing_longdoc_loads_neither_torch_nor_transformers_and_changes_nothing_in_them():
+    [loaded, finders] = _python("import sys; finders = list(sys.meta_path); import longdoc\n"
+                                "print(sorted({'torch', 'transformers'} & set(sys.modules)))\n"
+                                "print(sys.meta_path == finders)")
+    assert (loaded, finders) == ("[]", "True")
 
 
 @pytest.mark.parametrize("preamble", [
-    "import longdoc",  # the README's order
-    "import transformers.models.auto.modeling_auto\nimport longdoc",  # transformers' Auto classes first
-    "import longdoc\nfrom transformers import BertModel",  # transformers' model code imports AutoModel half-way
-    "import longdoc\nimport longdoc.model.modeling",  # so does the encoder's own import
+    "from longdoc import GlobalLocalModel",  # the README's order
+    "import transformers.models.auto.modeling_auto\nfrom longdoc import GlobalLocalModel",  # Auto classes first
+    "from transformers import BertModel\nimport longdoc.model.modeling",  # transformers' model code first
 ])
 def test_auto_model_loads_a_saved_encoder_with_the_same_outputs(small_config, inputs, tmp_path, monkeypatch,
                                                                 preamble):
@@ -94,15 +96,14 @@ def test_auto_model_loads_a_saved_encoder_with_the_same_outputs(small_config, in
     model.save_pretrained(tmp_path / "encoder")
     expected = _outputs(model, inputs, monkeypatch)
     printed = _python(LOAD_AND_RUN.format(preamble=preamble), tmp_path / "encoder", inputs, tmp_path / "out.safetensors")
-    # A longdoc model, and the finder that waited for transformers is gone once both classes are registered.
-    assert printed == ["longdoc.model.modeling GlobalLocalModel GlobalLocalConfig", "False"]
+    assert printed == ["longdoc.model.modeling GlobalLocalModel GlobalLocalConfig"]
     loaded = load_file(tmp_path / "out.safetensors")
     assert torch.equal(loaded["long"], expected[0]) and torch.equal(loaded["global"], expected[1])
 
 
 def test_auto_config_alone(small_config, tmp_path):
     small_config.save_pretrained(tmp_path)
-    printed = _python("import sys, longdoc\nfrom transformers import AutoConfig\n"
+    printed = _python("import sys\nfrom longdoc import GlobalLocalConfig\nfrom transformers import AutoConfig\n"
                       "config = AutoConfig.from_pretrained(sys.argv[1])\n"
                       "print(type(config).__name__, config.hidden_size, config.global_max_len)", tmp_path)
     assert printed == ["GlobalLocalConfig 32 8"]
@@ -115,7 +116,7 @@ def test_auto_model_on_a_task_folder_gives_its_encoder(small_config, inputs, tmp
     task_model = get_task("wikihop").load("model")(small_config)
     task_model.save_pretrained(tmp_path / "task")
     expected = _outputs(task_model.encoder, inputs, monkeypatch)
-    printed = _python(LOAD_AND_RUN.format(preamble="import longdoc"), tmp_path / "task", inputs,
+    printed = _python(LOAD_AND_RUN.format(preamble="from longdoc import GlobalLocalModel"), tmp_path / "task", inputs,
                       tmp_path / "out.safetensors")
     assert printed[0] == "longdoc.model.modeling GlobalLocalModel GlobalLocalConfig"
     loaded = load_file(tmp_path / "out.safetensors")
@@ -209,3 +210,32 @@ def test_auto_model_for_question_answering_loads_a_lifted_span_reader(tmp_path, 
     get_task("wikihop").load("model")(GlobalLocalConfig(**SMALL)).save_pretrained(tmp_path / "wikihop")
     with pytest.raises(ModelFolderError, match="is a trained wikihop model, not a span_reader model"):
         AutoModelForQuestionAnswering.from_pretrained(tmp_path / "wikihop")
+
+
+def test_old_parameter_names_are_refused_on_load_until_upgraded_once(small_config, inputs, tmp_path, monkeypatch,
+                                                                    capsys):
+    torch.manual_seed(0)
+    model = GlobalLocalModel(small_config)
+    model.save_pretrained(tmp_path / "encoder")
+    expected = _outputs(model, inputs, monkeypatch)
+    weights_file = tmp_path / "encoder" / "model.safetensors"
+    current = load_file(weights_file)
+    # The per-softmax parameters as weights written before they had submodules of their own name them.
+    old = {key.replace("attention.long_softmax.", "attention.long_").replace("attention.global_softmax.",
+                                                                             "attention.global_"): value
+           for key, value in current.items()}
+    assert old.keys() != current.keys()
+    save_file(old, weights_file, metadata={"format": "pt"})
+    monkeypatch.setattr(cli, "COMMANDS", {"upgrade": "longdoc.commands.upgrade"})
+    with pytest.raises(InputError, match=r"old names .*; run `longdoc upgrade .*encoder` once"):
+        GlobalLocalModel.from_pretrained(tmp_path / "encoder")
+
+    assert cli.main(["upgrade", str(tmp_path / "encoder")]) == 0
+    assert capsys.readouterr().out == f"{weights_file}: {len(old.keys() - current.keys())} tensors renamed\n"
+    upgraded = load_file(weights_file)
+    assert upgraded.keys() == current.keys() and all(torch.equal(upgraded[key], current[key]) for key in current)
+    loaded = _outputs(GlobalLocalModel.from_pretrained(tmp_path / "encoder"), inputs, monkeypatch)
+    assert torch.equal(loaded[0], expected[0]) and torch.equal(loaded[1], expected[1])
+    # Once is enough: a second run rewrites nothing.
+    assert cli.main(["upgrade", str(tmp_path / "encoder")]) == 0
+    assert "nothing rewritten" in capsys.readouterr().out
