@@ -148,7 +148,7 @@ def test_bad_vdom_is_refused_naming_example_and_field(tmp_path):
 
 
 @pytest.mark.slow
-def test_training_lowers_the_loss_and_predictions_score(shared_data, tokenizer, encoder_dir, tmp_path):
+def test_training_lowers_the_loss_and_predictions_score(shared_data, tokenizer, encoder_dir, tmp_path, capsys):
     # The training engine (`longdoc train openkp`) on the real page: its one window with targets
     # (both keyphrases lie in the first 384 tokens), so every step's loss is on the same row.
     out = tmp_path / "run"
@@ -173,8 +173,27 @@ def test_training_lowers_the_loss_and_predictions_score(shared_data, tokenizer, 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no format complaints
         metrics = get_task("openkp").load("metric").evaluate_files(shared_data / SAMPLE, pred)
-    assert 0 <= metrics["F1@3"] <= 1
-    assert main(["evaluate", "openkp", "--gold", str(shared_data / SAMPLE), "--pred", str(pred), "--json"]) == 0
+    # OpenKP's evaluate.py by hand on the one page: of the first k phrases written, how many are gold
+    # (lowercased; the gold's empty phrase dropped), over k and over the number of gold phrases.
+    gold = {" ".join(phrase).lower() for phrase in example.labels["KeyPhrases"] if phrase}
+    written = [" ".join(phrase).lower() for phrase in prediction["KeyPhrases"]]
+    for k in (1, 3, 5):
+        hits = sum(phrase in gold for phrase in written[:k])
+        precision, recall = hits / k, hits / len(gold)
+        f1 = 2 * precision * recall / (precision + recall) if hits else 0.0
+        assert [metrics[f"P@{k}"], metrics[f"R@{k}"], metrics[f"F1@{k}"]] == pytest.approx([precision, recall, f1])
+    assert json.loads((out / "metrics.json").read_text())["metrics"]["F1@3"] == pytest.approx(metrics["F1@3"])
+    # A prediction with a known score: the two gold phrases 2nd and 5th among three the model wrote that
+    # are not gold. P@3 1/3, R@3 1/2, F1@3 2/5; P@5 2/5, R@5 1, F1@5 4/7.
+    first, second = [phrase for phrase in example.labels["KeyPhrases"] if phrase]
+    others = [phrase for phrase in prediction["KeyPhrases"] if " ".join(phrase).lower() not in gold]
+    known = tmp_path / "known.jsonl"
+    known.write_text(json.dumps({"url": prediction["url"], "KeyPhrases": [
+        others[0], first, others[1], others[2], [token.lower() for token in second]]}) + "\n")
+    capsys.readouterr()
+    assert main(["evaluate", "openkp", "--gold", str(shared_data / SAMPLE), "--pred", str(known), "--json"]) == 0
+    scores = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [scores["F1@3"], scores["F1@5"]] == pytest.approx([2 / 5, 4 / 7])
 
 
 @pytest.mark.slow  # `longdoc predict` on the whole sample (5 s on 2 busy cores)
