@@ -4,7 +4,7 @@
       how often one / all gold supporting sentences of each question lie inside the retrieved
       passages, for MiniLM alone (with and without the second hop), BM25 alone and both fused, at
       each fixed number of passages and with the default adaptive budget
-      (longdoc.ask.benchmark.retrieval_quality), on all the paragraphs of a HotpotQA file as one
+      (benchmarks.ask.retrieval_quality), on all the paragraphs of a HotpotQA file as one
       document (default: the sample in ../shared/data).
   python scripts/bench_ask.py speed [--model DIR] [--words 100000]
       seconds to index a generated document of that many words (nothing cached), and per answer
@@ -12,16 +12,16 @@
       HotpotQA model on the lifted MiniLM (same size, same time).
   python scripts/bench_ask.py indexing [--data HOTPOT_JSON] [--words 20000]
       indexing throughput (words per second) and peak memory, each in a fresh process, beside
-      MiniLM's tokenizer and forward alone on the same passages (longdoc.ask.indexing_benchmark),
+      MiniLM's tokenizer and forward alone on the same passages (benchmarks.indexing),
       for the reader benchmark's generated document of that many words and the HotpotQA file's
       paragraphs as one document.
   python scripts/bench_ask.py sentences [--data HOTPOT_JSON]
       sentence mode (no reader) on real text: each HotpotQA question that is not yes/no asked of its
       own paragraphs; how often the first answer sentence holds the gold answer, beside plain MiniLM
-      ranking of every sentence (longdoc.ask.benchmark.sentence_mode_rows).
+      ranking of every sentence (benchmarks.ask.sentence_mode_rows).
   python scripts/bench_ask.py no-answer [--documents 40] [--calibration 20]
       the no-answer rule: how many right, off-topic and other-person questions reach the evidence
-      floor on the demo's held-out generated documents (longdoc.ask.benchmark.no_answer_rows).
+      floor on the demo's held-out generated documents (benchmarks.ask.no_answer_rows).
 All print a markdown table and, with --json FILE, write the rows.
 """
 
@@ -31,11 +31,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout's benchmarks/ package, which is not installed
 SAMPLE = ROOT.parent / "shared" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.first53.json"
 
 
 def retrieval(args) -> list[dict]:
-    from longdoc.ask.benchmark import hotpotqa_document, retrieval_quality
+    from benchmarks.ask import hotpotqa_document, retrieval_quality
     from longdoc.ask.embedding import SentenceEmbedder
 
     document = hotpotqa_document(args.data)
@@ -47,7 +48,7 @@ def retrieval(args) -> list[dict]:
 
 
 def speed(args) -> list[dict]:
-    from longdoc.ask.benchmark import speed_rows
+    from benchmarks.ask import speed_rows
     from longdoc.tasks import REGISTRY
     from longdoc.tasks.multihop.generator import make_examples
 
@@ -56,7 +57,7 @@ def speed(args) -> list[dict]:
 
 
 def no_answer(args) -> list[dict]:
-    from longdoc.ask.benchmark import no_answer_rows
+    from benchmarks.ask import no_answer_rows
     from longdoc.tasks.multihop.demo import DemoData, write_document
     from longdoc.tasks.multihop.generator import make_examples
 
@@ -96,9 +97,9 @@ def main(argv=None) -> int:
 
     configure_allocator()  # as the `longdoc` command: freed memory kept (longdoc/cpu_memory.py)
     if args.mode == "indexing":
-        from longdoc.ask.benchmark import hotpotqa_document
-        from longdoc.ask.indexing_benchmark import indexing_rows
-        from longdoc.bench.readers import make_fact_questions
+        from benchmarks.ask import hotpotqa_document
+        from benchmarks.indexing import indexing_rows
+        from benchmarks.readers import make_fact_questions
 
         generated = make_fact_questions(1, seed=2, words=args.words, distractors=40)[0].context
         rows = indexing_rows({"generated (reader benchmark)": generated,
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
     elif args.mode == "no-answer":
         rows = no_answer(args)
     elif args.mode == "sentences":
-        from longdoc.ask.benchmark import sentence_mode_rows
+        from benchmarks.ask import sentence_mode_rows
 
         with tempfile.TemporaryDirectory() as cache:
             rows = sentence_mode_rows(args.data, Path(cache))

@@ -17,7 +17,7 @@
       (gold passage recall) and how many were read. Each document is indexed once (its time
       reported apart); each question is asked once per setting, each setting in its own session.
 
-The peer (longdoc.bench.readers.SlidingWindowReader) reads every window of 384 wordpieces (stride
+The peer (benchmarks.readers.SlidingWindowReader) reads every window of 384 wordpieces (stride
 128) and takes the best start + end logit over all windows, answers of at most 15 wordpieces, as
 transformers' run_qa post-processing and its former question-answering pipeline did. Each command
 prints a markdown table and, with --json FILE, writes its rows.
@@ -32,15 +32,17 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's benchmarks/ package
+
 
 def _fact_documents(count: int, *, seed: int, words: int, distractors: int, relation: str = "born"):
-    from longdoc.bench.readers import make_fact_questions
+    from benchmarks.readers import make_fact_questions
 
     return make_fact_questions(count, seed=seed, words=words, distractors=distractors, relation=relation)
 
 
 def reader(args) -> list[dict]:
-    from longdoc.bench.readers import finetune_qa_reader
+    from benchmarks.readers import finetune_qa_reader
     from longdoc.convert.pretrained import minilm_path
 
     out = Path(args.out)
@@ -75,7 +77,7 @@ class LongdocReader:
 
 
 def short(args) -> list[dict]:
-    from longdoc.bench.readers import SlidingWindowReader
+    from benchmarks.readers import SlidingWindowReader
 
     out = Path(args.out)
     peer = SlidingWindowReader(out / "qa-reader")
@@ -106,7 +108,7 @@ def long(args) -> list[dict]:
     from longdoc.ask.documents import SourceText
     from longdoc.ask.embedding import SentenceEmbedder
     from longdoc.ask.index import index_documents
-    from longdoc.bench.readers import RELATIONS, SlidingWindowReader
+    from benchmarks.readers import RELATIONS, SlidingWindowReader
 
     out = Path(args.out)
     peer = SlidingWindowReader(out / "qa-reader")

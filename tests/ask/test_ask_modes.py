@@ -1,6 +1,6 @@
 """`longdoc ask` with a lifted extractive QA reader (span mode) and without a reader (sentence mode).
 
-Span mode is held against the standard sliding-window reader (longdoc.bench.readers) with the same
+Span mode is held against the standard sliding-window reader (benchmarks.readers) with the same
 checkpoint: on short documents both read the same pair, so their best answers are the same; the
 reading rules (null score, answer length) are pinned with hand-made logits."""
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertForQuestionAnswering
 
+from benchmarks.readers import SlidingWindowReader, make_fact_questions
 from longdoc.ask.span_reading import read_spans
-from longdoc.bench.readers import SlidingWindowReader, make_fact_questions
 from longdoc.cli import main
 from longdoc.convert.pretrained import minilm_path
 

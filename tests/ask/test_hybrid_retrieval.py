@@ -9,10 +9,10 @@ import os
 
 import pytest
 
+from benchmarks.readers import make_fact_questions
 from longdoc.ask.documents import SourceText
 from longdoc.ask.index import LEXICAL_FILE, META_FILE, CorpusIndex, index_documents
 from longdoc.ask.retrieve import RetrievalOptions, Retriever, SentenceEvidence
-from longdoc.bench.readers import make_fact_questions
 from longdoc.cli import main
 from tests.ask.conftest import CountingEmbedder
 

@@ -1,7 +1,7 @@
 """Measurements behind scripts/bench_ask.py: retrieval quality on real text, and speed.
 
-Retrieval quality (issue: "how often one, and how often all, of the gold supporting sentences are
-inside the passages the reader read"): a HotpotQA file's paragraphs, each once, become one long
+Retrieval quality (how often one, and how often all, of the gold supporting sentences are inside
+the passages the reader read): a HotpotQA file's paragraphs, each once, become one long
 document (title line, then the sentences, paragraphs separated by blank lines); for each question,
 a gold supporting sentence counts as found when its characters lie inside one retrieved passage.
 Each retrieval (MiniLM alone, BM25 alone, both fused; with and without the second hop) is measured
