@@ -5,7 +5,8 @@ trained task model's also names its `task` and `task_options`), `model.safetenso
 files, and, where a command made it from another checkpoint (`longdoc lift`, `longdoc convert`), a
 model card `README.md` saying from what and how; a pretrained encoder adds its pretraining heads.
 
-Reading: `read_tokenizer(DIR)` (the folder's own tokenizer class, from local files only) and
+Reading: `read_model_folder(DIR)` reads config.json once into a `ModelFolder` (path, config, task),
+which a command makes once and hands to what loads from the folder; `read_tokenizer(DIR)` (the folder's own tokenizer class, from local files only) and
 `load_model(DIR, model_class)` (the weights through the class's checks: a folder of another kind
 is a ModelFolderError, a damaged weights file an InputError naming it; longdoc.model.encoder_folder
 holds those checks, which the model classes run themselves).
@@ -25,13 +26,51 @@ logs) with `replace_folder`.
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from longdoc.errors import InputError, OptionError
 
 MODEL_CARD = "README.md"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
+# A model card line containing this (any case) says the model learnt from generated text, not real documents.
+GENERATED_DATA_MARK = "trained on generated"
+
+
+@dataclass(frozen=True)
+class ModelFolder:
+    """A longdoc model folder as read once: where it is, its config.json as read, and the task that
+    config names (None for a bare encoder)."""
+
+    path: Path
+    config: Mapping[str, Any]
+    task: str | None
+
+    def model_config(self):
+        """The config as the model classes take it (a GlobalLocalConfig, `task` and `task_options` included)."""
+        from longdoc.model.config import GlobalLocalConfig
+
+        return GlobalLocalConfig.from_dict(dict(self.config))
+
+    def generated_data_note(self) -> str | None:
+        """The line of the folder's model card that says the model was trained on generated data
+        (GENERATED_DATA_MARK, any case); None when the card says no such thing or there is no card."""
+        card = self.path / MODEL_CARD
+        if not card.is_file():
+            return None
+        lines = card.read_text(encoding="utf-8", errors="replace").splitlines()
+        return next((line.strip() for line in lines if GENERATED_DATA_MARK in line.lower()), None)
+
+
+def read_model_folder(directory: str | Path, wanted: str = "") -> ModelFolder:
+    """The folder's config.json, read once and checked: InputError naming the folder when it is not a
+    folder or has no readable config, ModelFolderError when it is not a longdoc model (`wanted`: the
+    task wanted, as longdoc.model.encoder_folder.describe_checkpoint takes it)."""
+    from longdoc.model.encoder_folder import describe_checkpoint
+
+    config = describe_checkpoint(directory, wanted)
+    return ModelFolder(Path(directory), config, config.get("task") or None)
 
 
 def read_tokenizer(directory: str | Path):
@@ -66,17 +105,21 @@ def read_tokenizer(directory: str | Path):
         raise InputError(f"{directory}: the tokenizer could not be loaded: {error}") from None
 
 
-def load_model(directory: str | Path, model_class) -> tuple:
-    """(the model of `model_class` in `directory`, in eval mode, its tokenizer)."""
-    return model_class.from_pretrained(directory).eval(), read_tokenizer(directory)
+def load_model(directory: str | Path, model_class, config=None) -> tuple:
+    """(the model of `model_class` in `directory`, in eval mode, its tokenizer). `config`: the folder's
+    config as already read (ModelFolder.model_config()); None: read from the folder."""
+    return model_class.from_pretrained(directory, config=config).eval(), read_tokenizer(directory)
 
 
 def save_model(folder: str | Path, model, tokenizer=None, *, state_dict: Mapping | None = None, card: str | None = None,
                extra_weights: Mapping[str, Mapping] | None = None) -> None:
     """Write `model` (config.json, model.safetensors; `state_dict` instead of its own weights, e.g.
     gathered from shards), its tokenizer, the model card and `extra_weights` ({file name: tensors},
-    safetensors) into `folder`."""
+    safetensors) into `folder`; each weights file with its sha256 beside it, checked when it is read
+    (longdoc.model.encoder_folder.check_weights)."""
     from safetensors.torch import save_file
+
+    from longdoc.model.encoder_folder import WEIGHTS_FILE, record_checksum
 
     folder = Path(folder)
     model.save_pretrained(folder, state_dict=None if state_dict is None else dict(state_dict),
@@ -87,6 +130,9 @@ def save_model(folder: str | Path, model, tokenizer=None, *, state_dict: Mapping
         (folder / MODEL_CARD).write_text(card, encoding="utf-8")
     for name, tensors in (extra_weights or {}).items():
         save_file({key: value.contiguous() for key, value in tensors.items()}, str(folder / name))
+    for name in (WEIGHTS_FILE, *(extra_weights or {})):
+        if (folder / name).is_file():  # (a model saved in shards has no one weights file)
+            record_checksum(folder / name)
 
 
 def is_model_file(path: Path) -> bool:

@@ -63,12 +63,13 @@ class LongdocReader:
     def open(self, context: str, folder: Path):
         from longdoc.ask.documents import load_sources
         from longdoc.ask.session import AskSession
+        from longdoc.model_folder import read_model_folder
 
         path = folder / "document.txt"
         path.write_text(context, encoding="utf-8")
         sources, errors = load_sources([path])
         assert not errors, errors
-        return AskSession(sources, self.model_dir, progress=False, cache_root=self.cache_root)
+        return AskSession(sources, read_model_folder(self.model_dir), progress=False, cache_root=self.cache_root)
 
     @staticmethod
     def answer(session, question: str, **options) -> tuple[str, dict]:

@@ -1,6 +1,6 @@
 """An `ask` session: documents indexed once, then any number of questions answered over them.
 
-`AskSession(sources, model_dir)` takes the documents `load_sources` read, indexes them (cached,
+`AskSession(sources, reader_folder)` takes the documents `load_sources` read, indexes them (cached,
 `longdoc.ask.index`), loads the embedder and the reader once; `ask(question)` retrieves
 (`longdoc.ask.retrieve`), reads and returns the result object `longdoc ask --json` prints:
 {"question", "mode", "evidence", "read", "answers": [{"text", "score", "file", "start", "end",
@@ -14,7 +14,7 @@ budget); "found_by" lists the rankings that chose a passage ({"retriever": "bm25
 "hop": 1 or 2, "rank": 1 for first}), and an answer's are those of the passage it lies in (empty
 when all was read).
 
-What answers, by `model_dir`:
+What answers, by `reader_folder` (a `longdoc.model_folder.ModelFolder`):
 - none: "mode" "sentence": the sentences of the passages read nearest to the question (the MiniLM
   evidence), best first, each its own answer;
 - a lifted extractive QA reader (`longdoc lift --from QA_CHECKPOINT`): "mode" "span", read by
@@ -40,6 +40,7 @@ from longdoc.ask.index import CorpusIndex, Hit, index_documents
 from longdoc.ask.retrieve import MOST_PASSAGES, RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.errors import DeviceMemoryError, InputError, ModelFolderError, OptionError
 from longdoc.data.task import SpanAnswerReading, TaskLookup
+from longdoc.model_folder import ModelFolder
 
 PASSAGES_READ = MOST_PASSAGES  # the most passages read per question (longdoc.ask.retrieve: fewer when they separate)
 MIN_EVIDENCE = 0.5  # calibrated on generated documents (docs/ask.md)
@@ -55,18 +56,16 @@ class Reader:
     reading: SpanAnswerReading | None
 
 
-def load_reader(model_dir, tasks: TaskLookup | None, runtime: str = "torch", device=None) -> Reader:
-    """The reader in `model_dir`: a lifted extractive QA reader, or a trained model of a task of `tasks`
+def load_reader(folder: ModelFolder, tasks: TaskLookup | None, runtime: str = "torch", device=None) -> Reader:
+    """The reader in `folder`: a lifted extractive QA reader, or a trained model of a task of `tasks`
     that reads passages; InputError saying what the folder is otherwise (a damaged weights file
     included: TaskModel.from_pretrained reads it through readable_weights). `runtime` "onnx": the
     folder's exported graph on ONNX Runtime (on `device`) in the place of the PyTorch model."""
-    from longdoc.model.encoder_folder import describe_checkpoint
     from longdoc.model.span_reader import SpanReader
 
-    model_dir = Path(model_dir)
-    task_name = describe_checkpoint(model_dir).get("task")
+    task_name, model_dir = folder.task, folder.path
     if task_name == SpanReader.task_name:
-        return Reader(*_load(model_dir, SpanReader, runtime, device), None)
+        return Reader(*_load(folder, SpanReader, runtime, device), None)
     if not task_name:
         raise ModelFolderError(f"{model_dir}: is a bare encoder (GlobalLocalModel, no task head), not a reader",
                                model_dir, "", ModelFolderError.READER)
@@ -76,26 +75,28 @@ def load_reader(model_dir, tasks: TaskLookup | None, runtime: str = "torch", dev
     if task.ask is None:
         raise InputError(f"{model_dir}: holds a trained {task_name} model; the {task_name} task does not read "
                          "passages for ask (its answers are not spans of the text)")
-    return Reader(*_load(model_dir, task.load("model"), runtime, device), task.load("ask"))
+    return Reader(*_load(folder, task.load("model"), runtime, device), task.load("ask"))
 
 
-def _load(model_dir: Path, model_class, runtime: str, device) -> tuple[Any, Any]:
-    """(model, tokenizer) of a reader folder: the PyTorch model, or its exported graph on ONNX Runtime."""
+def _load(folder: ModelFolder, model_class, runtime: str, device) -> tuple[Any, Any]:
+    """(model, tokenizer) of a reader folder: the PyTorch model, or its exported graph on ONNX Runtime,
+    both from the config already read."""
     from longdoc.model_folder import load_model, read_tokenizer
 
     if runtime == "onnx":
         from longdoc.export.serving import load_task_model
 
-        return load_task_model(model_dir, model_class.task_name, device), read_tokenizer(model_dir)
-    return load_model(model_dir, model_class)
+        return load_task_model(folder, model_class.task_name, device), read_tokenizer(folder.path)
+    return load_model(folder.path, model_class, folder.model_config())
 
 
 class AskSession:
-    def __init__(self, sources: Sequence[SourceText], model_dir=None, *, passages: int = PASSAGES_READ,
+    def __init__(self, sources: Sequence[SourceText], reader_folder: ModelFolder | None = None, *, passages: int = PASSAGES_READ,
                  second_hop: bool = True, progress: bool = True, cache_root: Path | None = None,
                  placement: tuple | None = None, attention: str | None = None, tasks: TaskLookup | None = None,
                  runtime: str = "torch"):
-        """`placement`: (torch.device, torch.dtype) the reader runs on (`longdoc.model.inference.resolve_placement`);
+        """`reader_folder`: the reader's model folder as read once (longdoc.model_folder.read_model_folder);
+        None: no reader, sentence mode. `placement`: (torch.device, torch.dtype) the reader runs on (`longdoc.model.inference.resolve_placement`);
         None: where it loads, the CPU in float32. `attention`: with `placement`, the reader's attention
         backend (None: its config's; longdoc.model.inference.place_model). The MiniLM embedder stays on the CPU
         in float32: the cached indexes hold its vectors. `tasks`: where the task of a trained task model
@@ -104,9 +105,10 @@ class AskSession:
         from longdoc.ask.embedding import SentenceEmbedder
         from longdoc.model.inference import place_model
 
-        self.model_dir = None if model_dir is None else Path(model_dir)
+        self.model_dir = None if reader_folder is None else reader_folder.path
         device = None if placement is None else placement[0]
-        reader = Reader(None, None, None) if model_dir is None else load_reader(model_dir, tasks, runtime, device)
+        reader = (Reader(None, None, None) if reader_folder is None
+                  else load_reader(reader_folder, tasks, runtime, device))
         self.model, self.tokenizer, self.reading = reader.model, reader.tokenizer, reader.reading
         if self.model is not None and placement is not None and runtime != "onnx":
             self.model = place_model(self.model, *placement, self.model_dir, attention=attention)

@@ -146,7 +146,7 @@ def _questions(interactive: bool):
 def run(args: argparse.Namespace) -> int:
     from longdoc.ask.documents import load_sources
     from longdoc.ask.session import AskSession
-    from longdoc.model.encoder_folder import describe_checkpoint
+    from longdoc.model_folder import read_model_folder
     from longdoc.tasks import REGISTRY
 
     if args.extract is not None:
@@ -159,9 +159,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--top-k and --passages must be >= 1, got {args.top_k} and {args.passages}")
     if args.max_answer_len is not None and args.max_answer_len < 1:
         raise InputError(f"--max-answer-len must be >= 1, got {args.max_answer_len}")
+    folder = None
     if args.model is not None:  # a wrong folder is told before the documents are indexed
         require_reader_folder(args.model)
-        described = describe_checkpoint(args.model)
+        folder = read_model_folder(args.model)
     placement = inference.resolve_placement(args.device, args.dtype)
     runtime = "torch" if args.model is None else resolve_runtime(
         args.runtime, args.model, placement[0], placement[1] if args.dtype else None, args.attention)
@@ -170,15 +171,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"longdoc ask: error: {error}", file=sys.stderr)
     if not sources:
         return 2
-    session = AskSession(sources, args.model, passages=args.passages, second_hop=args.second_hop,
+    session = AskSession(sources, folder, passages=args.passages, second_hop=args.second_hop,
                          progress=args.progress, placement=placement, attention=args.attention, tasks=REGISTRY,
                          runtime=runtime)
     if session.mode == "sentence":
         print(f"longdoc ask: {SENTENCE_MODE_NOTE}", file=sys.stderr)
     else:  # which reader answers: the one given, never one found elsewhere
-        kind = ("a lifted extractive QA reader" if session.reading is None
-                else f"a trained {described.get('task')} model")
+        kind = "a lifted extractive QA reader" if session.reading is None else f"a trained {folder.task} model"
         print(f"longdoc ask: reading with {args.model} ({kind}, runtime {runtime})", file=sys.stderr)
+        generated = folder.generated_data_note()
+        if generated is not None:
+            print(f"longdoc ask: note: {args.model}'s model card says it was trained on generated data "
+                  f"({generated!r}): its answers on real documents may be wrong", file=sys.stderr)
     questions = [args.question] if args.question is not None else _questions(sys.stdin.isatty())
     for question in questions:
         result = session.ask(question, top_k=args.top_k, min_score=args.min_score, min_evidence=args.min_evidence,

@@ -51,7 +51,7 @@ class _WindowCounter:
 
 
 def run(args) -> int:
-    from longdoc.model_folder import load_model, read_tokenizer
+    from longdoc.model_folder import load_model, read_model_folder, read_tokenizer
 
     task = get_task(args.task)
     if task.decode is None or task.model is None:
@@ -61,12 +61,16 @@ def run(args) -> int:
     if not args.data.exists():
         raise InputError(f"{args.data}: no such file or folder (--data takes a {args.task} file in its official "
                          "format, or the Hub's datasets export of it)")
+    if not args.out.parent.is_dir():  # a mistyped path is told, not made
+        raise InputError(f"--out {args.out}: no such folder {args.out.parent}; create it first")
     device, dtype = inference.resolve_placement(args.device, args.dtype)
     runtime = resolve_runtime(args.runtime, args.model, device, dtype if args.dtype else None, args.attention)
+    model_class = task.load("model")
+    folder = read_model_folder(args.model, model_class.task_name)
     if runtime == "onnx":
-        model, tokenizer = load_task_model(args.model, task.load("model").task_name, device), read_tokenizer(args.model)
+        model, tokenizer = load_task_model(folder, model_class.task_name, device), read_tokenizer(args.model)
     else:
-        model, tokenizer = load_model(args.model, task.load("model"))
+        model, tokenizer = load_model(args.model, model_class, folder.model_config())
         model = inference.place_model(model, device, dtype, args.model, attention=args.attention)
     started = time.perf_counter()
     with _WindowCounter(model) as counter:

@@ -18,7 +18,7 @@ graph: its inputs, outputs, or the config it was exported with, field by field).
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -137,9 +137,11 @@ def has_onnx_model(folder: Path) -> bool:
     return (Path(folder) / ONNX_FILE).is_file()
 
 
-def load_onnx_model(folder: str | Path, device: torch.device | str | None = None, threads: int | None = None) -> OnnxModel:
+def load_onnx_model(folder: str | Path, device: torch.device | str | None = None, threads: int | None = None,
+                    config: Mapping[str, Any] | None = None) -> OnnxModel:
     """The exported model in `folder` on ONNX Runtime (see the module docstring for what is refused);
-    `threads`: ONNX Runtime's threads within an operator (None: its default, one per core)."""
+    `threads`: ONNX Runtime's threads within an operator (None: its default, one per core); `config`:
+    the folder's config.json as already read (longdoc.model_folder.ModelFolder), None: read here."""
     import onnx
     import onnxruntime
 
@@ -148,7 +150,7 @@ def load_onnx_model(folder: str | Path, device: torch.device | str | None = None
 
     folder = Path(folder)
     path = folder / ONNX_FILE
-    found = describe_checkpoint(folder)  # (a folder that is not a longdoc model: one line)
+    found = describe_checkpoint(folder) if config is None else config  # (not a longdoc model: one line)
     if not path.is_file():
         raise InputError(f"{folder}: no {ONNX_FILE}; export the model first: longdoc export --model {folder} --out DIR")
     try:
@@ -167,7 +169,7 @@ def load_onnx_model(folder: str | Path, device: torch.device | str | None = None
         session = onnxruntime.InferenceSession(str(path), options, providers=providers(device))
     except Exception as error:  # onnxruntime's own exception types
         raise InputError(f"{path}: ONNX Runtime cannot load it ({str(error).splitlines()[0][:200]})") from None
-    config = GlobalLocalConfig.from_dict(found)
+    config = GlobalLocalConfig.from_dict(dict(found))
     config.task_options = found.get("task_options", {})
     return OnnxModel(folder, session, config, signature)
 

@@ -12,6 +12,7 @@ This module imports nothing heavy: the command line reads it for --help.
 from pathlib import Path
 
 from longdoc.errors import InputError
+from longdoc.model_folder import ModelFolder
 
 RUNTIMES = ("auto", "torch", "onnx")
 # The faster runtime per device type, as docs/export.md measured it (a device it does not name: torch).
@@ -52,14 +53,14 @@ def resolve_runtime(name: str, model_dir: Path, device, dtype=None, attention: s
     return name
 
 
-def load_task_model(model_dir: Path, task_name: str, device):
-    """The exported `task_name` model in `model_dir` on ONNX Runtime; a ModelFolderError saying what the
-    folder holds otherwise (as TaskModel.from_pretrained says it)."""
+def load_task_model(folder: ModelFolder, task_name: str, device):
+    """The exported `task_name` model in `folder` (its config as already read) on ONNX Runtime; a
+    ModelFolderError saying what the folder holds otherwise (as TaskModel.from_pretrained says it)."""
     from longdoc.export.runtime import load_onnx_model
-    from longdoc.model.task_model import check_task_checkpoint
+    from longdoc.model.task_model import check_task
 
-    check_task_checkpoint(model_dir, task_name)
-    return load_onnx_model(model_dir, device)
+    check_task(folder.path, folder.task, task_name)
+    return load_onnx_model(folder.path, device, config=folder.config)
 
 
 def _onnxruntime_installed() -> bool:

@@ -145,25 +145,37 @@ class TaskModel(EncoderWithHeads):
                                     architectures=[cls.__name__])
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> "TaskModel":
-        """A trained model of this task from a folder (see the module docstring for what is refused)."""
-        check_task_checkpoint(pretrained_model_name_or_path, cls.task_name)
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, config: GlobalLocalConfig | None = None,
+                        **kwargs) -> "TaskModel":
+        """A trained model of this task from a folder (see the module docstring for what is refused).
+        `config`: the folder's config as already read (longdoc.model_folder.ModelFolder.model_config),
+        so that config.json is not read again; None: read from the folder."""
+        if config is None:
+            check_task_checkpoint(pretrained_model_name_or_path, cls.task_name)
+        else:
+            check_task(pretrained_model_name_or_path, getattr(config, "task", None), cls.task_name)
         with readable_weights(pretrained_model_name_or_path):
-            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+            return super().from_pretrained(pretrained_model_name_or_path, *args, config=config, **kwargs)
 
 
 def check_task_checkpoint(directory: str | Path, task_name: str) -> dict[str, Any]:
     """config.json of `directory` if it holds a trained `task_name` model; else a ModelFolderError
     saying what it holds."""
     found = describe_checkpoint(directory, task_name)
-    if not found.get("task"):
+    check_task(directory, found.get("task"), task_name)
+    return found
+
+
+def check_task(directory: str | Path, found: str | None, task_name: str) -> None:
+    """A ModelFolderError saying what `directory` holds unless the task its config names, `found`, is
+    `task_name`."""
+    if not found:
         raise ModelFolderError(
             f"{directory}: is a bare encoder (GlobalLocalModel, no task head), not a trained {task_name} model",
             directory, "", task_name)
-    if found["task"] != task_name:
-        raise ModelFolderError(f"{directory}: is a trained {found['task']} model, not a {task_name} model",
-                               directory, found["task"], task_name)
-    return found
+    if found != task_name:
+        raise ModelFolderError(f"{directory}: is a trained {found} model, not a {task_name} model",
+                               directory, found, task_name)
 
 
 def run_rows(

@@ -70,6 +70,7 @@ class AskService:
         from longdoc.ask.embedding import SentenceEmbedder
         from longdoc.ask.index import index_documents
         from longdoc.ask.session import AskSession
+        from longdoc.model_folder import read_model_folder
 
         try:
             embedder = SentenceEmbedder()
@@ -79,7 +80,8 @@ class AskService:
                 self.documents[number].update(state="indexed", passages=len(index.passages))
             del embedder  # the session loads its own
             self.state = "loading the reader" if self.model_dir is not None else "loading"
-            self.session = AskSession(self.sources, self.model_dir, progress=False, placement=self.placement,
+            folder = None if self.model_dir is None else read_model_folder(self.model_dir)
+            self.session = AskSession(self.sources, folder, progress=False, placement=self.placement,
                                       attention=self.attention, tasks=self.tasks)
             self.state = "ready"
             print(f"longdoc serve: {len(self.sources)} documents indexed; answering in {self.session.mode} mode",

@@ -5,7 +5,9 @@ while the other files are still answered."""
 
 import io
 import json
+import os
 import shutil
+import sys
 
 import pytest
 import torch
@@ -147,6 +149,47 @@ def test_plain_output_shows_the_best_supporting_sentences_one_line_each(model_di
             assert any(line.endswith(": Report Zoë works for Brünnhilde Labs.") for line in lines[1:])
 
 
+class _Opened:
+    """The paths opened while `counting` (Python's "open" audit event: builtins.open, io.open, os.open)."""
+
+    paths: list[str] | None = None
+    hooked = False
+
+    @classmethod
+    def counting(cls) -> list[str]:
+        if not cls.hooked:  # an audit hook cannot be removed: one, which records only while counting
+            sys.addaudithook(lambda event, args: cls.paths.append(str(args[0]))
+                             if event == "open" and cls.paths is not None and args[0] is not None else None)
+            cls.hooked = True
+        cls.paths = []
+        return cls.paths
+
+
+def test_ask_reads_the_model_folders_config_once(model_dir, documents, capsys):
+    config = model_dir / "model" / "config.json"
+    opened = _Opened.counting()
+    try:
+        assert main(["ask", "--model", str(model_dir / "model"), "--question", "Where is Brünnhilde Labs based?",
+                     "--json", str(documents / "notes.txt")]) == 0
+    finally:
+        _Opened.paths = None
+    assert json.loads(capsys.readouterr().out)["mode"] == "span"
+    assert [path for path in opened if os.path.realpath(path) == os.path.realpath(config)] == [str(config)]
+
+
+def test_a_model_card_that_says_generated_data_is_told_on_stderr(model_dir, documents, capsys):
+    reader = documents / "reader"
+    shutil.copytree(model_dir / "model", reader)
+    arguments = ["ask", "--model", str(reader), "--question", "Where is Brünnhilde Labs based?",
+                 str(documents / "notes.txt")]
+    assert main(arguments) == 0
+    assert "generated data" not in capsys.readouterr().err  # no card
+    (reader / "README.md").write_text("# A demo reader\n\nThis model was Trained on Generated documents only.\n")
+    assert main(arguments) == 0
+    assert ("longdoc ask: note: " + f"{reader}'s model card says it was trained on generated data "
+            "('This model was Trained on Generated documents only.')") in capsys.readouterr().err
+
+
 def test_missing_or_wrong_model_and_nothing_readable(model_dir, documents, capsys):
     assert main(["ask", "--model", str(documents / "nowhere"), "--question", "q", str(documents / "notes.txt")]) == 2
     error = capsys.readouterr().err
@@ -245,7 +288,7 @@ def test_a_folder_of_txt_md_and_html_reads_both_facts_of_each_question_and_refus
     # The demo's first three held-out documents (its generator settings, seed 1) as .txt, .md and
     # .html: 2,300 wordpieces, read from retrieved passages. The .md question's answer passage was
     # missed when the second hop's candidates were ranked by cosines across queries.
-    from longdoc.tasks.multihop.demo import write_document
+    from longdoc.demo import write_document
     from longdoc.tasks.multihop.generator import make_examples
 
     monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))

@@ -7,6 +7,7 @@ import pytest
 from longdoc.ask.documents import load_sources
 from longdoc.ask.session import AskSession
 from longdoc.errors import InputError
+from longdoc.model_folder import read_model_folder
 from longdoc.data.task import Task, TaskRegistry
 from longdoc.tasks.hotpotqa.model import HotpotQAModel
 from longdoc.tasks.wikihop.model import WikiHopModel
@@ -44,7 +45,7 @@ def _sources(folders):
 def test_a_task_of_ones_own_with_an_ask_part_reads_spans(folders):
     tasks = TaskRegistry()
     tasks.register(SPANLIKE)
-    session = AskSession(_sources(folders), folders / "spanlike", progress=False, cache_root=folders / "index",
+    session = AskSession(_sources(folders), read_model_folder(folders / "spanlike"), progress=False, cache_root=folders / "index",
                          tasks=tasks)
     result = session.ask("Where is Orbix Group based?", top_k=3, min_score=0.0, min_evidence=-1)
     assert result["mode"] == "span" and type(session.model) is SpanlikeModel
@@ -59,6 +60,6 @@ def test_a_model_of_a_task_without_an_ask_part_or_unknown_is_refused(folders):
     tasks.register(Task(name="wikihop", description="candidates", headline_metric="accuracy",
                         model="longdoc.tasks.wikihop.model:WikiHopModel"))
     with pytest.raises(InputError, match="the wikihop task does not read passages for ask"):
-        AskSession(_sources(folders), folders / "wikihop", progress=False, tasks=tasks)
+        AskSession(_sources(folders), read_model_folder(folders / "wikihop"), progress=False, tasks=tasks)
     with pytest.raises(InputError, match="holds a trained 'spanlike' model, a task this program does not know"):
-        AskSession(_sources(folders), folders / "spanlike", progress=False, tasks=tasks)
+        AskSession(_sources(folders), read_model_folder(folders / "spanlike"), progress=False, tasks=tasks)

@@ -228,6 +228,7 @@ def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp
     from longdoc.ask.documents import load_sources
     from longdoc.ask.session import AskSession
     from longdoc.model.inference import resolve_placement
+    from longdoc.model_folder import read_model_folder
     from longdoc.tasks import REGISTRY
 
     monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
@@ -238,8 +239,8 @@ def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp
     document.write_text("Ada Quell works for Orbix Group.\n\nOrbix Group is based in Tallinnford.\n")
 
     sources, _ = load_sources([str(document)])
-    session = AskSession(sources, tmp_path / "reader", progress=False, placement=resolve_placement("cpu", "bfloat16"),
-                         tasks=REGISTRY)
+    session = AskSession(sources, read_model_folder(tmp_path / "reader"), progress=False,
+                         placement=resolve_placement("cpu", "bfloat16"), tasks=REGISTRY)
     assert {parameter.dtype for parameter in session.model.parameters()} == {torch.bfloat16}
     assert session.embedder.model.dtype == torch.float32  # the retriever's vectors, as cached
     answers = session.ask("Where is Orbix Group based?", min_score=0.0, min_evidence=-1)["answers"]
