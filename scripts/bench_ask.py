@@ -58,7 +58,7 @@ def speed(args) -> list[dict]:
 
 def no_answer(args) -> list[dict]:
     from benchmarks.ask import no_answer_rows
-    from longdoc.tasks.multihop.demo import DemoData, write_document
+    from longdoc.demo import DemoData, write_document
     from longdoc.tasks.multihop.generator import make_examples
 
     data = DemoData()

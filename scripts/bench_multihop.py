@@ -28,6 +28,8 @@ from pathlib import Path
 from longdoc.errors import InputError
 from longdoc.io import atomic_write_json, atomic_write_text
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's benchmarks/ package
+
 GUESSING = "a 'based in' city of the document for a bridge question, a coin for yes/no"
 RUNS = (  # name, residual attention, reads only the first --restricted-length wordpieces
     ("residual on", True, False),
@@ -100,11 +102,13 @@ def main(argv=None) -> int:
     from longdoc.model_folder import read_tokenizer
     from longdoc.convert.pretrained import default_model_path, lifted_minilm
     from longdoc.cpu_memory import configure_allocator
-    from longdoc.tasks.multihop.demo import DemoData, run_options, timed_training, write_data
+    from benchmarks.multihop import timed_training
+    from longdoc.demo import DemoData, write_data
     from longdoc.io import read_json
+    from longdoc.tasks.multihop import generator
     from longdoc.tasks.multihop.generator import RELATION_SHARE, guessing_f1
     from longdoc.tasks import get_task
-    from longdoc.train.options import recorded_options
+    from longdoc.train.options import recorded_options, resolve_task_options
 
     args = parse_args(argv)
     configure_allocator()  # as the `longdoc` command: freed memory kept (longdoc/cpu_memory.py)
@@ -116,7 +120,7 @@ def main(argv=None) -> int:
         print(f"bench_multihop: error: {error}", file=sys.stderr)
         return 2
     (args.out / "data").mkdir(parents=True, exist_ok=True)
-    paths = write_data(args.out / "data", data, read_tokenizer(default_model_path()))
+    paths = write_data(args.out / "data", data, read_tokenizer(default_model_path()), generator)
     guessing = {"full documents": guessing_f1(read_json(paths["dev"])),
                 f"first {data.restricted_length}": guessing_f1(read_json(paths["dev-restricted"]))}
     task = get_task("multihop")
@@ -130,7 +134,7 @@ def main(argv=None) -> int:
                  "residual_attention": residual,
                  "long_max_len": data.restricted_length if restricted else data.length,
                  "eval_steps": args.eval_steps, "max_steps": args.max_steps}
-        options, task_options = run_options(task, given, args.config)
+        options, task_options = resolve_task_options(task, given, args.config)
         print(f"bench_multihop: {name}: {args.minutes:g} training minutes in {given['out']}", file=sys.stderr)
         run_options_used[name] = recorded_options(options, task_options)
         curves[name] = [asdict(point) for point in timed_training(task, options, task_options, args.minutes)]

@@ -1,6 +1,7 @@
-"""`longdoc demo [--out DIR]`: the README's main job (longdoc.tasks.multihop.demo): generate the
-built-in multi-hop data, train the lifted MiniLM on whole documents and on their first 512 tokens,
-and print the leaderboard of the two held-out runs."""
+"""`longdoc demo [--out DIR]`: the README's main job (longdoc.demo) on the registry's multihop task:
+generate the built-in multi-hop data, train the lifted MiniLM on whole documents and on their first
+512 tokens, print the leaderboard of the two held-out runs, then ask the trained model one question
+as `longdoc ask` does (its own options and printing, not a second command line)."""
 
 import argparse
 import shlex
@@ -8,14 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+from longdoc.demo import CONFIG_NAME, DemoData, default_model_dir, default_out, run_demo
 from longdoc.errors import InputError
 
 HELP = "the main job: train on generated long multi-hop documents and compare with the first 512 tokens only"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from longdoc.tasks.multihop.demo import CONFIG_NAME, DemoData
-
     defaults = DemoData()
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="data, both runs (models, checkpoints) and their metrics.json (default: "
@@ -36,10 +36,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "~/.cache/longdoc/models/multihop, under $LONGDOC_CACHE when set)")
 
 
+def _ask(words: list[str], progress: bool) -> int:
+    """`longdoc ask WORDS` through the ask command's own options (their defaults) and run."""
+    from longdoc.commands import ask
+
+    parser = argparse.ArgumentParser(prog="longdoc ask")
+    ask.add_arguments(parser)
+    args = parser.parse_args(words)
+    args.progress = progress
+    return ask.run(args)
+
+
 def run(args: argparse.Namespace) -> int:
-    from longdoc.cli import main as longdoc_main
     from longdoc.tasks import REGISTRY
-    from longdoc.tasks.multihop.demo import DemoData, default_model_dir, default_out, run_demo
 
     if args.max_steps is not None and args.max_steps < 1:
         raise InputError(f"--max-steps must be >= 1, got {args.max_steps}")
@@ -60,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
     for name, metrics in result.metrics.items():
         print(f"held-out answer F1, {name}: {metrics.get('f1', float('nan')):.4f}")
     # One question to a long generated document, answered with its location by the model just trained.
-    ask = ["ask", "--model", str(model_dir), "--question", result.question, str(result.document)]
-    print(f"\n$ longdoc {' '.join(shlex.quote(word) for word in ask)}", flush=True)
-    status = longdoc_main(ask)
+    ask = ["--model", str(model_dir), "--question", result.question, str(result.document)]
+    print(f"\n$ longdoc ask {' '.join(shlex.quote(word) for word in ask)}", flush=True)
+    status = _ask(ask, args.progress)
     print(f"longdoc demo: {time.perf_counter() - started:.0f} s in all; runs in {out}", file=sys.stderr)
     return status

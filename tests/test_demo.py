@@ -1,4 +1,4 @@
-"""The README's main job (`longdoc demo`, longdoc.tasks.multihop.demo): the cut to the first N wordpieces, and the
+"""The README's main job (`longdoc demo`, longdoc.demo): the cut to the first N wordpieces, and the
 whole orchestration end to end on a tiny budget."""
 
 import json
@@ -17,12 +17,13 @@ def _layout_length(record, tokenizer) -> int:
 
 
 def test_first_tokens_keeps_a_prefix_within_the_limit_and_never_both_facts(tokenizer):
-    from longdoc.tasks.multihop.demo import first_tokens
+    from longdoc.demo import first_tokens, generator_of
+    from longdoc.tasks import get_task
     from longdoc.tasks.multihop.generator import make_examples
 
     records = make_examples(6, seed=3, length=400, min_distance=200, comparison_fraction=0.5, tokenizer=tokenizer,
                             progress=False)
-    cut = first_tokens(records, 200, tokenizer)
+    cut = first_tokens(records, 200, tokenizer, generator_of(get_task("multihop")))
     for record, short in zip(records, cut):
         assert _layout_length(record, tokenizer) <= 400
         length = _layout_length(short, tokenizer)
@@ -37,7 +38,7 @@ def test_first_tokens_keeps_a_prefix_within_the_limit_and_never_both_facts(token
 
 
 def test_restricted_length_must_leave_the_facts_apart():
-    from longdoc.tasks.multihop.demo import DemoData
+    from longdoc.demo import DemoData
 
     with pytest.raises(InputError, match="min_distance 300 must be at least restricted_length 512"):
         DemoData(min_distance=300)
@@ -76,7 +77,9 @@ def test_demo_trains_once_and_prints_both_rows(tmp_path, capsys):
     # The whole-document model, without checkpoints, where `longdoc ask` was pointed; one question
     # of the first held-out example asked of its document, answered with a location or refused.
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [
-        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+        "README.md", "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    # Its card says what it learnt from, which `longdoc ask` tells on stderr.
+    assert "trained on generated documents only" in (tmp_path / "model" / "README.md").read_text()
     question = json.loads((out / "data" / "dev.json").read_text())[0]["question"]
     document = out / "data" / "document.txt"
     ask_output = printed[printed.index("$ longdoc ask"):]
@@ -86,7 +89,7 @@ def test_demo_trains_once_and_prints_both_rows(tmp_path, capsys):
 
 
 def test_demo_writes_under_the_cache_folder_unless_told(tmp_path, monkeypatch, capsys):
-    import longdoc.tasks.multihop.demo as demo
+    import longdoc.commands.demo as demo
 
     monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)

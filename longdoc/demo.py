@@ -1,5 +1,6 @@
 """The README's main job (`longdoc demo`): long-document QA learned on the CPU, against the same
-model restricted to the first 512 tokens.
+model restricted to the first 512 tokens, on the multihop task of the registry the command hands in
+(its generator found through the task's record, so this module imports no task).
 
 Steps, each on the library's own code path:
 1. seeded training and held-out dev files from the built-in generator (`longdoc make-data
@@ -15,24 +16,27 @@ Steps, each on the library's own code path:
 4. the same trained model predicting on the cut dev file (`longdoc predict` + `longdoc evaluate
    --out`): the row a 512-token encoder (BERT, MiniLM as published) would give, since it never
    sees the answer sentence; then the leaderboard of the two rows (`longdoc leaderboard`);
-5. the whole-document model copied to a model folder (`--model-dir`), and the first held-out
-   example written as a plain text file for one question to it (`longdoc demo` then runs
-   `longdoc ask --model` that folder on it).
+5. the whole-document model copied to a model folder (`--model-dir`) with a model card saying it
+   was trained on generated documents only (`longdoc ask` warns of that), and the first held-out
+   example written as a plain text file for one question to it (`longdoc demo` then asks it with
+   `longdoc ask --model` that folder).
 
 The demo's documents carry no relation distractors (the two facts are the only "works for" and
 "based in" sentences): what it asks is reading far enough, which the model learns in minutes on a
 CPU. The full multi-hop setting (distractor relations and decoys about the same cities and
-companies, comparison questions), with both models trained, is scripts/bench_multihop.py's.
+companies, comparison questions), with both models trained, is scripts/bench_multihop.py's (its timed runs: benchmarks/multihop.py).
 """
 
+import importlib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Mapping
 
+from longdoc.data.task import Task, TaskLookup
 from longdoc.errors import OptionError
 from longdoc.model.cache import cache_dir
-from longdoc.data.task import TaskLookup
 
 TASK_NAME = "multihop"
 CONFIG_NAME = "demo"  # tasks/multihop/configs/demo.json: the training options
@@ -40,6 +44,17 @@ FULL_RUN = "full"
 RESTRICTED_RUN = "first-{length}"
 # After answer F1 (the headline): what the demo's questions test (`longdoc leaderboard` shows all).
 LEADERBOARD_COLUMNS = ["em", "sp_f1", "joint_f1"]
+MODEL_CARD_TEXT = """# longdoc demo model (multihop)
+
+This model was trained on generated documents only (`longdoc make-data multihop`: invented people,
+companies and cities, {length} wordpieces each), by `longdoc demo`. It answers questions like the
+generator's; its answers on real documents may be wrong.
+"""
+
+
+def generator_of(task: Task) -> ModuleType:
+    """The generator module the task's record names (`extras["generator"]`: the multihop task's)."""
+    return importlib.import_module(task.extras["generator"])
 
 
 def default_out() -> Path:
@@ -88,13 +103,11 @@ class DemoResult:
     document: Path | None = None
 
 
-def first_tokens(records: list[dict], limit: int, tokenizer) -> list[dict]:
+def first_tokens(records: list[dict], limit: int, tokenizer, generator: ModuleType) -> list[dict]:
     """HotpotQA records cut to the whole sentences (and titles) that fit, with `[CLS] question
     [SEP]` and the closing `[SEP]`, in `limit` wordpieces; paragraphs left empty are dropped.
-    Counted by the generator's counter, which matches the feature builder's layout exactly."""
-    from longdoc.tasks.multihop.generator import wordpiece_counter
-
-    count = wordpiece_counter(tokenizer)
+    Counted by the generator's counter (`generator_of`), which matches the feature builder's layout exactly."""
+    count = generator.wordpiece_counter(tokenizer)
     cut = []
     for record in records:
         budget = limit - 3 - count([record["question"]])[0]
@@ -117,16 +130,16 @@ def first_tokens(records: list[dict], limit: int, tokenizer) -> list[dict]:
     return cut
 
 
-def write_data(folder: Path, data: DemoData, tokenizer, progress: bool = True,
+def write_data(folder: Path, data: DemoData, tokenizer, generator: ModuleType, progress: bool = True,
                cut: tuple[str, ...] = ("train", "dev")) -> dict[str, Path]:
     """train.json, dev.json and the cuts of the `cut` splits to the first `restricted_length`
-    wordpieces, in `folder` (paths keyed "train", "dev", "train-restricted", "dev-restricted")."""
+    wordpieces, in `folder` (paths keyed "train", "dev", "train-restricted", "dev-restricted"), drawn
+    by `generator` (`generator_of`)."""
     from longdoc.io import atomic_write_json
-    from longdoc.tasks.multihop.generator import make_examples
 
     paths = {}
     for split, n, seed in (("train", data.train_examples, data.seed), ("dev", data.dev_examples, data.seed + 1)):
-        records = make_examples(n, seed=seed, length=data.length, min_distance=data.min_distance,
+        records = generator.make_examples(n, seed=seed, length=data.length, min_distance=data.min_distance,
                                 comparison_fraction=data.comparison_fraction, relation_share=data.relation_share,
                                 chain_order=data.chain_order, tokenizer=tokenizer, progress=progress)
         paths[split] = folder / f"{split}.json"
@@ -134,7 +147,7 @@ def write_data(folder: Path, data: DemoData, tokenizer, progress: bool = True,
         if split not in cut:
             continue
         paths[f"{split}-restricted"] = folder / f"{split}-first{data.restricted_length}.json"
-        atomic_write_json(paths[f"{split}-restricted"], first_tokens(records, data.restricted_length, tokenizer),
+        atomic_write_json(paths[f"{split}-restricted"], first_tokens(records, data.restricted_length, tokenizer, generator),
                           indent=None)
     return paths
 
@@ -147,85 +160,6 @@ def write_document(record: dict, path: Path) -> Path:
     atomic_write_text(path, "\n\n".join(f"{title}\n{''.join(sentences)}" for title, sentences in record["context"])
                       + "\n")
     return path
-
-
-def run_options(task, given: Mapping[str, Any], config: str | Path | None = CONFIG_NAME) -> tuple:
-    """The resolved options (the engine's, the task's) of `longdoc train multihop --config demo` with
-    `given` on the command line."""
-    from longdoc.train.options import resolve_task_options
-
-    return resolve_task_options(task, given, config)
-
-
-@dataclass
-class CurvePoint:
-    """One evaluation of a timed run: after `step` optimizer steps and `minutes` of training
-    (evaluation time excluded), the official metrics on the dev file."""
-
-    step: int
-    minutes: float
-    metrics: dict[str, float]
-
-
-def timed_training(task, options, task_options, minutes: float) -> list[CurvePoint]:
-    """`longdoc train` of `task` with resolved `options` and `task_options` (evaluating every `eval_steps`) stopped
-    after `minutes` of training time, or at `max_steps`, whichever comes first; the learning curve.
-
-    The engine's own job and loop (`build_task_job`, `run_training`): its evaluation is wrapped to
-    take the clock out while it runs, and the time limit asks the loop to stop the way Ctrl-C does
-    (SIGTERM: the step in flight finishes and a checkpoint is written), then the stopped model is
-    evaluated once more (that last point's minutes include writing the stop checkpoint). The clock
-    starts at the first training batch (model loading excluded)."""
-    import os
-    import signal
-    import time
-
-    import torch
-
-    from longdoc.train.engine import run_training
-    from longdoc.train.finetune import build_task_job
-
-    out = Path(options.out)
-    if (out / "checkpoints").exists():
-        raise OptionError("{out} {path} holds checkpoints of an earlier run: a timed run starts afresh; give another "
-                          "{out}", path=out)
-    job = build_task_job(task, options, task_options)
-    evaluate, collate = job.evaluate, job.collate
-    clock = {"start": None, "evaluating": 0.0, "batches": 0, "stopping": False}
-    points: list[CurvePoint] = []
-
-    def training_minutes() -> float:
-        return (time.perf_counter() - clock["start"] - clock["evaluating"]) / 60
-
-    def timed_evaluate(model, folder: Path) -> dict[str, float]:
-        began = time.perf_counter()
-        at = CurvePoint(clock["batches"] // options.grad_accum, training_minutes(), {})
-        at.metrics = evaluate(model, folder)
-        clock["evaluating"] += time.perf_counter() - began
-        points.append(at)
-        print(f"longdoc: {task.name} after {at.step} steps, {at.minutes:.1f} training minutes: answer F1 "
-              f"{at.metrics.get('f1', float('nan')):.4f}", file=sys.stderr)
-        return at.metrics
-
-    def counted_collate(rows):
-        if clock["start"] is None:
-            clock["start"] = time.perf_counter()
-        clock["batches"] += 1
-        if not clock["stopping"] and training_minutes() >= minutes:
-            clock["stopping"] = True
-            print(f"longdoc: {minutes:g} training minutes reached: stopping", file=sys.stderr)
-            os.kill(os.getpid(), signal.SIGTERM)
-        return collate(rows)
-
-    job.evaluate, job.collate = timed_evaluate, counted_collate
-    result = run_training(job)
-    if result.interrupted and clock["stopping"]:
-        job.model.eval()
-        with torch.no_grad():
-            timed_evaluate(job.model, out)
-    elif result.interrupted:
-        raise KeyboardInterrupt
-    return points
 
 
 def evaluate_restricted(task, model_dir: Path, dev: Path, out: Path, restricted_length: int,
@@ -257,20 +191,22 @@ def run_demo(tasks: TaskLookup, out: Path, data: DemoData = DemoData(), override
     from longdoc.convert.pretrained import default_model_path
     from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, leaderboards_markdown
     from longdoc.io import read_json
-    from longdoc.model_folder import copy_model, read_tokenizer
+    from longdoc.io import atomic_write_text
+    from longdoc.model_folder import MODEL_CARD, copy_model, read_tokenizer
     from longdoc.train.finetune import train_task
+    from longdoc.train.options import resolve_task_options
 
     out = Path(out)
     (out / "data").mkdir(parents=True, exist_ok=True)
     task = tasks.get(TASK_NAME)
     overrides = dict(overrides or {})
     tokenizer = read_tokenizer(overrides.get("init") or default_model_path())
-    paths = write_data(out / "data", data, tokenizer, progress, cut=("dev",))  # the model trains on whole documents
+    paths = write_data(out / "data", data, tokenizer, generator_of(task), progress, cut=("dev",))  # the model trains on whole documents
     restricted = RESTRICTED_RUN.format(length=data.restricted_length)
     result = DemoResult(runs={FULL_RUN: out / FULL_RUN, restricted: out / restricted})
     print(f"longdoc demo: training on documents of up to {data.length} wordpieces in {out / FULL_RUN}",
           file=sys.stderr)
-    options, task_options = run_options(task, {**overrides, "train": paths["train"], "dev": paths["dev"],
+    options, task_options = resolve_task_options(task, {**overrides, "train": paths["train"], "dev": paths["dev"],
                                                "out": out / FULL_RUN, "long_max_len": data.length}, config)
     trained = train_task(task, options, task_options)
     if trained.interrupted:
@@ -284,6 +220,7 @@ def run_demo(tasks: TaskLookup, out: Path, data: DemoData = DemoData(), override
                                                                   LEADERBOARD_COLUMNS))
     if model_dir is not None:
         copy_model(result.runs[FULL_RUN], model_dir)
+        atomic_write_text(Path(model_dir) / MODEL_CARD, MODEL_CARD_TEXT.format(length=data.length))
     first = read_json(paths["dev"])[0]
     result.question, result.document = first["question"], write_document(first, out / "data" / "document.txt")
     return result
