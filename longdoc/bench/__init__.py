@@ -1,4 +1,4 @@
-"""The encoder benchmark behind `longdoc bench` and scripts/bench_encoder.py (issue 2).
+"""The encoder benchmark behind `longdoc bench` and scripts/bench_encoder.py.
 
 Forward and forward+backward seconds and peak memory of GlobalLocalModel (residual attention and
 talking heads on and off) next to transformers' Longformer, BigBird and BERT with the same shape,

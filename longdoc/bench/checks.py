@@ -1,4 +1,4 @@
-"""The benchmark's targets (issue 2), judged from the measurements of one run.
+"""The benchmark's targets, judged from the measurements of one run.
 
 On MiniLM's shape, 256 globals, r = 84, measured in one run:
 - at 4096 long tokens our forward, and our forward+backward, are faster than every peer's;
@@ -8,13 +8,13 @@ On MiniLM's shape, 256 globals, r = 84, measured in one run:
 "Our" is the reference variant (residual on, talking heads off). A check whose measurements are
 missing (not in this run's lengths or variants, or failed) is SKIP, never PASS.
 
-The plain-process run (issue 8: every model in one process, every peer reading the same L-token
+The plain-process run (every model in one process, every peer reading the same L-token
 document) has its own targets at 4096, as ratios within the run: our forward at most 0.6x
 BERT-SDPA's and below Longformer's and BigBird's; our forward+backward at most 0.7x BERT-SDPA's and
 0.8x BigBird's; talking heads add at most 25% to the forward and 30% to the forward+backward; the
 forward reaches 60% of the run's matmul GFLOP/s.
 
-On a CUDA GPU (issue 31), as ratios within the run: our forward+backward at 4096 at most 0.5x
+On a CUDA GPU, as ratios within the run: our forward+backward at 4096 at most 0.5x
 BigBird's and 0.5x Longformer's; our peak memory at 16384 at most 0.5x Longformer's in both modes
 (or ours fits where Longformer runs out of memory); our peak memory at 16384 under 4.5 times that at
 4096.

@@ -1,4 +1,4 @@
-"""The plain-process benchmark (issue 8): every model in this one process, interleaved, as a user's
+"""The plain-process benchmark: every model in this one process, interleaved, as a user's
 script runs them, and the batched-inference table.
 
 A user's script imports longdoc, builds the models and calls them; nothing is preloaded, and memory
