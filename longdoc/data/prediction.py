@@ -7,10 +7,12 @@ from pathlib import Path
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
 from longdoc.data.examples import StructuredExample
+from longdoc.errors import InputError
 from longdoc.data.features import FeatureSettings, Features, GlobalMarkers, build_features
 
 
@@ -51,7 +53,8 @@ def score_examples(
     `model.forward_rows` runs them `batch_size` at a time (floating outputs come back as float32 on
     the CPU, whatever the model's device and dtype). Examples are run `chunk_size` at a time (None:
     all at once), so that the windows of a large file need not all be held at once; the progress bar
-    then counts examples, else windows.
+    then counts examples, else windows. Outputs holding NaN or infinities are refused
+    (`refuse_non_finite`), before anything is decoded from them.
     """
     markers = GlobalMarkers.from_tokenizer(tokenizer)
     examples = iter(examples)
@@ -63,6 +66,16 @@ def score_examples(
                                          progress=progress and chunk_size is None, desc=desc)
             per_example: list[list[WindowScores]] = [[] for _ in chunk]
             for (e, features), output in zip(windows, outputs):
+                refuse_non_finite(chunk[e].id, output)
                 per_example[e].append(WindowScores(features, output))
             yield from zip(chunk, per_example)
             bar.update(len(chunk))
+
+
+def refuse_non_finite(example_id: str, outputs: Mapping[str, Tensor]) -> None:
+    """InputError naming the example when one of its window's floating outputs holds NaN or an infinity:
+    decoded, they give empty answers and NaN scores, which no JSON file can hold."""
+    for name, value in outputs.items():
+        if value.is_floating_point() and not torch.isfinite(value).all():
+            raise InputError(f"example {example_id!r}: the model's {name} hold NaN or infinite values; its weights "
+                             "are damaged, or the training run that saved it diverged")

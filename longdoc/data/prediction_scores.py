@@ -45,7 +45,8 @@ def write_scores(prediction_path: str | os.PathLike, records: Iterable[Mapping])
     the header, then `records` ({"id", ...} each); atomically. Returns its path."""
     prediction_path = Path(prediction_path)
     header = {"scores_of": prediction_path.name, "sha256": _sha256(prediction_path)}
-    lines = [json.dumps(header)] + [json.dumps(record, ensure_ascii=False) for record in records]
+    # allow_nan=False: NaN and Infinity are not JSON; a score that is not a number is a bug, not a line.
+    lines = [json.dumps(header)] + [json.dumps(record, ensure_ascii=False, allow_nan=False) for record in records]
     path = scores_path(prediction_path)
     atomic_write_text(path, "".join(line + "\n" for line in lines))
     return path

@@ -17,7 +17,7 @@ import torch
 
 from longdoc.data.examples import StructuredExample
 from longdoc.data.features import Features, GlobalKind, GlobalMarkers
-from longdoc.data.prediction import PredictionFile
+from longdoc.data.prediction import PredictionFile, refuse_non_finite
 from longdoc.data.prediction_scores import write_scores
 from longdoc.io import atomic_write_json
 from longdoc.tasks.wikihop.features import CutCounter, collate, example_window, feature_settings, window_inputs
@@ -66,6 +66,8 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, tune: bool =
     cuts.warn(data_path, settings.long_max_len)
     outputs = model.forward_rows([window_inputs(features) for features in windows], collate, batch_size,
                                  progress=progress, desc="predict")
+    for example, output in zip(examples, outputs):
+        refuse_non_finite(example.id, output)
     answers = {example.id: best_candidate(example, features, output["candidate_logits"])
                for example, features, output in zip(examples, windows, outputs)}
     atomic_write_json(out_path, answers)
