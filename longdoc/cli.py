@@ -6,6 +6,7 @@ Each command module (longdoc/commands) defines `HELP` (one line), `add_arguments
 """
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -50,6 +51,19 @@ WITHOUT_TRANSFORMERS = {"evaluate", "leaderboard"}
 # The exit status of a program ended by SIGPIPE (128 + 13), as `cat` or `grep` report when the
 # reader closes the pipe early: `set -o pipefail` treats longdoc as it treats them.
 BROKEN_PIPE_STATUS = 141
+# The shell's status for a program stopped by Ctrl-C (128 + SIGINT's 2).
+INTERRUPTED_STATUS = 130
+
+# What a command stopped by Ctrl-C leaves behind, where it is known: every file these commands write
+# appears whole or not at all. (train and pretrain say it themselves: the checkpoint they saved.)
+KEPT_WHEN_INTERRUPTED = {
+    "predict": "nothing written",
+    "export": "nothing written",
+    "lift": "nothing written",
+    "convert": "nothing written",
+    "evaluate": "nothing written",
+    "ask": "the documents indexed so far are kept in the index cache; asking again starts from them",
+}
 
 
 def _add_output_options(parser: argparse.ArgumentParser, default) -> None:
@@ -61,8 +75,33 @@ def _add_output_options(parser: argparse.ArgumentParser, default) -> None:
                         help="also show transformers' log messages and weight-loading progress bars")
 
 
+class _Parser(argparse.ArgumentParser):
+    """The top-level parser: arguments no command takes are refused with that command's usage, and a
+    misspelled flag with the nearest one the command has (argparse suggests flags only from Python 3.14)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.command_parsers: dict[str, argparse.ArgumentParser] = {}
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            command_parser = self.command_parsers.get(getattr(parsed, "command", None), self)
+            command_parser.error(_unrecognized(unknown, command_parser))
+        return parsed
+
+
+def _unrecognized(unknown: list[str], parser: argparse.ArgumentParser) -> str:
+    """argparse's message for arguments no option takes, and the nearest flag to each misspelled one."""
+    flags = [flag for action in parser._actions for flag in action.option_strings]
+    nearest = [match for argument in unknown if argument.startswith("--")
+               for match in difflib.get_close_matches(argument.split("=", 1)[0], flags, n=1)]
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    return message + (f"; did you mean {' or '.join(dict.fromkeys(nearest))}?" if nearest else "")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="longdoc", description=DESCRIPTION, epilog=EPILOG)
+    parser = _Parser(prog="longdoc", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"longdoc {version('longdoc')}")
     _add_output_options(parser, default=False)
     # --quiet / --verbose also after the command (`longdoc ask ... --quiet`), where users put flags;
@@ -77,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     add_help=not getattr(module, "OWN_HELP", False))
         module.add_arguments(sub)
         sub.set_defaults(run=module.run)
+        parser.command_parsers[name] = sub
     return parser
 
 
@@ -118,8 +158,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.quiet and args.verbose:  # one before the command, the other after it
         parser.error("argument --quiet: not allowed with argument --verbose")
-    _configure_output(args)
     try:
+        _configure_output(args)  # inside: importing transformers takes seconds, Ctrl-C may come then
         status = args.run(args)
         sys.stdout.flush()
         return status
@@ -127,11 +167,24 @@ def main(argv=None) -> int:
         # The reader stopped reading (`longdoc leaderboard --json | head`): end quietly.
         _silence_closed_stdout()
         return BROKEN_PIPE_STATUS
+    except KeyboardInterrupt:
+        kept = KEPT_WHEN_INTERRUPTED.get(args.command)
+        print(f"longdoc {args.command}: interrupted" + (f"; {kept}" if kept else ""), file=sys.stderr)
+        return INTERRUPTED_STATUS
     except (InputError, FileNotFoundError, IsADirectoryError) as error:
-        message = f"longdoc {args.command}: error: {with_hint(error)}"
+        message = f"longdoc {args.command}: error: {_said(error)}"
         print(message, file=sys.stderr)
         _tell_torchrun(message)
         return 2
+
+
+def _said(error: Exception) -> str:
+    """The error in the words every command uses: a missing path as "PATH: no such file or folder",
+    not Python's "[Errno 2] No such file or directory: 'PATH'"."""
+    if isinstance(error, OSError) and error.filename is not None:
+        reason = "no such file or folder" if isinstance(error, FileNotFoundError) else "a folder, not a file"
+        return f"{error.filename}: {reason}"
+    return with_hint(error)
 
 
 def _tell_torchrun(message: str) -> None:

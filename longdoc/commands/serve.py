@@ -38,8 +38,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "analyze attention`)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free port)")
+    parser.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0: any free port)")
     inference.add_arguments(parser)  # the reader's; the MiniLM retriever runs on the CPU
+
+
+def _port(text: str) -> int:
+    """--port's value: a TCP port, or 0 for any free one (the socket layer would take 99999 modulo 65536)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is outside 1-65535 (0: any free port)")
+    return port
 
 
 def _check_mode(args) -> None:

@@ -62,8 +62,8 @@ class TrainingOptions:
     keep_last: int = option(2, "checkpoints kept (the oldest are removed)", "K")
     log_steps: int = option(10, "a train_log.jsonl line (loss, lr, examples/s) every N steps", "N")
     report_to: str | None = option(None, "also log train_log.jsonl's scalars to: tensorboard (event files in "
-                                   "OUT/runs; needs the tensorboard package: pip install 'longdoc[tensorboard]')",
-                                   "TOOL")
+                                   "OUT/runs; needs the tensorboard package: pip install 'longdoc[tensorboard]'), "
+                                   "or none (the default)", "TOOL")
     eval_batch_size: int | None = option(None, "windows per forward pass when evaluating (default: --batch-size)",
                                          "N")
     gradient_checkpointing: bool = option(False, "recompute activations in backward (less memory, slower)")
@@ -81,6 +81,8 @@ class TrainingOptions:
     config: str | None = None  # the config file the values came from (None: none)
 
     def __post_init__(self):
+        if self.report_to == NO_REPORTING:
+            object.__setattr__(self, "report_to", None)  # frozen: set once, before the checks
         check_options(self)
 
     def encoder_settings(self) -> dict[str, Any]:
@@ -91,8 +93,10 @@ class TrainingOptions:
 ENGINE_OPTIONS: tuple[Option, ...] = options_of(TrainingOptions)
 # Encoder settings a run may change at --init (they need no new weights, or start at identity).
 ENCODER_SWITCHES = ("residual_attention", "talking_heads", "long_max_len", "global_max_len")
-# --report-to's choices: the logging tool and the package it needs.
+# --report-to's choices: the logging tool and the package it needs; or "none", as transformers'
+# TrainingArguments spells no logging tool.
 REPORT_TO = {"tensorboard": "tensorboard"}
+NO_REPORTING = "none"
 _POSITIVE = ("batch_size", "grad_accum", "save_steps", "keep_last", "log_steps")
 
 
@@ -282,8 +286,8 @@ def check_options(options: TrainingOptions) -> None:
                               "{init} {got}", got=options.init)
     if options.report_to is not None:
         if options.report_to not in REPORT_TO:
-            raise OptionError("{report_to} must be one of {choices}, got {got!r}", choices=", ".join(REPORT_TO),
-                              got=options.report_to)
+            raise OptionError("{report_to} must be one of {choices}, got {got!r}",
+                              choices=", ".join([*REPORT_TO, NO_REPORTING]), got=options.report_to)
         if importlib.util.find_spec(REPORT_TO[options.report_to]) is None:
             raise OptionError("{report_to} {tool} needs the {package} package: pip install 'longdoc[{tool}]'",
                               tool=options.report_to, package=REPORT_TO[options.report_to])

@@ -96,8 +96,10 @@ def wait_ready(base: str, timeout: float = 300) -> dict:
 @pytest.fixture(scope="session")
 def browser():
     """Headless Chromium driven by Selenium through Debian's chromedriver (nothing is downloaded)."""
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        _missing("Chromium is not installed: apt-get install chromium chromium-driver")
+    missing = {package: path for package, path in (("chromium", CHROMIUM), ("chromium-driver", CHROMEDRIVER))
+               if not path.exists()}
+    if missing:
+        _missing(f"{' and '.join(map(str, missing.values()))} not found: apt-get install {' '.join(missing)}")
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service

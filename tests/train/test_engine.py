@@ -268,7 +268,7 @@ def test_report_to_tensorboard_logs_the_scalars_of_train_log(data, tmp_path):
 
 @pytest.mark.parametrize("tool, message", [
     ("tensorboard", "--report-to tensorboard needs the tensorboard package: pip install 'longdoc[tensorboard]'"),
-    ("wandb", "--report-to must be one of tensorboard, got 'wandb'"),
+    ("wandb", "--report-to must be one of tensorboard, none, got 'wandb'"),
 ])
 def test_report_to_refusals(data, tmp_path, monkeypatch, capsys, tool, message):
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if the package were not installed
