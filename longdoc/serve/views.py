@@ -6,11 +6,17 @@ A task's browse module defines `open_browser(gold_path, pred_paths, **metric_opt
 ExampleBrowser`: the gold file's examples in gold order, each with its figures against each
 prediction file as the task's official metric code computes them per example (so that their mean
 is the official total where the total is a mean), and `view(id)`, one example in full: its texts
-with the gold's and each prediction file's marks.
+with the gold's and each prediction file's marks. It reads the gold and hands its examples with its
+`BrowseParts` to `open_examples`, which reads the prediction files and their scores side files and
+puts the rows and views together.
 """
 
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from longdoc.data.prediction_scores import PredictionScores, read_scores
 
 
 @dataclass(frozen=True)
@@ -110,3 +116,48 @@ class ExampleBrowser:
     totals_are_means: bool
     rows: tuple[ExampleRow, ...]
     view: Callable[[str], ExampleView]  # KeyError for an id the gold does not hold
+
+
+@dataclass(frozen=True)
+class PredictionFile:
+    """One prediction file as a task's browse module reads it."""
+
+    predictions: Any  # as the task's metric reads the file
+    scores: PredictionScores | None  # its scores side file; None for a task that writes none
+
+
+@dataclass(frozen=True)
+class BrowseParts:
+    """A task's part of the prediction browser; `open_examples` does the rest."""
+
+    right_means: str  # ExampleBrowser.right_means
+    metric_keys: tuple[str, ...]
+    read_predictions: Callable[[Path], Any]  # one prediction file, as the task's metric reads it
+    # One gold example against every file: its row, and what its view needs of it (kept by id).
+    row: Callable[[Any, Sequence[PredictionFile]], tuple[ExampleRow, Any]]
+    view: Callable[[Any, Sequence[PredictionFile]], ExampleView]  # what `row` kept -> the example in full
+    check_scores: Callable[[Mapping], str | None] | None = None  # read_scores' check; None: no side files
+    totals_are_means: bool = True
+
+
+VIEWS_KEPT = 16  # the views last shown, kept (a view can read the gold file again: Natural Questions')
+
+
+def open_examples(parts: BrowseParts, gold: Iterable[Any], pred_paths: Sequence) -> ExampleBrowser:
+    """The browser of the gold examples `gold` (the task's, each read once, in gold order) against the
+    prediction files at `pred_paths` (and their scores side files)."""
+    files = tuple(PredictionFile(parts.read_predictions(Path(path)),
+                                 None if parts.check_scores is None else read_scores(path, parts.check_scores))
+                  for path in pred_paths)
+    rows, kept = [], {}
+    for example in gold:
+        row, needed = parts.row(example, files)
+        rows.append(row)
+        kept[row.id] = needed
+
+    @lru_cache(maxsize=VIEWS_KEPT)
+    def view(example_id: str) -> ExampleView:
+        return parts.view(kept[example_id], files)
+
+    return ExampleBrowser(right_means=parts.right_means, metric_keys=parts.metric_keys,
+                          totals_are_means=parts.totals_are_means, rows=tuple(rows), view=view)

@@ -14,14 +14,15 @@ sentences most probable as supporting facts (with the gold's and each file's) in
 probable first; a file without one is said to have no scores.
 """
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from longdoc.data.examples import StructuredExample
-from longdoc.data.prediction_scores import PredictionScores, is_fraction, read_scores
+from longdoc.data.prediction_scores import PredictionScores, is_fraction
 from longdoc.serve.views import (
-    Column, ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, Table, TextBlock, fraction_cell, table_of,
+    BrowseParts, Column, ExampleBrowser, ExampleRow, ExampleView, Mark, PredictionFile, RunResult, Table, TextBlock,
+    fraction_cell, open_examples, table_of,
 )
-from longdoc.tasks.hotpotqa.metric import example_scores, read_gold, read_prediction
+from longdoc.tasks.hotpotqa.metric import example_scores, read_prediction
 from longdoc.tasks.hotpotqa.reader import answer_spans, read_examples
 
 METRIC_KEYS = ("em", "f1", "sp_em", "sp_f1", "joint_em", "joint_f1", "prec", "recall", "sp_prec", "sp_recall",
@@ -120,54 +121,56 @@ def _describe_facts(facts) -> str:
     return "; ".join(f"{title} [{index}]" for title, index in facts)
 
 
+def _row(example: StructuredExample, files: Sequence[PredictionFile]) -> tuple[ExampleRow, StructuredExample]:
+    labels = example.labels
+    # What the metric reads of a gold example.
+    gold = {"_id": example.id, "answer": labels["answer"], "supporting_facts": labels["supporting_facts"]}
+    runs = []
+    for file in files:
+        scores = example_scores(gold, file.predictions["answer"], file.predictions["sp"])
+        figures = scores.figures()
+        answer = file.predictions["answer"].get(example.id, "")
+        runs.append(RunResult(prediction=answer if isinstance(answer, str) else repr(answer),
+                              right=None if scores.answer is None else scores.answer.em == 1.0,
+                              metrics={key: figures[key] for key in METRIC_KEYS}))
+    row = ExampleRow(id=example.id, question=example.question, gold=labels["answer"],
+                     facets={"type": str(labels["type"]), "level": str(labels["level"]),
+                             "answer": "yes/no" if labels["answer"] in YES_NO else "span"},
+                     runs=tuple(runs))
+    return row, example
+
+
+def _view(example: StructuredExample, files: Sequence[PredictionFile]) -> ExampleView:
+    gold_facts = [(title, index) for title, index in example.labels["supporting_facts"]]
+    sides = [_paragraph_marks(example, gold_facts, example.labels["answer"], None)]
+    run_fields, run_facts = [], []
+    records = [file.scores.records.get(example.id) for file in files]
+    for run, (file, record) in enumerate(zip(files, records)):
+        facts, other = _split_facts(example, file.predictions["sp"].get(example.id, []))
+        run_facts.append(facts)
+        answer = file.predictions["answer"].get(example.id, "")
+        sides.append(_paragraph_marks(example, facts, answer if isinstance(answer, str) else "", run))
+        fields = [("answer", answer if isinstance(answer, str) else repr(answer)),
+                  _type_field(file.scores, example.id), ("supporting facts", _describe_facts(facts))]
+        if record is not None:
+            fields.append(("supporting-fact threshold", f"{record['sp_threshold']:g}"))
+        if other:
+            fields.append(("facts not in the context", "; ".join(map(repr, other))))
+        run_fields.append(tuple(fields))
+    texts = tuple(TextBlock(title, document.text[len(title) + 1:], tuple(mark for side in sides for mark in side[d]))
+                  for d, (title, document) in enumerate(zip(_titles(example), example.documents)))
+    fields = (("answer", example.labels["answer"]), ("supporting facts", _describe_facts(gold_facts)),
+              ("type", str(example.labels["type"])), ("level", str(example.labels["level"])))
+    table = _sentence_table(gold_facts, run_facts, records)
+    return ExampleView(id=example.id, fields=fields, run_fields=tuple(run_fields),
+                       tables=() if table is None else (table,), texts=texts)
+
+
+PARTS = BrowseParts(right_means="the answer is an exact match (EM 1)", metric_keys=METRIC_KEYS,
+                    read_predictions=read_prediction, row=_row, view=_view, check_scores=check_scores)
+
+
 def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
-    """The examples of a HotpotQA gold file against prediction files {"answer": {id: text}, "sp": {id: facts}}
-    (and their scores side files)."""
-    gold = read_gold(gold_path)
-    predictions = [read_prediction(path) for path in pred_paths]
-    side_files = [read_scores(path, check_scores) for path in pred_paths]
-    examples = {example.id: example for example in read_examples(gold_path)}
-    rows = []
-    for record in gold:
-        runs = []
-        for prediction in predictions:
-            scores = example_scores(record, prediction["answer"], prediction["sp"])
-            figures = scores.figures()
-            answer = prediction["answer"].get(record["_id"], "")
-            runs.append(RunResult(prediction=answer if isinstance(answer, str) else repr(answer),
-                                  right=None if scores.answer is None else scores.answer.em == 1.0,
-                                  metrics={key: figures[key] for key in METRIC_KEYS}))
-        rows.append(ExampleRow(
-            id=record["_id"], question=record["question"], gold=record["answer"],
-            facets={"type": str(record.get("type")), "level": str(record.get("level")),
-                    "answer": "yes/no" if record["answer"] in YES_NO else "span"},
-            runs=tuple(runs)))
-
-    def view(example_id: str) -> ExampleView:
-        example = examples[example_id]
-        gold_facts = [(title, index) for title, index in example.labels["supporting_facts"]]
-        sides = [_paragraph_marks(example, gold_facts, example.labels["answer"], None)]
-        run_fields, run_facts = [], []
-        records = [side_file.records.get(example_id) for side_file in side_files]
-        for run, (prediction, side_file, record) in enumerate(zip(predictions, side_files, records)):
-            facts, other = _split_facts(example, prediction["sp"].get(example_id, []))
-            run_facts.append(facts)
-            answer = prediction["answer"].get(example_id, "")
-            sides.append(_paragraph_marks(example, facts, answer if isinstance(answer, str) else "", run))
-            fields = [("answer", answer if isinstance(answer, str) else repr(answer)),
-                      _type_field(side_file, example_id), ("supporting facts", _describe_facts(facts))]
-            if record is not None:
-                fields.append(("supporting-fact threshold", f"{record['sp_threshold']:g}"))
-            if other:
-                fields.append(("facts not in the context", "; ".join(map(repr, other))))
-            run_fields.append(tuple(fields))
-        texts = tuple(TextBlock(title, document.text[len(title) + 1:], tuple(mark for side in sides for mark in side[d]))
-                      for d, (title, document) in enumerate(zip(_titles(example), example.documents)))
-        fields = (("answer", example.labels["answer"]), ("supporting facts", _describe_facts(gold_facts)),
-                  ("type", str(example.labels["type"])), ("level", str(example.labels["level"])))
-        table = _sentence_table(gold_facts, run_facts, records)
-        return ExampleView(id=example_id, fields=fields, run_fields=tuple(run_fields),
-                           tables=() if table is None else (table,), texts=texts)
-
-    return ExampleBrowser(right_means="the answer is an exact match (EM 1)", metric_keys=METRIC_KEYS,
-                          totals_are_means=True, rows=tuple(rows), view=view)
+    """The examples of a HotpotQA gold file (read once, by the reader) against prediction files
+    {"answer": {id: text}, "sp": {id: facts}} (and their scores side files)."""
+    return open_examples(PARTS, read_examples(gold_path), pred_paths)

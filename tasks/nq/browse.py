@@ -9,14 +9,20 @@ sweep over score thresholds of these judgements (`metric.sweep_thresholds`), not
 
 The page is shown as its words: HTML tag tokens are left out, block tags (<P>, <Tr>, <Li>, ...)
 become line breaks. A view reads the gold file again up to its example, so that the pages
-(about 1 GB in the dev set) are never all held at once.
+(about 1 GB in the dev set) are never all held at once (the views last shown are kept:
+longdoc.serve.views.VIEWS_KEPT).
 """
 
-from functools import lru_cache
+from dataclasses import dataclass
+from functools import partial
 from itertools import islice
+from pathlib import Path
+from typing import Iterator, Sequence
 
 from longdoc.io import iter_jsonl
-from longdoc.serve.views import ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, TextBlock
+from longdoc.serve.views import (
+    BrowseParts, ExampleBrowser, ExampleRow, ExampleView, Mark, PredictionFile, RunResult, TextBlock, open_examples,
+)
 from longdoc.tasks.nq.gold import Document, GoldExample, gold_paths, iter_gold
 from longdoc.tasks.nq.metric import (
     ExampleJudgement, gold_has_long_answer, gold_has_short_answer, judge_example, short_answer_text,
@@ -28,7 +34,6 @@ _BLOCK_TAGS = frozenset({"p", "br", "div", "table", "tr", "ul", "ol", "li", "dl"
                          "h1", "h2", "h3", "h4", "h5", "h6"})
 METRIC_KEYS = ("long_gold", "long_pred", "long_correct", "long_score", "short_gold", "short_pred", "short_correct",
                "short_score", "short_rouge_l")
-VIEWS_KEPT = 16
 
 
 def page_text(document: Document) -> tuple[str, list[tuple[int, int] | None]]:
@@ -103,63 +108,80 @@ def _gold_summary(gold: GoldExample) -> str:
     return "long answer only" if any(answer.has_long_answer for answer in gold.annotations) else "no answer"
 
 
+@dataclass(frozen=True)
+class GoldEntry:
+    """One gold example as the rows read it, and where its view reads it again."""
+
+    gold: GoldExample
+    question: str
+    path: Path  # the gold file (a shard) that holds it
+    position: int  # its line among that file's examples
+
+
+def _gold_entries(gold_path) -> Iterator[GoldEntry]:
+    for path in gold_paths(gold_path):
+        for position, (gold, (_, record)) in enumerate(zip(iter_gold(path), iter_jsonl(path))):
+            yield GoldEntry(gold, str(record.get("question_text", "")), Path(path), position)
+
+
+def _row(entry: GoldEntry, files: Sequence[PredictionFile], thresholds: tuple[int, int]
+         ) -> tuple[ExampleRow, tuple[Path, int]]:
+    gold = entry.gold
+    runs = []
+    for file in files:
+        prediction: Prediction | None = file.predictions.get(gold.example_id)
+        if prediction is None:
+            runs.append(RunResult("", None, dict.fromkeys(METRIC_KEYS, 0.0)))
+            continue
+        judgement = judge_example(gold, prediction, *thresholds)
+        summary = (f"long {_describe_span(prediction.answer.long_span)}; "
+                   f"short {_describe_short(prediction.answer, gold.document)}")
+        runs.append(RunResult(summary, _right(judgement), _metrics(judgement)))
+    has_long = gold_has_long_answer(gold.annotations, thresholds[0])
+    has_short = gold_has_short_answer(gold.annotations, thresholds[1])
+    row = ExampleRow(id=str(gold.example_id), question=entry.question, gold=_gold_summary(gold),
+                     facets={"gold long answer": "yes" if has_long else "no",
+                             "gold short answer": "yes" if has_short else "no"},
+                     runs=tuple(runs))
+    # The view reads the example again from its place: the pages are never all held at once.
+    return row, (entry.path, entry.position)
+
+
+def _view(place: tuple[Path, int], files: Sequence[PredictionFile], thresholds: tuple[int, int]) -> ExampleView:
+    path, position = place
+    gold = next(islice(iter_gold(path), position, None))
+    document = gold.document or Document((), (), None)
+    text, token_places = page_text(document)
+    marks = [mark for number, answer in enumerate(gold.annotations, start=1)
+             for mark in _answer_marks(document, token_places, answer, None, f"annotator {number}")]
+    run_fields = []
+    for run, file in enumerate(files):
+        prediction = file.predictions.get(gold.example_id)
+        if prediction is None:
+            run_fields.append((("prediction", "none"),))
+            continue
+        marks += _answer_marks(document, token_places, prediction.answer, run, "")
+        judgement = judge_example(gold, prediction, *thresholds)
+        run_fields.append((
+            ("long answer", f"{_describe_span(prediction.answer.long_span)} (score {prediction.long_score:g}), "
+                            f"{'correct' if judgement.long.is_correct else 'not correct'}"),
+            ("short answer", f"{_describe_short(prediction.answer, gold.document)} "
+                             f"(score {prediction.short_score:g}), "
+                             f"{'correct' if judgement.short.is_correct else 'not correct'}"),
+        ))
+    fields = tuple((f"annotator {number}", f"long {_describe_span(answer.long_span)}; "
+                                           f"short {_describe_short(answer, gold.document)}")
+                   for number, answer in enumerate(gold.annotations, start=1))
+    return ExampleView(id=str(gold.example_id), fields=fields, run_fields=tuple(run_fields), tables=(),
+                       texts=(TextBlock("page", text, tuple(marks)),))
+
+
 def open_browser(gold_path, pred_paths, long_non_null_threshold: int = 2, short_non_null_threshold: int = 2,
                  **metric_options) -> ExampleBrowser:
     """The examples of NQ gold (a file or a glob of shards) against official prediction files."""
-    predictions: list[dict] = [read_predictions(path) for path in pred_paths]
     thresholds = (long_non_null_threshold, short_non_null_threshold)
-    rows, places = [], {}  # places: example id -> (gold file, position in it)
-    for path in gold_paths(gold_path):
-        for position, (gold, (_, record)) in enumerate(zip(iter_gold(path), iter_jsonl(path))):
-            example_id = str(gold.example_id)
-            places[example_id] = (path, position)
-            runs = []
-            for predicted in predictions:
-                prediction: Prediction | None = predicted.get(gold.example_id)
-                if prediction is None:
-                    runs.append(RunResult("", None, dict.fromkeys(METRIC_KEYS, 0.0)))
-                    continue
-                judgement = judge_example(gold, prediction, *thresholds)
-                summary = (f"long {_describe_span(prediction.answer.long_span)}; "
-                           f"short {_describe_short(prediction.answer, gold.document)}")
-                runs.append(RunResult(summary, _right(judgement), _metrics(judgement)))
-            has_long = gold_has_long_answer(gold.annotations, long_non_null_threshold)
-            has_short = gold_has_short_answer(gold.annotations, short_non_null_threshold)
-            rows.append(ExampleRow(
-                id=example_id, question=str(record.get("question_text", "")), gold=_gold_summary(gold),
-                facets={"gold long answer": "yes" if has_long else "no",
-                        "gold short answer": "yes" if has_short else "no"},
-                runs=tuple(runs)))
-
-    @lru_cache(maxsize=VIEWS_KEPT)
-    def view(example_id: str) -> ExampleView:
-        path, position = places[example_id]
-        gold = next(islice(iter_gold(path), position, None))
-        document = gold.document or Document((), (), None)
-        text, token_places = page_text(document)
-        marks = [mark for number, answer in enumerate(gold.annotations, start=1)
-                 for mark in _answer_marks(document, token_places, answer, None, f"annotator {number}")]
-        run_fields = []
-        for run, predicted in enumerate(predictions):
-            prediction = predicted.get(gold.example_id)
-            if prediction is None:
-                run_fields.append((("prediction", "none"),))
-                continue
-            marks += _answer_marks(document, token_places, prediction.answer, run, "")
-            judgement = judge_example(gold, prediction, *thresholds)
-            run_fields.append((
-                ("long answer", f"{_describe_span(prediction.answer.long_span)} (score {prediction.long_score:g}), "
-                                f"{'correct' if judgement.long.is_correct else 'not correct'}"),
-                ("short answer", f"{_describe_short(prediction.answer, gold.document)} "
-                                 f"(score {prediction.short_score:g}), "
-                                 f"{'correct' if judgement.short.is_correct else 'not correct'}"),
-            ))
-        fields = tuple((f"annotator {number}", f"long {_describe_span(answer.long_span)}; "
-                                               f"short {_describe_short(answer, gold.document)}")
-                       for number, answer in enumerate(gold.annotations, start=1))
-        return ExampleView(id=example_id, fields=fields, run_fields=tuple(run_fields), tables=(),
-                           texts=(TextBlock("page", text, tuple(marks)),))
-
-    return ExampleBrowser(right_means="the long answer is correct, or none is predicted where gold has none",
-                          metric_keys=METRIC_KEYS, totals_are_means=False, rows=tuple(rows), view=view)
-
+    parts = BrowseParts(right_means="the long answer is correct, or none is predicted where gold has none",
+                        metric_keys=METRIC_KEYS, read_predictions=read_predictions,
+                        row=partial(_row, thresholds=thresholds), view=partial(_view, thresholds=thresholds),
+                        totals_are_means=False)
+    return open_examples(parts, _gold_entries(gold_path), pred_paths)

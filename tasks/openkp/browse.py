@@ -11,12 +11,16 @@ files hold only url and KeyPhrases), and the page's P, R and F1 at 1, 3 and 5 fr
 `metric.document_scores` (their mean over the pages is what `longdoc evaluate` prints).
 """
 
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
-from longdoc.data.prediction_scores import PredictionScores, is_number, read_scores
+from longdoc.data.prediction_scores import PredictionScores, is_number
 from longdoc.data.text import token_char_spans
 from longdoc.io import iter_jsonl
-from longdoc.serve.views import Column, ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, TextBlock, table_of
+from longdoc.serve.views import (
+    BrowseParts, Column, ExampleBrowser, ExampleRow, ExampleView, Mark, PredictionFile, RunResult, TextBlock,
+    open_examples, table_of,
+)
 from longdoc.tasks.openkp.metric import (
     CUTOFFS, document_scores, normalize_keyphrase, prepare_keyphrases, read_keyphrase_file,
 )
@@ -65,61 +69,76 @@ def _scores_field(scores: PredictionScores, url: str) -> tuple[str, str]:
     return "scores", scores.none_for(url) or f"from {scores.path.name}: the best n-gram logit of each phrase"
 
 
+@dataclass(frozen=True)
+class Page:
+    """One gold page: its url, its prepared gold keyphrases, and its text when the gold file holds it."""
+
+    url: str
+    phrases: list[str]
+    text: str | None
+
+
+def _read_ranked(path) -> dict[str, list[str]]:
+    """A candidate file's keyphrases by url, prepared as the metric ranks them."""
+    return {url: prepare_keyphrases(record.phrases) for url, record in read_keyphrase_file(path).items()}
+
+
+def _row(page: Page, files: Sequence[PredictionFile]) -> tuple[ExampleRow, Page]:
+    runs = []
+    for file in files:
+        if page.url not in file.predictions:
+            runs.append(RunResult("", None, dict.fromkeys(METRIC_KEYS, 0.0)))
+            continue
+        scores = document_scores(file.predictions[page.url], page.phrases)
+        runs.append(RunResult(prediction="; ".join(file.predictions[page.url]), right=scores[3].precision > 0,
+                              metrics={f"{name}@{k}": getattr(scores[k], field) for k in CUTOFFS
+                                       for name, field in (("F1", "f1"), ("P", "precision"), ("R", "recall"))}))
+    row = ExampleRow(id=page.url, question=page.url, gold="; ".join(page.phrases),
+                     facets={"gold keyphrases": str(len(page.phrases))}, runs=tuple(runs))
+    return row, page
+
+
+def _view(page: Page, files: Sequence[PredictionFile]) -> ExampleView:
+    url, phrases = page.url, page.phrases
+    ranked = [file.predictions.get(url, []) for file in files]
+    every = list(dict.fromkeys(phrases + [phrase for run in ranked for phrase in run]))
+    found = [_phrase_scores(file.scores, url) for file in files]
+    columns = [Column("keyphrase", lambda phrase: phrase),
+               Column("gold", lambda phrase: "gold" if phrase in phrases else "")]
+    for run, (phrases_of_run, run_found) in enumerate(zip(ranked, found)):
+        columns.append(Column(f"run {run + 1} rank", lambda phrase, listed=phrases_of_run: str(
+            listed.index(phrase) + 1) if phrase in listed else ""))
+        if run_found is not None:  # a file without scores for it keeps the one column
+            # The model's rank among the phrases it scored: where it put a gold phrase it did not write.
+            scored_ranks = {phrase: rank for rank, phrase in enumerate(run_found, start=1)}
+            columns.append(Column(f"run {run + 1} model's rank of {len(run_found)}",
+                                  lambda phrase, ranks=scored_ranks: str(ranks.get(phrase, ""))))
+            columns.append(Column(f"run {run + 1} score", lambda phrase, scored=run_found: f"{scored[phrase]:.4g}"
+                                  if phrase in scored else ""))
+    table = table_of("keyphrases", every, columns)
+    blocks = ()
+    if page.text is not None:
+        text = page.text
+        marks = [Mark(start, end, "keyphrase", None) for phrase in phrases for start, end in _occurrences(text, phrase)]
+        marks += [Mark(start, end, "keyphrase", run, f"rank {rank}") for run, phrases_of_run in enumerate(ranked)
+                  for rank, phrase in enumerate(phrases_of_run, start=1) for start, end in _occurrences(text, phrase)]
+        blocks = (TextBlock("page text", text, tuple(marks)),)
+    return ExampleView(id=url, fields=(("url", url), ("keyphrases", "; ".join(phrases))),
+                       run_fields=tuple((("keyphrases", _ranked_line(run, run_found)), _scores_field(file.scores, url))
+                                        for run, run_found, file in zip(ranked, found, files)),
+                       tables=(table,), texts=blocks)
+
+
+PARTS = BrowseParts(right_means="a gold keyphrase is among the first 3", metric_keys=METRIC_KEYS,
+                    read_predictions=_read_ranked, row=_row, view=_view, check_scores=check_scores)
+
+
 def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
     """The pages of an OpenKP gold file against candidate files {"url", "KeyPhrases"} (JSON lines)
     and their scores side files."""
-    gold = read_keyphrase_file(gold_path)
-    predictions = [read_keyphrase_file(path) for path in pred_paths]
-    side_files = [read_scores(path, check_scores) for path in pred_paths]
+    # The page texts beside the metric's reading of the keyphrases: the metric's reader keeps no text.
     page_texts = {record["url"]: record["text"] for _, record in iter_jsonl(gold_path)
-             if isinstance(record, dict) and isinstance(record.get("text"), str)}
-    references = {url: prepare_keyphrases(record.phrases) for url, record in gold.items()}
-    candidates = [{url: prepare_keyphrases(record.phrases) for url, record in predicted.items()}
-                  for predicted in predictions]
-    rows = []
-    for url, phrases in references.items():
-        runs = []
-        for ranked in candidates:
-            if url not in ranked:
-                runs.append(RunResult("", None, dict.fromkeys(METRIC_KEYS, 0.0)))
-                continue
-            scores = document_scores(ranked[url], phrases)
-            runs.append(RunResult(prediction="; ".join(ranked[url]), right=scores[3].precision > 0,
-                                  metrics={f"{name}@{k}": getattr(scores[k], field) for k in CUTOFFS
-                                           for name, field in (("F1", "f1"), ("P", "precision"), ("R", "recall"))}))
-        rows.append(ExampleRow(id=url, question=url, gold="; ".join(phrases),
-                               facets={"gold keyphrases": str(len(phrases))}, runs=tuple(runs)))
-
-    def view(url: str) -> ExampleView:
-        phrases = references[url]
-        ranked = [run.get(url, []) for run in candidates]
-        every = list(dict.fromkeys(phrases + [phrase for run in ranked for phrase in run]))
-        found = [_phrase_scores(side_file, url) for side_file in side_files]
-        columns = [Column("keyphrase", lambda phrase: phrase),
-                   Column("gold", lambda phrase: "gold" if phrase in phrases else "")]
-        for run, (phrases_of_run, run_found) in enumerate(zip(ranked, found)):
-            columns.append(Column(f"run {run + 1} rank", lambda phrase, listed=phrases_of_run: str(
-                listed.index(phrase) + 1) if phrase in listed else ""))
-            if run_found is not None:  # a file without scores for it keeps the one column
-                # The model's rank among the phrases it scored: where it put a gold phrase it did not write.
-                scored_ranks = {phrase: rank for rank, phrase in enumerate(run_found, start=1)}
-                columns.append(Column(f"run {run + 1} model's rank of {len(run_found)}",
-                                      lambda phrase, ranks=scored_ranks: str(ranks.get(phrase, ""))))
-                columns.append(Column(f"run {run + 1} score", lambda phrase, scored=run_found: f"{scored[phrase]:.4g}"
-                                      if phrase in scored else ""))
-        table = table_of("keyphrases", every, columns)
-        blocks = ()
-        if url in page_texts:
-            text = page_texts[url]
-            marks = [Mark(start, end, "keyphrase", None) for phrase in phrases for start, end in _occurrences(text, phrase)]
-            marks += [Mark(start, end, "keyphrase", run, f"rank {rank}") for run, phrases_of_run in enumerate(ranked)
-                      for rank, phrase in enumerate(phrases_of_run, start=1) for start, end in _occurrences(text, phrase)]
-            blocks = (TextBlock("page text", text, tuple(marks)),)
-        return ExampleView(id=url, fields=(("url", url), ("keyphrases", "; ".join(phrases))),
-                           run_fields=tuple((("keyphrases", _ranked_line(run, run_found)),
-                                             _scores_field(side_file, url))
-                                            for run, run_found, side_file in zip(ranked, found, side_files)),
-                           tables=(table,), texts=blocks)
-
-    return ExampleBrowser(right_means="a gold keyphrase is among the first 3", metric_keys=METRIC_KEYS,
-                          totals_are_means=True, rows=tuple(rows), view=view)
+                  if isinstance(record, dict) and isinstance(record.get("text"), str)}
+    pages = (Page(url, prepare_keyphrases(record.phrases), page_texts.get(url))
+             for url, record in read_keyphrase_file(gold_path).items())
+    return open_examples(PARTS, pages, pred_paths)

@@ -10,13 +10,15 @@ from PRED.scores.jsonl (`longdoc predict` writes it, longdoc.tasks.wikihop.decod
 and a file without one is said to have no scores.
 """
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
-from longdoc.data.prediction_scores import PredictionScores, is_fraction, read_scores
+from longdoc.data.examples import StructuredExample
+from longdoc.data.prediction_scores import PredictionScores, is_fraction
 from longdoc.serve.views import (
-    Column, ExampleBrowser, ExampleRow, ExampleView, Mark, RunResult, TextBlock, fraction_cell, table_of,
+    BrowseParts, Column, ExampleBrowser, ExampleRow, ExampleView, Mark, PredictionFile, RunResult, TextBlock,
+    fraction_cell, open_examples, table_of,
 )
-from longdoc.tasks.wikihop.metric import is_correct, read_gold, read_predictions
+from longdoc.tasks.wikihop.metric import is_correct, read_predictions
 from longdoc.tasks.wikihop.reader import read_examples
 
 
@@ -53,61 +55,62 @@ def _percent(probability: float | None) -> str:
     return "(dropped by the global budget)" if probability is None else f"{probability:.1%}"
 
 
+def _row(example: StructuredExample, files: Sequence[PredictionFile]) -> tuple[ExampleRow, StructuredExample]:
+    gold = {"id": example.id, "answer": example.labels["answer"]}  # what the metric reads of a gold example
+    runs = []
+    for file in files:
+        judged = is_correct(gold, file.predictions)
+        runs.append(RunResult(prediction=_line(file.predictions.get(example.id, "")), right=judged,
+                              metrics={"accuracy": float(judged is True)}))
+    row = ExampleRow(id=example.id, question=example.question, gold=gold["answer"],
+                     # The query's first word is its relation (country, instance_of, ...).
+                     facets={"relation": example.question.split(" ", 1)[0],
+                             "candidates": str(len(example.candidates))},
+                     runs=tuple(runs))
+    return row, example
+
+
+def _view(example: StructuredExample, files: Sequence[PredictionFile]) -> ExampleView:
+    gold = example.labels["answer"]
+    chosen = [file.predictions.get(example.id) for file in files]
+    marks: list[list[Mark]] = [[] for _ in example.documents]
+    for candidate in example.candidates:
+        sides = [(None, "answer")] if candidate.text == gold else []
+        sides += [(run, "answer") for run, choice in enumerate(chosen) if choice == candidate.text]
+        for mention in candidate.mentions:
+            for run, kind in sides or [(None, "candidate")]:
+                marks[mention.document].append(Mark(mention.start, mention.end, kind, run, candidate.text))
+    probabilities = [_probabilities(file.scores, example.id) for file in files]
+    # Best first by the first file with scores for this example; else the candidate list's order.
+    ranking = next((p for p in probabilities if p is not None), None)
+    ordered = example.candidates if ranking is None else sorted(
+        example.candidates, key=lambda c: 1.0 if ranking.get(c.text) is None else -ranking[c.text])
+    columns = [Column("candidate", lambda c: c.text), Column("gold", lambda c: "gold" if c.text == gold else "")]
+    for run, found in enumerate(probabilities):
+        columns.append(Column(f"run {run + 1}", lambda c, run=run: "chosen" if chosen[run] == c.text else ""))
+        if found is not None:  # a file without scores for it keeps the one column
+            columns.append(Column(f"run {run + 1} probability", lambda c, found=found: fraction_cell(
+                found.get(c.text)), bar=True))
+    columns.append(Column("mentions", lambda c: str(len(c.mentions))))
+    table = table_of("candidates" if ranking is None else "candidates, most probable first", ordered, columns)
+    fields = [("query", example.question), ("answer", gold)]
+    if "annotations" in example.labels:
+        fields.append(("annotations", "; ".join(", ".join(map(str, a)) for a in example.labels["annotations"])))
+    return ExampleView(
+        id=example.id, fields=tuple(fields),
+        run_fields=tuple((("answer", _line(choice) if choice is not None else ""),
+                          _scores_field(file.scores, example.id, choice, gold))
+                         for choice, file in zip(chosen, files)),
+        tables=(table,),
+        texts=tuple(TextBlock(f"support {d + 1}", document.text, tuple(marks[d]))
+                    for d, document in enumerate(example.documents)))
+
+
+PARTS = BrowseParts(right_means="the chosen candidate is the answer", metric_keys=("accuracy",),
+                    read_predictions=read_predictions, row=_row, view=_view, check_scores=check_scores)
+
+
 def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
-    """The examples of a WikiHop gold file against prediction files {id: answer} (and their scores
-    side files)."""
-    gold = read_gold(gold_path)
-    predictions = [read_predictions(path) for path in pred_paths]
-    scores = [read_scores(path, check_scores) for path in pred_paths]
-    examples = {example.id: example for example in read_examples(gold_path)}
-    rows = []
-    for record in gold:
-        runs = []
-        for predicted in predictions:
-            judged = is_correct(record, predicted)
-            runs.append(RunResult(prediction=_line(predicted.get(record["id"], "")), right=judged,
-                                  metrics={"accuracy": float(judged is True)}))
-        rows.append(ExampleRow(id=record["id"], question=record["query"], gold=record["answer"],
-                               # The query's first word is its relation (country, instance_of, ...).
-                               facets={"relation": record["query"].split(" ", 1)[0],
-                                       "candidates": str(len(record["candidates"]))},
-                               runs=tuple(runs)))
-
-    def view(example_id: str) -> ExampleView:
-        example = examples[example_id]
-        gold = example.labels["answer"]
-        chosen = [predicted.get(example_id) for predicted in predictions]
-        marks: list[list[Mark]] = [[] for _ in example.documents]
-        for candidate in example.candidates:
-            sides = [(None, "answer")] if candidate.text == gold else []
-            sides += [(run, "answer") for run, choice in enumerate(chosen) if choice == candidate.text]
-            for mention in candidate.mentions:
-                for run, kind in sides or [(None, "candidate")]:
-                    marks[mention.document].append(Mark(mention.start, mention.end, kind, run, candidate.text))
-        probabilities = [_probabilities(run_scores, example_id) for run_scores in scores]
-        # Best first by the first file with scores for this example; else the candidate list's order.
-        ranking = next((p for p in probabilities if p is not None), None)
-        ordered = example.candidates if ranking is None else sorted(
-            example.candidates, key=lambda c: 1.0 if ranking.get(c.text) is None else -ranking[c.text])
-        columns = [Column("candidate", lambda c: c.text), Column("gold", lambda c: "gold" if c.text == gold else "")]
-        for run, found in enumerate(probabilities):
-            columns.append(Column(f"run {run + 1}", lambda c, run=run: "chosen" if chosen[run] == c.text else ""))
-            if found is not None:  # a file without scores for it keeps the one column
-                columns.append(Column(f"run {run + 1} probability", lambda c, found=found: fraction_cell(
-                    found.get(c.text)), bar=True))
-        columns.append(Column("mentions", lambda c: str(len(c.mentions))))
-        table = table_of("candidates" if ranking is None else "candidates, most probable first", ordered, columns)
-        fields = [("query", example.question), ("answer", gold)]
-        if "annotations" in example.labels:
-            fields.append(("annotations", "; ".join(", ".join(map(str, a)) for a in example.labels["annotations"])))
-        return ExampleView(
-            id=example_id, fields=tuple(fields),
-            run_fields=tuple((("answer", _line(choice) if choice is not None else ""),
-                              _scores_field(run_scores, example_id, choice, gold))
-                             for choice, run_scores in zip(chosen, scores)),
-            tables=(table,),
-            texts=tuple(TextBlock(f"support {d + 1}", document.text, tuple(marks[d]))
-                        for d, document in enumerate(example.documents)))
-
-    return ExampleBrowser(right_means="the chosen candidate is the answer", metric_keys=("accuracy",),
-                          totals_are_means=True, rows=tuple(rows), view=view)
+    """The examples of a WikiHop gold file (read once, by the reader) against prediction files
+    {id: answer} (and their scores side files)."""
+    return open_examples(PARTS, read_examples(gold_path), pred_paths)
