@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any, Callable, Iterable, Mapping
 
+from longdoc.cli import INTERRUPTED_STATUS
 from longdoc.commands.task_flags import flags_by_task, refuse_other_tasks_flags
 from longdoc.data.options import Option
 from longdoc.tasks import get_task, task_names
@@ -13,7 +14,6 @@ from longdoc.train.options import ENGINE_OPTIONS, resolve_task_options
 
 HELP = "train a task model (resumes from --out; runs data-parallel under torchrun)"
 OWN_HELP = True  # -h/--help is _TaskHelp, not argparse's (longdoc.cli)
-INTERRUPTED_EXIT = 130  # the shell's status for a run stopped by Ctrl-C
 
 
 def _train_options(task):
@@ -115,7 +115,7 @@ def run_and_report(command: str, train: Callable[[], Any], done: Callable[[Any],
     """The exit status of a run on the training engine (`longdoc train`, `longdoc pretrain`): `train()`
     returns the engine's TrainingResult; the main process says on stderr how it ended (`done(result)`
     for a finished run) and, given `summary`, prints `summary(result)` on stdout as one JSON object.
-    1: a checkpoint that cannot be resumed; INTERRUPTED_EXIT: stopped with a checkpoint, to resume by
+    1: a checkpoint that cannot be resumed; INTERRUPTED_STATUS: stopped with a checkpoint, to resume by
     rerunning."""
     from longdoc.train.checkpoints import CheckpointError
 
@@ -130,7 +130,7 @@ def run_and_report(command: str, train: Callable[[], Any], done: Callable[[Any],
         if result.is_main:
             print(f"longdoc {command}: stopped at step {result.step} of {result.total_steps}; checkpoint "
                   f"{result.checkpoint}; rerun the same command to resume", file=sys.stderr)
-        return INTERRUPTED_EXIT
+        return INTERRUPTED_STATUS
     if result.is_main:
         print(f"longdoc {command}: {done(result)}", file=sys.stderr)
     return 0

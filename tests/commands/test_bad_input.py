@@ -125,30 +125,37 @@ def test_ctrl_c_in_any_command_is_one_line_and_status_130(monkeypatch, capsys):
         assert capsys.readouterr() == ("", f"longdoc {command}: interrupted" + (f"; {kept}" if kept else "") + "\n")
 
 
-# The program, with MODULE:NAME (or MODULE:CLASS.NAME) replaced by a function that sends this process
-# SIGINT (as Ctrl-C does) and then goes on as the real one would: the interrupt lands inside the command's work.
+# The program, with MODULE:NAME (or MODULE:CLASS.NAME) replaced by a function that, on its CALL-th call,
+# sends this process SIGINT (as Ctrl-C does), and otherwise goes on as the real one: the interrupt lands
+# inside the command's work.
 INTERRUPTED_AT = """
 import importlib, signal, sys
 module, path = sys.argv[1].split(":")
+call = int(sys.argv[2])
 owner = importlib.import_module(module)
 *classes, name = path.split(".")
 for class_name in classes:
     owner = getattr(owner, class_name)
 real = getattr(owner, name)
+calls = 0
 def interrupting(*args, **kwargs):
-    signal.raise_signal(signal.SIGINT)
+    global calls
+    calls += 1
+    if calls == call:
+        signal.raise_signal(signal.SIGINT)
     return real(*args, **kwargs)
 setattr(owner, name, interrupting)
 from longdoc.cli import main
-sys.exit(main(sys.argv[2:]))
+sys.exit(main(sys.argv[3:]))
 """
 
 
-def _interrupted_at(target: str, argv: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", INTERRUPTED_AT, target, *argv], capture_output=True, text=True,
-                          timeout=600)
+def _interrupted_at(target: str, argv: list[str], call: int = 1, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", INTERRUPTED_AT, target, str(call), *argv], capture_output=True,
+                          text=True, timeout=600, **kwargs)
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_predict_writes_nothing(wikihop_model, shared_data, tmp_path):
     out = tmp_path / "pred.json"
     result = _interrupted_at("longdoc.model.task_model:TaskModel.forward_rows",
@@ -159,6 +166,7 @@ def test_ctrl_c_during_predict_writes_nothing(wikihop_model, shared_data, tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_export_leaves_no_folder(wikihop_model, tmp_path):
     pytest.importorskip("onnx")
     out = tmp_path / "exported"
@@ -167,3 +175,31 @@ def test_ctrl_c_during_export_leaves_no_folder(wikihop_model, tmp_path):
     assert result.stderr.splitlines()[-1] == "longdoc export: interrupted; nothing written"
     assert "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_ask_indexes_keeps_the_documents_indexed_so_far(tmp_path):
+    """Stopped while saving the second of three documents' indexes: the first stays in the cache, and
+    the next run indexes only the other two."""
+    import os
+
+    from longdoc.model.cache import ENVIRONMENT_VARIABLE, cache_dir
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "lifted").symlink_to(cache_dir() / "lifted", target_is_directory=True)  # the MiniLM, not lifted again
+    documents = tmp_path / "docs"
+    documents.mkdir()
+    for number, text in enumerate(["Mara Quell paints bridges.", "Orbix Group sells lamps.", "Ilse keeps a lighthouse."]):
+        (documents / f"{number}.txt").write_text(text + "\n", encoding="utf-8")
+    environment = {**os.environ, ENVIRONMENT_VARIABLE: str(cache)}
+    argv = ["--quiet", "ask", "--question", "Who paints bridges?", str(documents)]
+    result = _interrupted_at("longdoc.ask.index:_save", argv, call=2, env=environment)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.splitlines()[-1] == ("longdoc ask: interrupted; the documents indexed so far are kept in the "
+                                              "index cache; asking again starts from them")
+    assert "Traceback" not in result.stderr
+    assert len(list(cache.glob("ask/*/meta.json"))) == 1
+    again = _interrupted_at("longdoc.ask.index:_save", argv, call=3, env=environment)  # two left: no interrupt
+    assert again.returncode == 0, again.stderr
+    assert len(list(cache.glob("ask/*/meta.json"))) == 3
