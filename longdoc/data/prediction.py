@@ -53,7 +53,7 @@ def score_examples(
     `model.forward_rows` runs them `batch_size` at a time (floating outputs come back as float32 on
     the CPU, whatever the model's device and dtype). Examples are run `chunk_size` at a time (None:
     all at once), so that the windows of a large file need not all be held at once; the progress bar
-    then counts examples, else windows. Outputs holding NaN or infinities are refused
+    then counts examples, else windows. Outputs holding NaN or +infinity are refused
     (`refuse_non_finite`), before anything is decoded from them.
     """
     markers = GlobalMarkers.from_tokenizer(tokenizer)
@@ -73,9 +73,10 @@ def score_examples(
 
 
 def refuse_non_finite(example_id: str, outputs: Mapping[str, Tensor]) -> None:
-    """InputError naming the example when one of its window's floating outputs holds NaN or an infinity:
-    decoded, they give empty answers and NaN scores, which no JSON file can hold."""
+    """InputError naming the example when one of its window's floating outputs holds NaN or +infinity:
+    decoded, they give empty answers and NaN scores, which no JSON file can hold. (-infinity is a logit's
+    "impossible", which a softmax turns into 0.)"""
     for name, value in outputs.items():
-        if value.is_floating_point() and not torch.isfinite(value).all():
-            raise InputError(f"example {example_id!r}: the model's {name} hold NaN or infinite values; its weights "
-                             "are damaged, or the training run that saved it diverged")
+        if value.is_floating_point() and bool(torch.isnan(value).any() or torch.isposinf(value).any()):
+            raise InputError(f"example {example_id!r}: the model's {name} hold NaN or +infinity; its weights are "
+                             "damaged, or the training run that saved it diverged")

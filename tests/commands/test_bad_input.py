@@ -103,8 +103,8 @@ def test_outputs_that_are_not_numbers_are_refused_naming_the_example(wikihop_mod
     first = json.loads((shared_data / WIKIHOP_DEV).read_text(encoding="utf-8"))[0]["id"]
     # The last line: a first run notes before it that it compiles the attention kernels.
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"longdoc predict: error: example {first!r}: the model's candidate_logits hold NaN or infinite values; its "
-        "weights are damaged, or the training run that saved it diverged")
+        f"longdoc predict: error: example {first!r}: the model's candidate_logits hold NaN or +infinity; its weights "
+        "are damaged, or the training run that saved it diverged")
     assert list(tmp_path.glob("pred*")) == []
 
 
