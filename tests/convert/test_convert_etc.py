@@ -238,7 +238,8 @@ def test_etc_command_writes_a_loadable_folder(tmp_path, capsys):
     assert re.match(r"converted etc model\.ckpt-1000 \(54 variables, 0\.1 MB\) -> .*: encoder, tokenizer, model card "
                     r"\(3 dropped variables: see README.md\) in ", capsys.readouterr().out)
     assert sorted(path.name for path in out.iterdir()) == [
-        "README.md", "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+        "README.md", "config.json", "model.safetensors", "model.safetensors.sha256", "tokenizer.json",
+        "tokenizer_config.json"]
     assert_equals_etcmodel(GlobalLocalModel.from_pretrained(out), PADDING)
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert tokenizer("W3 w4")["input_ids"] == [7, 13, 14, 8]  # lower-cased; [CLS] w3 w4 [SEP]
