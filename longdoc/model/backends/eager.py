@@ -115,7 +115,7 @@ class EagerBackend(AttentionBackend):
         self.workspace = Workspace(reuse=reuse_buffers)
 
     def attend(self, operands: SoftmaxOperands) -> SoftmaxResult:
-        query, first_keys, first_values, second_keys, second_values = operands.heads()
+        query, first_keys, first_values, second_keys, second_values = operands.heads()  # [B, h, N, d] views
         batch, heads, num_queries, size = query.shape
         # [B, h, Nq, d], pre-scaled, contiguous (from the view, a product would keep the projection's
         # order of axes); the keys and values are read where the projections wrote them.
@@ -126,11 +126,11 @@ class EagerBackend(AttentionBackend):
             blocks = num_queries // b
             keys = self._window_keys(first_keys, second_keys, b, blocks, (name, "keys"))  # [B, h, nb, 3b + N2, d]
             values = self._window_keys(first_values, second_values, b, blocks, (name, "values"))
-            query = query.view(batch, heads, blocks, b, size)
+            query = query.view(batch, heads, blocks, b, size)  # [B, h, nb, b, d]
         else:  # over [all first keys | all second keys]
             keys = self._concat(first_keys, second_keys, (name, "keys"))  # [B, h, N1 + N2, d]
             values = self._concat(first_values, second_values, (name, "values"))
-        context, summed, weights = self._attend(query, keys, values, operands, name)
+        context, summed, weights = self._attend(query, keys, values, operands, name)  # context: query's shape
         self.workspace.give((name, "keys"), keys)
         self.workspace.give((name, "values"), values)
         return SoftmaxResult(merge_heads(context.view(batch, heads, num_queries, size)), summed, weights)
@@ -146,7 +146,7 @@ class EagerBackend(AttentionBackend):
         layer's raw scores and then its weights.
         """
         workspace, carried = self.workspace, operands.carried
-        shape = (*query.shape[:-1], key.shape[-2])
+        shape = (*query.shape[:-1], key.shape[-2])  # the scores': [.., Nq, Nk]
         # matmul, not bmm(...).view(...): its result is no autograd view, so the in-place adds
         # below stay cheap in backward (an in-place op on a view costs copies).
         scores = torch.matmul(query, key.transpose(-1, -2), out=workspace.take((name, "scores"), shape, query))
@@ -154,10 +154,10 @@ class EagerBackend(AttentionBackend):
         # or the scores themselves when nothing is carried on (the softmax then works in place).
         spent = carried if operands.keep_summed else scores
         if operands.relative_ids is not None:
-            relative = relative_terms(query, operands.relative_key, operands.relative_bias)
+            relative = relative_terms(query, operands.relative_key, operands.relative_bias)  # [.., Nq, R]
             buffer = workspace.take((name, "relative"), shape, query)
             picked = PickRelative.apply(relative, operands.relative_ids, operands.links, operands.relative_layout,
-                                        operands.window_block or None, buffer)
+                                        operands.window_block or None, buffer)  # [.., Nq, Nk]
             # A plain matmul then an add: measured faster than baddbmm_ accumulating into the picked
             # terms (beta = 1 slows MKL's small batched gemms more than the extra pass costs).
             scores.add_(picked)
@@ -165,7 +165,7 @@ class EagerBackend(AttentionBackend):
         if carried is not None:
             scores = scores.add_(carried)  # in place is safe for autograd: no backward needs these values
         dropped, probs = self._probabilities(scores, operands, out=workspace.spare(spent))
-        context = torch.matmul(dropped, value)
+        context = torch.matmul(dropped, value)  # [.., Nq, d]
         if not operands.keep_weights:  # (kept weights must outlive the layer)
             workspace.give((name, "scores"), dropped)
         return context, scores if operands.keep_summed else None, probs if operands.keep_weights else None

@@ -12,7 +12,8 @@ the other stream (or of a cross projection). Per pair:
     weights = post @ softmax(scale * (pre @ summed) + mask)  (pre, post: talking heads' mixes)
     context = dropout(weights) @ values
 
-The kernels (forward.py, backward.py; shared tiles in tiles.py):
+The kernels (forward.py, backward.py; shared tiles in tiles.py; the named records they take and
+pass between their helpers in records.py):
 - attention_forward: a program per (batch x head, tile of queries), heads of a tile side by side so
   that the ids and mask rows they share come from the cache. It walks its first piece's keys (for a
   windowed tile, from the block before its first query's to the block after its last one's; each

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from longdoc.model.dropout import kept_scale
+from longdoc.model.kernels.gpu.records import Dropout, HeadRows, Mixes, Operands, Piece, RowStatistics, Scales, Sizes
 
 # Dropout's keep decisions compare 24 random bits with the drop probability times 2^24 (tiles.dropped).
 DROP_BITS = 24
@@ -163,35 +164,33 @@ class SoftmaxTensors:
     def scores_shape(self) -> torch.Size:
         return torch.Size((self.batch, self.heads, self.num_queries, self.width))
 
-    def arguments(self) -> tuple:
-        """The kernels' `operands` (forward.py): the queries, both pieces' keys and values, relative
-        terms, ids, mask and carried scores."""
-        dummy = self.mask
-        return (
-            _view(self.query),
+    def operands(self) -> Operands:
+        """The kernels' `operands` (records.Operands); the mask stands in for an absent tensor."""
+        stand_in = self.mask
+        return Operands(
+            _head_rows(self.query),
             (_piece(self.first_keys, self.first_values), _piece(self.second_keys, self.second_values)),
-            _view(self.relative) if self.relative is not None else (dummy, (0, 0, 0)),
-            self.ids if self.ids is not None else dummy, self.mask,
-            self.carried if self.carried is not None else dummy,
+            _head_rows(self.relative) if self.relative is not None else HeadRows(stand_in, 0, 0, 0),
+            self.ids if self.ids is not None else stand_in, self.mask,
+            self.carried if self.carried is not None else stand_in,
         )
 
-    def sizes(self) -> tuple:
-        return (self.num_queries, self.heads, self.head_size, self.window, self.first_width, self.width)
+    def sizes(self) -> Sizes:
+        return Sizes(self.num_queries, self.heads, self.head_size, self.window, self.first_width, self.width)
 
-    def scales(self, scale: float) -> tuple:
+    def scales(self, scale: float) -> Scales:
         """The kernels' `scales`: the queries' 1 / sqrt(d) and the softmax's scale."""
-        return (1.0 / math.sqrt(self.head_size), scale)
+        return Scales(1.0 / math.sqrt(self.head_size), scale)
 
 
-def _view(tensor: Tensor) -> tuple:
-    """A [B, h, N, d] tensor as the kernels take it: (pointer, its batch, head and row strides)."""
-    return (tensor, tuple(tensor.stride()[:3]))
+def _head_rows(tensor: Tensor) -> HeadRows:
+    """A [B, h, N, d] tensor as the kernels read it by rows."""
+    return HeadRows(tensor, *tensor.stride()[:3])
 
 
-def _piece(keys: Tensor, values: Tensor) -> tuple:
-    """A piece of keys and values (or their gradients), which share strides, as the kernels take it:
-    (keys, values, their batch, head and row strides, the number of keys)."""
-    return (keys, values, tuple(keys.stride()[:3]), keys.shape[2])
+def _piece(keys: Tensor, values: Tensor) -> Piece:
+    """A piece of keys and values (or of their gradients), which share strides, as the kernels take it."""
+    return Piece(keys, values, *keys.stride()[:3], keys.shape[2])
 
 
 @dataclass(frozen=True)
@@ -204,9 +203,9 @@ class _Dropout:
     def active(self) -> bool:
         return self.threshold > 0
 
-    def arguments(self) -> tuple:
+    def record(self) -> Dropout:
         """The kernels' `dropout` (tiles.dropped)."""
-        return (self.seed, self.threshold, self.keep_scale)
+        return Dropout(self.seed, self.threshold, self.keep_scale)
 
 
 def _draw_seed() -> int:
@@ -257,12 +256,12 @@ def _check_device(tensor: Tensor) -> None:
                          "(CPU tensors run only under Triton's interpreter, TRITON_INTERPRET=1)")
 
 
-def _mixes(pre: Tensor, post: Tensor, heads: int) -> tuple[Tensor, Tensor]:
+def _mixes(pre: Tensor, post: Tensor, heads: int) -> Mixes:
     """The talking-heads mixes [h, h] as float32 [Hp, Hp], zero-padded to the kernel's heads."""
     padded = [torch.zeros(heads, heads, dtype=torch.float32, device=pre.device) for _ in range(2)]
     for target, mix in zip(padded, (pre, post)):
         target[: mix.shape[0], : mix.shape[1]] = mix
-    return padded[0], padded[1]
+    return Mixes(padded[0], padded[1])
 
 
 def run_forward(operands: SoftmaxTensors, pre: Tensor | None, post: Tensor | None, scale: float,
@@ -275,21 +274,22 @@ def run_forward(operands: SoftmaxTensors, pre: Tensor | None, post: Tensor | Non
     talking = pre is not None
     tiles = tiles_for(o.num_queries, o.width, o.head_size, o.heads, talking)
     context = o.query.new_empty(o.batch, o.num_queries, o.heads, o.head_size)
-    statistics = torch.empty(2, o.batch, o.heads, o.num_queries, dtype=torch.float32, device=o.query.device)
+    statistics = RowStatistics(*torch.empty(2, o.batch, o.heads, o.num_queries, dtype=torch.float32,
+                                            device=o.query.device))
     summed = summed_out if summed_out is not None else o.mask
-    arguments = [o.arguments(), summed, _view(context.transpose(1, 2)), (statistics[0], statistics[1])]
+    arguments = [o.operands(), summed, _head_rows(context.transpose(1, 2)), statistics]
     flags = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, D=tiles.head_dim, WINDOWED=o.window > 0,
                  HAS_RELATIVE=o.relative is not None, HAS_CARRIED=o.carried is not None,
                  WRITE_SUMMED=summed_out is not None, DROPOUT=dropout.active, PRECISION=_precision(o.query.dtype),
                  **tiles.launch_options())
-    settings = [o.sizes(), o.scales(scale), dropout.arguments()]
+    settings = [o.sizes(), o.scales(scale), dropout.record()]
     query_tiles = math.ceil(o.num_queries / tiles.block_m)
     if talking:
         forward.talking_heads_forward[(query_tiles, o.batch)](*arguments, _mixes(pre, post, tiles.heads), *settings,
                                                               HEADS=tiles.heads, **flags)
     else:
         forward.attention_forward[(o.batch * o.heads, query_tiles)](*arguments, *settings, **flags)
-    return context, statistics[0], statistics[1]
+    return context, statistics.row_max, statistics.row_sum
 
 
 @dataclass(frozen=True)
@@ -331,8 +331,8 @@ def run_backward(operands: SoftmaxTensors, gradients: HeadGradients, pre: Tensor
     grad_scores = torch.empty(o.scores_shape, dtype=o.query.dtype, device=device) if want_scores else None
     grad_out = grad_context.transpose(1, 2)  # [B, h, Nq, d]
     arguments = [
-        o.arguments(), *[o.mask if tensor is None else tensor for tensor in (summed, grad_summed, grad_scores)],
-        _view(grad_out),
+        o.operands(), *[o.mask if tensor is None else tensor for tensor in (summed, grad_summed, grad_scores)],
+        _head_rows(grad_out),
     ]
     query_tiles = math.ceil(o.num_queries / tiles.block_m)
     flags = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, D=tiles.head_dim, WINDOWED=o.window > 0,
@@ -340,21 +340,21 @@ def run_backward(operands: SoftmaxTensors, gradients: HeadGradients, pre: Tensor
                  SUMMED_SAVED=summed is not None, HAS_GRAD_SUMMED=grad_summed is not None,
                  WRITE_GRAD_SCORES=want_scores, DROPOUT=dropout.active,
                  PRECISION=_precision(o.query.dtype), **tiles.launch_options())
-    grad_heads = [_view(gradients.query), (_piece(gradients.first_keys, gradients.first_values),
-                                           _piece(gradients.second_keys, gradients.second_values))]
-    settings = [o.sizes(), o.scales(scale), dropout.arguments()]
+    grad_heads = [_head_rows(gradients.query), (_piece(gradients.first_keys, gradients.first_values),
+                                                _piece(gradients.second_keys, gradients.second_values))]
+    settings = [o.sizes(), o.scales(scale), dropout.record()]
     grad_pre = grad_post = None
     if talking:
         # Each program's sums of the mixes' gradients, added up here (in a fixed order).
         mix_partials = torch.empty(2, o.batch * query_tiles, tiles.heads, tiles.heads, dtype=torch.float32,
                                    device=device)
         backward.talking_heads_backward[(query_tiles, o.batch)](
-            *arguments, (row_max, row_sum), *grad_heads, _mixes(pre, post, tiles.heads),
-            (mix_partials[0], mix_partials[1]), *settings, HEADS=tiles.heads, **flags)
+            *arguments, RowStatistics(row_max, row_sum), *grad_heads, _mixes(pre, post, tiles.heads),
+            Mixes(*mix_partials), *settings, HEADS=tiles.heads, **flags)
         grad_pre, grad_post = mix_partials.sum(1)[:, : o.heads, : o.heads].unbind(0)
     else:
         # delta: each row's sum of grad_context * context (= sum of weights * their gradient).
         delta = (grad_context.float() * context.float()).sum(-1).transpose(1, 2).contiguous()  # [B, h, Nq]
-        backward.attention_backward[(o.batch * o.heads, query_tiles)](*arguments, (row_max, row_sum, delta),
-                                                                      *grad_heads, *settings, **flags)
+        backward.attention_backward[(o.batch * o.heads, query_tiles)](
+            *arguments, RowStatistics(row_max, row_sum), delta, *grad_heads, *settings, **flags)
     return ScoreGradients(grad_scores, grad_pre, grad_post)

@@ -10,6 +10,8 @@ imports triton).
 import triton
 import triton.language as tl
 
+from longdoc.model.kernels.gpu.records import Dropout, KeyTile, Mixes, PairRows, PieceKeys, Program, QueryTile
+
 LOG2E = tl.constexpr(1.4426950408889634)
 # The running maximum of a row starts below every logit a row can have (a masked one is about
 # -1.7e38: half float32's or bfloat16's minimum, plus a score), so that a tile holding none of the
@@ -30,31 +32,27 @@ def loop_probe(out, low):
 
 @triton.jit
 def query_tile(tile, num_queries, head_size, BLOCK_M: tl.constexpr, D: tl.constexpr):
-    """Tile `tile` of BLOCK_M queries: (its first row, its rows [M] and which exist, the dims [D] of
-    a head (its size padded to D) and which exist)."""
+    """Tile `tile` of BLOCK_M queries (QueryTile)."""
     row_start = tile * BLOCK_M
-    rows = row_start + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, D)
-    return row_start, rows, rows < num_queries, dims, dims < head_size
+    rows = row_start + tl.arange(0, BLOCK_M)  # [M]
+    dims = tl.arange(0, D)  # [D]
+    return QueryTile(row_start, rows, rows < num_queries, dims, dims < head_size)
 
 
 @triton.jit
 def head_rows(view, batch, head, rows):
     """Pointers to the first elements of `rows` of one batch and head in a [B, h, Nq, ...] tensor
-    given as (pointer, its (batch, head, row) strides); batch, head and rows of shapes that
-    broadcast ([M, 1] for one head, [h, 1, 1] and [1, M, 1] for all of them)."""
-    pointer, strides = view
-    return pointer + batch * strides[0] + head * strides[1] + rows * strides[2]
+    (`view`: records.HeadRows); batch, head and rows of shapes that broadcast ([M, 1] for one head,
+    [h, 1, 1] and [1, M, 1] for all of them)."""
+    return view.data + batch * view.batch_stride + head * view.head_stride + rows * view.row_stride
 
 
 @triton.jit
 def piece_heads(piece, batch, head):
-    """One batch and head of a piece of keys and values, or of their gradients, given as (keys,
-    values, their (batch, head, row) strides, ...): (pointers to its keys, to its values, the row
-    stride)."""
-    keys, values, strides = piece[0], piece[1], piece[2]
-    offset = batch * strides[0] + head * strides[1]
-    return keys + offset, values + offset, strides[2]
+    """One batch and head of a piece of keys and values, or of their gradients (records.Piece):
+    (pointers to its keys, to its values)."""
+    offset = batch * piece.batch_stride + head * piece.head_stride
+    return piece.keys + offset, piece.key_values + offset
 
 
 @triton.jit
@@ -74,116 +72,103 @@ def key_rows(keys, key_ok, row_stride, dims, dim_ok):
 
 @triton.jit
 def _pair_rows(operands, summed, batch, head, rows, own_rows, num_queries, width):
-    """Pointers to the first elements of the rows of a tile's pairs: ids and mask ([M, 1]: the heads
-    share them), the relative terms, the carried and summed scores (per head: [M, 1] for one head,
-    [HEADS, M, 1] for all)."""
-    relative, ids, mask, carried = operands[2], operands[3], operands[4], operands[5]
-    shared_rows = score_rows(batch, rows[:, None], num_queries, width)
-    return (ids + shared_rows, mask + shared_rows, head_rows(relative, batch, head, rows[:, None]), carried + own_rows,
-            summed + own_rows)
+    """The rows of a tile's pairs (records.PairRows); `own_rows`: their offsets in per-head scores."""
+    shared_rows = score_rows(batch, rows[:, None], num_queries, width)  # [M, 1]
+    return PairRows(operands.ids + shared_rows, operands.mask + shared_rows,
+                    head_rows(operands.relative, batch, head, rows[:, None]), operands.carried + own_rows,
+                    summed + own_rows)
 
 
 @triton.jit
 def one_head_program(operands, summed, sizes, BLOCK_M: tl.constexpr, D: tl.constexpr):
-    """A program of one head's tile of queries (program ids: batch * heads + head, tile): its stream
-    (batch * heads + head: dropout's counter), batch and head (int64), query_tile's tile, the mask
-    of its [M, D] tiles, the pointers to its pairs' rows (ids, mask, relative terms, carried and
-    summed scores) and the offsets of its rows in per-head scores ([M, 1])."""
-    num_queries, heads, head_size, width = sizes[0], sizes[1], sizes[2], sizes[5]
+    """A program of one head's tile of queries (program ids: batch * heads + head, tile): its
+    records.Program (one head, which exists), the mask of its [M, D] tiles, the rows of its pairs
+    (records.PairRows) and the offsets of its rows in per-head scores ([M, 1])."""
     stream = tl.program_id(0)
-    batch, head = (stream // heads).to(tl.int64), (stream % heads).to(tl.int64)
-    tile = query_tile(tl.program_id(1), num_queries, head_size, BLOCK_M, D)
-    rows, row_ok, dim_ok = tile[1], tile[2], tile[4]
-    own_rows = score_rows(stream.to(tl.int64), rows[:, None], num_queries, width)
-    pairs = _pair_rows(operands, summed, batch, head, rows, own_rows, num_queries, width)
-    return stream, batch, head, tile, row_ok[:, None] & dim_ok[None, :], pairs, own_rows
+    batch, head = (stream // sizes.heads).to(tl.int64), (stream % sizes.heads).to(tl.int64)
+    tile = query_tile(tl.program_id(1), sizes.num_queries, sizes.head_size, BLOCK_M, D)
+    own_rows = score_rows(stream.to(tl.int64), tile.rows[:, None], sizes.num_queries, sizes.width)  # [M, 1]
+    pairs = _pair_rows(operands, summed, batch, head, tile.rows, own_rows, sizes.num_queries, sizes.width)
+    return (Program(batch, head, True, stream, tile), tile.row_ok[:, None] & tile.dim_ok[None, :], pairs,
+            own_rows)
 
 
 @triton.jit
 def all_heads_program(operands, summed, sizes, HEADS: tl.constexpr, BLOCK_M: tl.constexpr, D: tl.constexpr):
     """A program of all heads of a tile of queries (talking heads; program ids: tile, batch), the
-    heads padded to HEADS: its batch (int64), its heads (their index [HEADS, 1, 1] (int64), which
-    exist, their streams), query_tile's tile, the mask of its [HEADS, M, D] tiles, the pointers to
-    its pairs' rows and the offsets of its rows in per-head scores ([HEADS, M, 1])."""
-    num_queries, heads, head_size, width = sizes[0], sizes[1], sizes[2], sizes[5]
+    heads padded to HEADS: its records.Program (heads [HEADS, 1, 1]), the mask of its [HEADS, M, D]
+    tiles, the rows of its pairs (records.PairRows) and the offsets of its rows in per-head scores
+    ([HEADS, M, 1])."""
     batch = tl.program_id(1).to(tl.int64)
-    tile = query_tile(tl.program_id(0), num_queries, head_size, BLOCK_M, D)
-    rows, row_ok, dim_ok = tile[1], tile[2], tile[4]
-    head_index = tl.arange(0, HEADS)[:, None, None]
-    heads_ok = head_index < heads
+    tile = query_tile(tl.program_id(0), sizes.num_queries, sizes.head_size, BLOCK_M, D)
+    head_index = tl.arange(0, HEADS)[:, None, None]  # [HEADS, 1, 1]
+    heads_ok = head_index < sizes.heads
     head = head_index.to(tl.int64)
-    own_rows = score_rows(batch * heads + head, rows[:, None], num_queries, width)
-    pairs = _pair_rows(operands, summed, batch, head, rows, own_rows, num_queries, width)
-    return (batch, (head, heads_ok, tl.program_id(1) * heads + head_index), tile,
-            heads_ok & row_ok[:, None] & dim_ok[None, :], pairs, own_rows)
+    own_rows = score_rows(batch * sizes.heads + head, tile.rows[:, None], sizes.num_queries, sizes.width)
+    pairs = _pair_rows(operands, summed, batch, head, tile.rows, own_rows, sizes.num_queries, sizes.width)
+    program = Program(batch, head, heads_ok, tl.program_id(1) * sizes.heads + head_index, tile)
+    return program, heads_ok & tile.row_ok[:, None] & tile.dim_ok[None, :], pairs, own_rows
 
 
 @triton.jit
 def head_statistics(batch, sizes, tile, HEADS: tl.constexpr):
     """The offsets [HEADS, M] of all heads' rows of a tile in the [B, h, Nq] statistics, and which
     exist."""
-    num_queries, heads, rows, row_ok = sizes[0], sizes[1], tile[1], tile[2]
-    head_index = tl.arange(0, HEADS)[:, None]
-    return (batch * heads + head_index) * num_queries + rows[None, :], (head_index < heads) & row_ok[None, :]
+    head_index = tl.arange(0, HEADS)[:, None]  # [HEADS, 1]
+    return ((batch * sizes.heads + head_index) * sizes.num_queries + tile.rows[None, :],
+            (head_index < sizes.heads) & tile.row_ok[None, :])
 
 
 @triton.jit
 def head_mixes(mixes, HEADS: tl.constexpr):
-    """The offsets [HEADS, HEADS] of talking heads' mixes and their values, read from `mixes` (pre,
-    post: float32 [HEADS, HEADS])."""
+    """The offsets [HEADS, HEADS] of talking heads' mixes and their values (records.Mixes), read from
+    `mixes` (float32 [HEADS, HEADS])."""
     mixing = tl.arange(0, HEADS)[:, None] * HEADS + tl.arange(0, HEADS)[None, :]
-    pre, post = mixes
-    return mixing, tl.load(pre + mixing), tl.load(post + mixing)
+    return mixing, Mixes(tl.load(mixes.pre + mixing), tl.load(mixes.post + mixing))
 
 
 @triton.jit
-def piece_of(pieces, batch, head, tile, sizes, PIECE: tl.constexpr, BLOCK_M: tl.constexpr,
-             WINDOWED: tl.constexpr):
+def piece_of(pieces, program, sizes, PIECE: tl.constexpr, BLOCK_M: tl.constexpr, WINDOWED: tl.constexpr):
     """Piece PIECE of the keys (0: the queries' own, in a window if WINDOWED; 1: the other
-    stream's) for one batch and head of a tile of queries: (pointers to its keys and values, their
-    row stride, its number of keys, and the keys [low, high) the tile reads). With a window of
-    blocks of `window` queries, those are from the block before the tile's first query's to the
+    stream's) as the program's tile of queries reads it (records.PieceKeys). With a window of
+    blocks of `window` queries, it reads from the block before the tile's first query's to the
     block after its last one's (beyond [0, num_keys) is the window's zero padding); otherwise all."""
-    keys, values, row_stride = piece_heads(pieces[PIECE], batch, head)
-    num_keys = pieces[PIECE][3]
-    row_start, num_queries, window = tile[0], sizes[0], sizes[3]
+    piece = pieces[PIECE]
+    keys, values = piece_heads(piece, program.batch, program.head)
+    row_start, window = program.tile.row_start, sizes.window
     if WINDOWED and PIECE == 0:
-        last = tl.minimum(row_start + BLOCK_M, num_queries) - 1
+        last = tl.minimum(row_start + BLOCK_M, sizes.num_queries) - 1
         low = (row_start // window - 1) * window
         high = (last // window + 2) * window
     else:
         low = 0
-        high = num_keys
-    return keys, values, row_stride, num_keys, low, high
+        high = piece.num_keys
+    return PieceKeys(keys, values, piece.row_stride, piece.num_keys, low, high)
 
 
 @triton.jit
-def pair_tile(start, tile, sizes, num_keys, row_stride, ids, mask, PIECE: tl.constexpr, BLOCK_N: tl.constexpr,
-             WINDOWED: tl.constexpr, HAS_RELATIVE: tl.constexpr):
-    """The tile of BLOCK_N keys of piece PIECE from `start` and its pairs with the tile of queries
-    (query_tile's `tile`): the keys [N], the offsets of their rows [N, D] (rows `row_stride` apart)
-    and which exist; the pairs' columns in the rows of scores (first piece, then second) and which
-    are pairs of the softmax, their relative ids (if HAS_RELATIVE, else the columns) and their mask
-    bias (float32), all [M, N]. `ids`, `mask`: pointers to the rows' first elements [M, 1].
-    Windowed, query p of block i has columns 0..3b-1 for keys (i - 1) b .. (i + 2) b - 1 (those
-    outside [0, num_keys) are the zero padding); otherwise key j of the first piece has column j,
-    of the second first_width + j."""
-    _, rows, row_ok, dims, dim_ok = tile
-    window, first_width = sizes[3], sizes[4]
-    keys = start + tl.arange(0, BLOCK_N)
-    key_ok = (keys >= 0) & (keys < num_keys)
+def pair_tile(start, tile, sizes, piece, pairs, PIECE: tl.constexpr, BLOCK_N: tl.constexpr,
+              WINDOWED: tl.constexpr, HAS_RELATIVE: tl.constexpr):
+    """The tile of BLOCK_N keys of piece PIECE (records.PieceKeys) from `start` and its pairs with
+    the tile of queries (records.KeyTile; their relative ids are the columns without HAS_RELATIVE),
+    read from the rows of `pairs` (records.PairRows). Windowed, query p of block i has columns
+    0..3b-1 for keys (i - 1) b .. (i + 2) b - 1 (those outside [0, num_keys) are the zero padding);
+    otherwise key j of the first piece has column j, of the second first_width + j."""
+    rows, row_ok = tile.rows, tile.row_ok
+    keys = start + tl.arange(0, BLOCK_N)  # [N]
+    key_ok = (keys >= 0) & (keys < piece.num_keys)
     if WINDOWED and PIECE == 0:
-        columns = keys[None, :] - (rows[:, None] // window - 1) * window
-        valid = (columns >= 0) & (columns < first_width) & row_ok[:, None]
+        columns = keys[None, :] - (rows[:, None] // sizes.window - 1) * sizes.window  # [M, N]
+        valid = (columns >= 0) & (columns < sizes.first_width) & row_ok[:, None]
     else:
-        columns = PIECE * first_width + keys[None, :] + 0 * rows[:, None]
+        columns = PIECE * sizes.first_width + keys[None, :] + 0 * rows[:, None]  # [M, N]
         valid = key_ok[None, :] & row_ok[:, None]
     pair_ids = columns
     if HAS_RELATIVE:
-        pair_ids = tl.load(ids + columns, mask=valid, other=0)
-    mask_bias = tl.load(mask + columns, mask=valid, other=0.0).to(tl.float32)
-    at, key_mask = key_rows(keys, key_ok, row_stride, dims, dim_ok)
-    return keys, at, key_mask, columns, valid, pair_ids, mask_bias
+        pair_ids = tl.load(pairs.ids + columns, mask=valid, other=0)
+    mask_bias = tl.load(pairs.mask + columns, mask=valid, other=0.0).to(tl.float32)
+    at, key_mask = key_rows(keys, key_ok, piece.row_stride, tile.dims, tile.dim_ok)  # [N, D]
+    return KeyTile(keys, at, key_mask, columns, valid, pair_ids, mask_bias)
 
 
 @triton.jit
@@ -240,15 +225,14 @@ def normalized_weights(logits, row_max, row_sum):
 
 @triton.jit
 def dropped(values, dropout, stream, element):
-    """Dropout of `values`: kept ones times keep_scale, the others 0 (dropout: (seed, drop_threshold,
-    keep_scale)). The decision for an element of the weights is Philox (seed; counters: `element`,
-    its place in its head's [Nq, N] rows, and `stream`, batch * heads + head): 24 uniform bits, kept
-    when at least drop_threshold (the drop probability times 2^24), so the forward and the backward
-    draw the same mask without storing it."""
-    seed, drop_threshold, keep_scale = dropout
-    bits, _, _, _ = tl.philox(seed, element, stream, 0, 0)
-    kept = (bits >> 8).to(tl.int32) >= drop_threshold
-    return tl.where(kept, values * keep_scale, 0.0)
+    """Dropout of `values`: kept ones times keep_scale, the others 0 (`dropout`: records.Dropout). The
+    decision for an element of the weights is Philox (seed; counters: `element`, its place in its
+    head's [Nq, N] rows, and `stream`, batch * heads + head): 24 uniform bits, kept when at least
+    drop_threshold (the drop probability times 2^24), so the forward and the backward draw the same
+    mask without storing it."""
+    bits, _, _, _ = tl.philox(dropout.seed, element, stream, 0, 0)
+    kept = (bits >> 8).to(tl.int32) >= dropout.drop_threshold
+    return tl.where(kept, values * dropout.keep_scale, 0.0)
 
 
 @triton.jit
@@ -265,5 +249,5 @@ def keep_mask_kernel(keep, seed, num_streams, elements, drop_threshold, BLOCK: t
     """keep [streams, elements] (uint8): 1 where `dropped` keeps the element (for checks)."""
     stream = tl.program_id(1)
     element = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    kept = dropped(tl.full((BLOCK,), 1.0, tl.float32), (seed, drop_threshold, 1.0), stream, element)
+    kept = dropped(tl.full((BLOCK,), 1.0, tl.float32), Dropout(seed, drop_threshold, 1.0), stream, element)
     tl.store(keep + stream.to(tl.int64) * elements + element, kept.to(tl.uint8), mask=element < elements)

@@ -1,0 +1,151 @@
+"""The named records the Triton kernels take and pass between their helpers (see
+longdoc.model.kernels.gpu): Triton passes a NamedTuple into a kernel and between @triton.jit
+functions field by field (tensors become pointers), and a helper may build and return one (Triton
+3.3 on), so the kernels read `sizes.width`, not a numbered slot. The launcher (softmax.py) builds
+those of a launch; tiles.py builds those of a program. This module imports no Triton.
+"""
+
+from typing import Any, NamedTuple
+
+# The fields are pointers (torch tensors on the host), ints, floats or Triton values in a kernel. In
+# a compiled kernel a record is a Triton tuple, whose own attributes `values` and `type` would hide
+# fields of those names: the values of a piece's keys are `key_values`.
+
+
+class HeadRows(NamedTuple):
+    """A [B, h, N, ...] tensor read by rows: its pointer and its batch, head and row strides."""
+
+    data: Any
+    batch_stride: Any
+    head_stride: Any
+    row_stride: Any
+
+
+class Piece(NamedTuple):
+    """A piece of keys and values [B, h, N1 | N2, d] (or of their gradients), which share strides, and
+    its number of keys."""
+
+    keys: Any
+    key_values: Any
+    batch_stride: Any
+    head_stride: Any
+    row_stride: Any
+    num_keys: Any
+
+
+class Operands(NamedTuple):
+    """One softmax's inputs: the queries, the pieces (first, second: a tuple indexed by the PIECE
+    constexpr), the relative terms [B, h, Nq, R], the ids (int32) and mask [B, Nq, N], shared by the
+    heads, the carried scores [B, h, Nq, N] (contiguous; an absent one is a stand-in pointer that
+    no load reads, its flag off)."""
+
+    query: HeadRows
+    pieces: tuple
+    relative: HeadRows
+    ids: Any
+    mask: Any
+    carried: Any
+
+
+class Sizes(NamedTuple):
+    """A softmax's sizes: with `window` b > 0 the first piece is each block's window of first_width =
+    3b keys, else all of its keys; a row holds `width` pairs [first piece | second piece]."""
+
+    num_queries: Any
+    heads: Any
+    head_size: Any
+    window: Any
+    first_width: Any
+    width: Any
+
+
+class Scales(NamedTuple):
+    """query_scale (1 / sqrt(d)) multiplies q.k; scale (the running mean's) the summed scores."""
+
+    query_scale: Any
+    scale: Any
+
+
+class Dropout(NamedTuple):
+    """Dropout of the weights (tiles.dropped): Philox's seed, the drop threshold of 24 random bits
+    (0: no dropout), the kept weights' scale."""
+
+    seed: Any
+    drop_threshold: Any
+    keep_scale: Any
+
+
+class RowStatistics(NamedTuple):
+    """The online softmax's per-row max and sum of numerators, float32 [B, h, Nq]: the forward writes
+    them, the backward recomputes the weights from them."""
+
+    row_max: Any
+    row_sum: Any
+
+
+class Mixes(NamedTuple):
+    """Talking heads' mixes (or their gradients), before and after the softmax: float32 [H, H]."""
+
+    pre: Any
+    post: Any
+
+
+class QueryTile(NamedTuple):
+    """A program's tile of queries: its first row, its rows [M] and which exist, the dims [D] of a
+    head (its size padded to D) and which exist."""
+
+    row_start: Any
+    rows: Any
+    row_ok: Any
+    dims: Any
+    dim_ok: Any
+
+
+class Program(NamedTuple):
+    """What a program holds: its batch entry (int64), its head or heads (int64: a scalar for one head,
+    [H, 1, 1] for all of them) and which exist, their streams (batch * heads + head: dropout's
+    counter) and its tile of queries."""
+
+    batch: Any
+    head: Any
+    head_ok: Any
+    stream: Any
+    tile: QueryTile
+
+
+class PairRows(NamedTuple):
+    """Pointers to the first elements of the rows of a tile's pairs: the ids and mask (shared by the
+    heads: [M, 1]), the relative terms, the carried and summed scores (per head: [M, 1] for one head,
+    [H, M, 1] for all)."""
+
+    ids: Any
+    mask: Any
+    relative: Any
+    carried: Any
+    summed: Any
+
+
+class PieceKeys(NamedTuple):
+    """One batch and head of a piece, as a tile of queries reads it: pointers to its keys and values,
+    their row stride, its number of keys, and the keys [low, high) the tile reads."""
+
+    keys: Any
+    key_values: Any
+    row_stride: Any
+    num_keys: Any
+    low: Any
+    high: Any
+
+
+class KeyTile(NamedTuple):
+    """A tile of keys of a piece and its pairs with the tile of queries: the keys [N], the offsets of
+    their rows [N, D] and which exist; the pairs' columns in the rows of scores and which are pairs
+    of the softmax, their relative ids and their mask bias (float32), all [M, N]."""
+
+    index: Any
+    at: Any
+    key_ok: Any
+    columns: Any
+    valid: Any
+    ids: Any
+    mask_bias: Any
