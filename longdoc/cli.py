@@ -57,11 +57,8 @@ INTERRUPTED_STATUS = 130
 # What a command stopped by Ctrl-C leaves behind, where it is known: every file these commands write
 # appears whole or not at all. (train and pretrain say it themselves: the checkpoint they saved.)
 KEPT_WHEN_INTERRUPTED = {
-    "predict": "nothing written",
-    "export": "nothing written",
-    "lift": "nothing written",
-    "convert": "nothing written",
-    "evaluate": "nothing written",
+    **dict.fromkeys(("predict", "export", "lift", "convert", "evaluate", "analyze", "make-data", "bench",
+                     "leaderboard"), "nothing written"),
     "ask": "the documents indexed so far are kept in the index cache; asking again starts from them",
 }
 
