@@ -16,7 +16,7 @@ import hashlib
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 import torch
 from safetensors import SafetensorError
@@ -136,6 +136,8 @@ class EncoderWithHeads(GlobalLocalPreTrainedModel):
     """`self.encoder` (a GlobalLocalModel) plus the heads a subclass adds in `__init__(config)`."""
 
     base_model_prefix = "encoder"
+    # Trained tasks whose folders also hold an encoder to start from (a lifted span reader's).
+    encoder_sources: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: GlobalLocalConfig):
         super().__init__(config)
@@ -155,7 +157,7 @@ class EncoderWithHeads(GlobalLocalPreTrainedModel):
         that start fresh (lengths, `residual_attention`, `talking_heads` starting at identity);
         `config_fields` are set on the config before the model is built."""
         found = describe_checkpoint(directory)
-        if found.get("task"):
+        if found.get("task") and found["task"] not in cls.encoder_sources:
             raise ModelFolderError(f"{directory}: holds a trained {found['task']} model, not a lifted encoder",
                                    directory, found["task"], "")
         with readable_weights(directory):

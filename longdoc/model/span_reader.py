@@ -15,10 +15,10 @@ transformers QA model does: `AutoModelForQuestionAnswering.from_pretrained(DIR)`
 input's: longdoc.model.inputs.INPUT_ALIASES).
 
 The head is `heads.SpanHead` under the name task models give theirs, `span_head`, so a task model
-with a span head (HotpotQA's) starts from the reader's: `reader.start_task_model(HotpotQAModel)`.
+with a span head (HotpotQA's) started from the reader's folder starts with the reader's head:
+`HotpotQAModel.from_encoder(READER_DIR)` (longdoc.model.task_model).
 """
 
-import copy
 from dataclasses import dataclass
 
 from torch import Tensor
@@ -27,7 +27,7 @@ from transformers.modeling_outputs import QuestionAnsweringModelOutput
 
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.heads import SpanHead, span_loss
-from longdoc.model.task_model import TaskModel
+from longdoc.model.task_model import SPAN_READER_TASK, TaskModel
 
 
 @dataclass
@@ -37,7 +37,7 @@ class SpanReaderOutput(QuestionAnsweringModelOutput):
 
 
 class SpanReader(TaskModel):
-    task_name = "span_reader"
+    task_name = SPAN_READER_TASK
     # Answers of at most 15 tokens: the convention of transformers' run_qa and its former QA pipeline.
     default_task_options = {"max_answer_length": 15}
 
@@ -54,19 +54,6 @@ class SpanReader(TaskModel):
         start_logits, end_logits = self.span_head(self.encode(inputs).long_hidden_state, answer_mask)
         loss = None if start_positions is None else span_loss(start_logits, end_logits, start_positions, end_positions)
         return SpanReaderOutput(loss=loss, start_logits=start_logits, end_logits=end_logits)
-
-    def start_task_model(self, model_class: type[TaskModel], **task_options) -> TaskModel:
-        """A new `model_class` model (options: `task_options` over its defaults) whose encoder is this
-        reader's and whose `span_head`, where it has one, starts as this reader's; its other heads are
-        fresh (drawn from the current torch seed), as `TaskModel.from_encoder` draws them."""
-        config = copy.deepcopy(self.config)
-        config.task_options = task_options
-        config.architectures = [model_class.__name__]
-        model = model_class(config)
-        model.encoder.load_state_dict(self.encoder.state_dict())
-        if isinstance(getattr(model, "span_head", None), SpanHead):
-            model.span_head.load_state_dict(self.span_head.state_dict())
-        return model
 
 
 # transformers' documented registration of a custom model (see modeling.py's).

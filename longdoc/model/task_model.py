@@ -40,12 +40,15 @@ from tqdm.auto import tqdm
 from longdoc.errors import DeviceMemoryError, InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.encoder_folder import EncoderWithHeads, describe_checkpoint, readable_weights
+from longdoc.model.heads import SpanHead
 from longdoc.model.inputs import (
     INPUT_ALIASES, MODEL_INPUT_NAMES, InputSpec, batch_shape, check_encoder_inputs, encoder_inputs, take_aliases,
 )
 from longdoc.model.modeling import GlobalLocalModelOutput
 
 
+# The task name of a lifted extractive QA reader (longdoc.model.span_reader.SpanReader).
+SPAN_READER_TASK = "span_reader"
 # What lowers the memory a prediction batch takes (DeviceMemoryError; options named by field).
 PREDICTION_REMEDIES = "lower {batch_size}, or compute in bfloat16 ({bf16})"
 
@@ -69,6 +72,8 @@ def _to_cpu(output: Tensor) -> Tensor:
 
 class TaskModel(EncoderWithHeads):
     """An encoder (`self.encoder`, a GlobalLocalModel) plus the heads a subclass adds."""
+
+    encoder_sources = (SPAN_READER_TASK,)
 
     task_name: ClassVar[str] = ""
     # Head and decoding settings and their defaults; what from_encoder is given overrides them.
@@ -132,17 +137,12 @@ class TaskModel(EncoderWithHeads):
         current torch seed), `task_options` over the defaults, `encoder_config` over the encoder's config.
         A lifted span reader (longdoc.model.span_reader) gives its encoder, and its span head to a task
         that has one."""
-        from longdoc.model.span_reader import SpanReader  # span_reader imports this module
-
-        if describe_checkpoint(directory).get("task") == SpanReader.task_name:
-            with readable_weights(directory):
-                try:
-                    reader = SpanReader.from_pretrained(directory, **(encoder_config or {}))
-                except ValueError as error:
-                    raise InputError(f"{directory}: cannot start a {cls.__name__} from this reader: {error}") from None
-            return reader.start_task_model(cls, **task_options)
-        return super().from_encoder(directory, encoder_config, task_options=task_options,
-                                    architectures=[cls.__name__])
+        model = super().from_encoder(directory, encoder_config, task_options=task_options,
+                                     architectures=[cls.__name__])
+        head = getattr(model, "span_head", None)
+        if isinstance(head, SpanHead):
+            _start_span_head(head, directory)
+        return model
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, config: GlobalLocalConfig | None = None,
@@ -156,6 +156,18 @@ class TaskModel(EncoderWithHeads):
             check_task(pretrained_model_name_or_path, getattr(config, "task", None), cls.task_name)
         with readable_weights(pretrained_model_name_or_path):
             return super().from_pretrained(pretrained_model_name_or_path, *args, config=config, **kwargs)
+
+
+def _start_span_head(head: SpanHead, directory: str | Path) -> None:
+    """`head` starts as the span head of the lifted span reader in `directory` (its weights under
+    `span_head.`); an encoder folder has none, and `head` stays fresh."""
+    from safetensors import safe_open
+
+    with readable_weights(directory), safe_open(str(Path(directory) / "model.safetensors"), "pt") as weights:
+        found = {key.removeprefix("span_head."): weights.get_tensor(key) for key in weights.keys()
+                 if key.startswith("span_head.")}
+    if found:
+        head.load_state_dict(found)
 
 
 def check_task_checkpoint(directory: str | Path, task_name: str) -> dict[str, Any]:
