@@ -13,7 +13,11 @@ from longdoc.export.serving import resolve_runtime
 def test_auto_follows_the_faster_runtime_of_the_device_where_the_folder_has_a_graph(tmp_path, monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     (tmp_path / ONNX_FILE).write_bytes(b"")
-    assert resolve_runtime("auto", tmp_path, cpu) == serving.FASTER_RUNTIME.get("cpu", "torch")  # as measured
+    # A graph, but no figures saying ONNX Runtime is the faster one: PyTorch's.
+    monkeypatch.setattr(serving, "FASTER_RUNTIME", {})
+    assert resolve_runtime("auto", tmp_path, cpu) == "torch"
+    monkeypatch.setattr(serving, "FASTER_RUNTIME", {"cpu": "torch"})
+    assert resolve_runtime("auto", tmp_path, cpu) == "torch"
     # Where the figures would have ONNX Runtime faster on the CPU:
     monkeypatch.setattr(serving, "FASTER_RUNTIME", {"cpu": "onnx"})
     assert resolve_runtime("auto", tmp_path, cpu) == "onnx"
