@@ -5,7 +5,8 @@ talking heads on and off) next to transformers' Longformer, BigBird and BERT wit
 all randomly initialised in the same run, plus the matmul GFLOP/s of the same machine and the
 GFLOP/s our encoder achieves. Modules: settings (what is measured), models (building each model and
 its inputs), worker (the fresh process that measures one job), memory (peak memory), flops (our
-analytic FLOP count), run (one whole run), checks (the targets), report (table and JSON).
+analytic FLOP count), run (one whole run), report (table and JSON). The project's own targets on
+these figures are judged by scripts/bench_encoder.py (benchmarks/targets.py).
 """
 
 from longdoc.bench.report import render_table, to_json

@@ -1,9 +1,8 @@
 """The benchmark's output: a table on screen, or one JSON object with everything a reader needs to
-re-check it (settings, machine, matmul baseline, every measurement, the table's rows, the checks)."""
+re-check it (settings, machine, matmul baseline, every measurement, the table's rows)."""
 
 from dataclasses import asdict, dataclass
 
-from longdoc.bench.checks import target_checks
 from longdoc.bench.results import BenchResult, Measurement
 from longdoc.bench.settings import FORWARD, REFERENCE, TRAIN
 
@@ -115,7 +114,6 @@ def render_table(result: BenchResult) -> str:
     failures = [m for m in result.measurements if m.error]
     if failures:
         lines += [""] + [f"failed: {m.model} L={m.length} {m.mode}: {m.error}" for m in failures]
-    lines += [""] + [f"{check.status}  {check.detail}" for check in target_checks(result)]
     return "\n".join(lines)
 
 
@@ -126,5 +124,4 @@ def to_json(result: BenchResult) -> dict:
         "matmul": result.matmul.to_dict(),
         "measurements": [measurement.to_dict() for measurement in result.measurements],
         "rows": [asdict(row) for row in table_rows(result)],
-        "checks": [asdict(check) for check in target_checks(result)],
     }

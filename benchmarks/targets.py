@@ -1,4 +1,5 @@
-"""The benchmark's targets, judged from the measurements of one run.
+"""The encoder's targets, judged from the measurements of one `longdoc bench` run:
+scripts/bench_encoder.py prints them below the command's table as PASS / FAIL / SKIP lines.
 
 On MiniLM's shape, 256 globals, r = 84, measured in one run:
 - at 4096 long tokens our forward, and our forward+backward, are faster than every peer's;
@@ -171,6 +172,6 @@ def target_checks(result: BenchResult) -> list[Check]:
 
 
 def exit_status(result: BenchResult) -> int:
-    """`longdoc bench`'s exit status: 1 when a measurement failed or a target says FAIL, else 0."""
+    """scripts/bench_encoder.py's exit status: 1 when a measurement failed or a target says FAIL, else 0."""
     failed = any(m.error for m in result.measurements) or any(c.status == FAIL for c in target_checks(result))
     return 1 if failed else 0
