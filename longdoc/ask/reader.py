@@ -20,11 +20,11 @@ windows and its model reads; an example longer than the encoder is read in sever
 Every location is mapped back to the file: `text == source.text[start:end]`.
 """
 
-from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 
+from longdoc.ask.answers import Answer, Location, locate
 from longdoc.ask.index import CorpusIndex, Hit
 from longdoc.data.examples import Document, Paragraph, Span
 from longdoc.data.prediction import score_examples
@@ -33,27 +33,6 @@ from longdoc.data.task import SpanAnswerReading
 
 SPANS_PER_WINDOW = 20
 MIN_SCORE = 0.05
-
-
-@dataclass
-class Location:
-    text: str
-    file: str | None
-    start: int | None
-    end: int | None
-
-    def to_json(self) -> dict:
-        return {"text": self.text, "file": self.file, "start": self.start, "end": self.end}
-
-
-@dataclass
-class Answer:
-    location: Location
-    score: float
-    support: list[Location] = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return {**self.location.to_json(), "score": self.score, "support": [s.to_json() for s in self.support]}
 
 
 def passage_documents(corpus: CorpusIndex, hits: Sequence[Hit]) -> list[Document]:
@@ -72,10 +51,8 @@ def passage_documents(corpus: CorpusIndex, hits: Sequence[Hit]) -> list[Document
 
 def _location(corpus: CorpusIndex, hit: Hit, start: int, end: int) -> Location:
     """Characters [start, end) of the hit's passage text, as a location in its file."""
-    document = corpus.documents[hit.document]
     offset = corpus.passage(hit).start
-    return Location(document.source.text[offset + start:offset + end], document.source.path, offset + start,
-                    offset + end)
+    return locate(corpus.documents[hit.document].source, offset + start, offset + end)
 
 
 def _normalised(text: str) -> str:
@@ -99,7 +76,7 @@ def read_answers(question: str, corpus: CorpusIndex, hits: Sequence[Hit], model,
     support = _support(corpus, hits, reading.sentence_probabilities(windows), reading.support_threshold(model))
     fixed, probability = reading.fixed_answer(windows)
     if fixed is not None:
-        return [Answer(Location(fixed, None, None, None), probability, support)]
+        return [Answer(Location(fixed), probability, support)]
     found = []
     for window in windows:
         length = len(window.features.long_input_ids)
@@ -109,7 +86,8 @@ def read_answers(question: str, corpus: CorpusIndex, hits: Sequence[Hit], model,
             span = reading.char_span(window.features, first, last)
             if span is not None:
                 score = float((start_log_p[first] + end_log_p[last]).exp()) * probability
-                found.append(Answer(_location(corpus, hits[span.document], span.start, span.end), score, support))
+                hit = hits[span.document]
+                found.append(Answer(_location(corpus, hit, span.start, span.end), score, support, hit))
     return merge_answers(found, min_score)[:top_k]
 
 

@@ -87,16 +87,19 @@ class Retriever:
             bridges.append(self.corpus.documents[hit.document].source.text[start:end])
         return bridges
 
-    def everything(self, question: str) -> list[Hit]:
-        """Every passage in file order, scored by its MiniLM cosine with the question (no ranking chose it)."""
-        vector = self.evidence.question_vector(question)
-        return sorted(self.corpus.search(vector[None], len(self.corpus.locations))[0], key=_key)
+    def question_vector(self, question: str) -> np.ndarray:
+        """The question's unit vector (MiniLM), computed once per question by the caller and passed on."""
+        return self.embedder.embed([question])[0]
 
-    def retrieve(self, question: str, options: RetrievalOptions = RetrievalOptions()) -> list[Hit]:
+    def everything(self, question_vector: np.ndarray) -> list[Hit]:
+        """Every passage in file order, scored by its MiniLM cosine with the question (no ranking chose it)."""
+        return sorted(self.corpus.search(question_vector[None], len(self.corpus.locations))[0], key=_key)
+
+    def retrieve(self, question: str, question_vector: np.ndarray,
+                 options: RetrievalOptions = RetrievalOptions()) -> list[Hit]:
         """The passages to read, in the order chosen (the seeds first); each hit's score is its MiniLM
-        cosine with the question, its `found_by` the rankings that placed it."""
+        cosine with the question (`question_vector`), its `found_by` the rankings that placed it."""
         retrievers = RETRIEVERS[options.retrieval]
-        question_vector = self.evidence.question_vector(question)
         [first] = self._rankings([question], question_vector[None], retrievers, options.passages)
         budget = reading_budget(first, min(options.least, options.passages), options.passages)
         fused = interleave([[_key(hit) for hit in ranking] for ranking in first.values()], budget)
@@ -135,13 +138,6 @@ class SentenceEvidence:
     def __init__(self, corpus: CorpusIndex, embedder):
         self.corpus, self.embedder = corpus, embedder
         self.vectors = {}  # (document, passage) -> its sentences' unit vectors, [sentences, dimension]
-        self.last_question: tuple[str, np.ndarray] | None = None
-
-    def question_vector(self, question: str) -> np.ndarray:
-        """The question's unit vector; the last question's is kept (retrieval and evidence both ask for it)."""
-        if self.last_question is None or self.last_question[0] != question:
-            self.last_question = question, self.embedder.embed([question])[0]
-        return self.last_question[1]
 
     def sentence_vectors(self, hits: list[Hit]) -> list[np.ndarray]:
         """Each hit's sentence vectors, [sentences, dimension]; the missing ones embedded in one batch."""
@@ -155,10 +151,9 @@ class SentenceEvidence:
             first += len(sentences)
         return [self.vectors[_key(hit)] for hit in hits]
 
-    def ranked(self, question: str, hits: list[Hit]) -> list[tuple[float, Hit, tuple[int, int]]]:
-        """(cosine with `question`, hit, character span) for every sentence of the passages `hits`, best
-        first; the first cosine is the question's evidence."""
-        question_vector = self.question_vector(question)
+    def ranked(self, question_vector: np.ndarray, hits: list[Hit]) -> list[tuple[float, Hit, tuple[int, int]]]:
+        """(cosine with the question, whose unit vector is `question_vector`, hit, character span) for every
+        sentence of the passages `hits`, best first; the first cosine is the question's evidence."""
         scored = [(float(cosine), hit, span) for hit, vectors in zip(hits, self.sentence_vectors(hits))
                   for cosine, span in zip(vectors @ question_vector, self.corpus.passage(hit).sentences)]
         return sorted(scored, key=lambda item: item[0], reverse=True)

@@ -37,6 +37,7 @@ from typing import Any, Sequence
 
 from longdoc.ask.documents import SourceText
 from longdoc.ask.index import CorpusIndex, Hit, index_documents
+from longdoc.ask.answers import Answer, Location, locate
 from longdoc.ask.retrieve import MOST_PASSAGES, RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.errors import DeviceMemoryError, InputError, ModelFolderError, OptionError
 from longdoc.data.task import SpanAnswerReading, TaskLookup
@@ -44,6 +45,20 @@ from longdoc.model_folder import ModelFolder
 
 PASSAGES_READ = MOST_PASSAGES  # the most passages read per question (longdoc.ask.retrieve: fewer when they separate)
 MIN_EVIDENCE = 0.5  # calibrated on generated documents (docs/ask.md)
+# The longest question asked, in characters, by ask and serve alike: readers keep only the question's first
+# wordpieces (HotpotQA's model max_question_len, a QA reader its row), so a longer one would be cut unseen.
+MAX_QUESTION_CHARS = 2000
+
+
+def question_problem(question: str) -> str | None:
+    """Why `question` is refused (blank, or longer than MAX_QUESTION_CHARS), None when it may be asked:
+    the one rule of `longdoc ask` and `POST /api/ask`."""
+    if not question.strip():
+        return "is blank"
+    if len(question) > MAX_QUESTION_CHARS:
+        return (f"is {len(question)} characters long; at most {MAX_QUESTION_CHARS} are read (a reader keeps only "
+                "a question's first wordpieces): ask a shorter one")
+    return None
 
 
 @dataclass(frozen=True)
@@ -91,12 +106,14 @@ def _load(folder: ModelFolder, model_class, runtime: str, device) -> tuple[Any, 
 
 
 class AskSession:
-    def __init__(self, sources: Sequence[SourceText], reader_folder: ModelFolder | None = None, *, passages: int = PASSAGES_READ,
+    def __init__(self, sources: Sequence[SourceText], reader_folder: ModelFolder | None = None, *,
+                 passages: int = PASSAGES_READ,
                  second_hop: bool = True, progress: bool = True, cache_root: Path | None = None,
                  placement: tuple | None = None, attention: str | None = None, tasks: TaskLookup | None = None,
                  runtime: str = "torch"):
         """`reader_folder`: the reader's model folder as read once (longdoc.model_folder.read_model_folder);
-        None: no reader, sentence mode. `placement`: (torch.device, torch.dtype) the reader runs on (`longdoc.model.inference.resolve_placement`);
+        None: no reader, sentence mode. `placement`: (torch.device, torch.dtype) the reader runs on
+        (`longdoc.model.inference.resolve_placement`);
         None: where it loads, the CPU in float32. `attention`: with `placement`, the reader's attention
         backend (None: its config's; longdoc.model.inference.place_model). The MiniLM embedder stays on the CPU
         in float32: the cached indexes hold its vectors. `tasks`: where the task of a trained task model
@@ -140,106 +157,115 @@ class AskSession:
         limit = row_length(self.model) if self.reading is None else self.model.config.long_max_len
         return self.corpus_wordpieces + question_wordpieces + 3 <= limit
 
-    def ask(self, question: str, top_k: int = 1, min_score: float | None = None, min_evidence: float | None = None,
-            max_answer_len: int | None = None, handle_impossible: bool = False, retrieval: str = "hybrid",
-            read_all: bool = False) -> dict:
-        """The result object for `question` (see the module docstring). `min_score`: the lowest final
-        score of a task model's span answers (longdoc.ask.reader.MIN_SCORE when None); `min_evidence`: MIN_EVIDENCE when None;
-        `max_answer_len`: a QA reader's longest answer in wordpieces (its own setting, 15, when None);
-        `handle_impossible`: a SQuAD 2.0 reader's null score may refuse; `retrieval`: "hybrid", "bm25"
-        or "minilm" (longdoc.ask.retrieve.RETRIEVERS); `read_all`: read every passage (a QA reader: every
-        window of each document, as the sliding-window reader does) instead of retrieving."""
+    def ask(self, question: str, **options) -> dict:
+        """The result object for `question` (see the module docstring): `answer(question, **options)` as JSON."""
+        return self.answer(question, **options).to_json()
+
+    def answer(self, question: str, top_k: int = 1, min_score: float | None = None, min_evidence: float | None = None,
+               max_answer_len: int | None = None, handle_impossible: bool = False, retrieval: str = "hybrid",
+               read_all: bool = False) -> "AskResult":
+        """The answers to `question`, as typed records. `min_score`: the lowest final score of a task
+        model's span answers (longdoc.ask.reader.MIN_SCORE when None); `min_evidence`: MIN_EVIDENCE when
+        None; `max_answer_len`: a QA reader's longest answer in wordpieces (its own setting, 15, when
+        None); `handle_impossible`: a SQuAD 2.0 reader's null score may refuse; `retrieval`: "hybrid",
+        "bm25" or "minilm" (longdoc.ask.retrieve.RETRIEVERS); `read_all`: read every passage (a QA
+        reader: every window of each document, as the sliding-window reader does) instead of retrieving."""
         question = question.strip()
         options = RetrievalOptions(retrieval=retrieval, passages=self.passages, second_hop=self.second_hop)
         whole = read_all or self.reads_whole_corpus(question) or len(self.corpus.locations) <= self.passages
         if not question:
-            hits = []
+            hits, ranked = [], []
         else:
-            hits = self.retriever.everything(question) if whole else self.retriever.retrieve(question, options)
-        ranked = self.evidence.ranked(question, hits) if hits else []
+            vector = self.retriever.question_vector(question)
+            hits = self.retriever.everything(vector) if whole else self.retriever.retrieve(question, vector, options)
+            ranked = self.evidence.ranked(vector, hits) if hits else []
         evidence = ranked[0][0] if ranked else -1.0
         grounded = evidence >= (MIN_EVIDENCE if min_evidence is None else min_evidence)
         if not hits or not grounded:
             answers = []
         elif self.model is None:
-            answers = [{**self._span(hit.document, start, end), "score": score, "support": []}
+            answers = [Answer(self._locate(hit.document, start, end), score, [], hit)
                        for score, hit, (start, end) in ranked[:top_k]]
         else:
             with _out_of_memory_named_by_asks_options():
                 answers = self._read(question, hits, whole, top_k, min_score, max_answer_len, handle_impossible)
-        passages = [{"file": self.corpus.documents[hit.document].source.path, "start": self.corpus.passage(hit).start,
-                     "end": self.corpus.passage(hit).end, "score": hit.score,
-                     "found_by": [rank.to_json() for rank in hit.found_by]} for hit in hits]
-        for answer in answers:  # the rankings of the passage read that holds it
-            answer["found_by"] = next((passage["found_by"] for passage in passages if answer["file"] is not None
-                                       and passage["file"] == answer["file"]
-                                       and passage["start"] <= answer["start"] < passage["end"]), [])
-        self._add_pages([*answers, *(sentence for answer in answers for sentence in answer.get("support", ())),
-                         *passages])
-        return {
-            "question": question,
-            "mode": self.mode,
-            "evidence": evidence,
-            "read": "all" if whole else "retrieved",
-            "answers": answers,
-            "passages": passages,
-            "documents": [{"file": source.path, "sha256": source.sha256,
-                           "offsets_into": f"text extracted from {source.extracted_from}" if source.extracted
-                           else "decoded file text"}
-                          for source in self.sources],
-        }
+        passages = [(self._locate(hit.document, self.corpus.passage(hit).start, self.corpus.passage(hit).end), hit)
+                    for hit in hits]
+        return AskResult(question, self.mode, evidence, "all" if whole else "retrieved", answers, passages,
+                         self.sources)
 
     def _read(self, question: str, hits: Sequence[Hit], whole: bool, top_k: int, min_score: float | None,
-              max_answer_len: int | None, handle_impossible: bool) -> list[dict]:
+              max_answer_len: int | None, handle_impossible: bool) -> list[Answer]:
         """The reader's answers in `hits`: a QA reader's, or a task model's read as its task says."""
         if self.reading is None:
             return [answer for answer in self._read_spans(question, hits, whole, top_k, max_answer_len,
                                                           handle_impossible)
-                    if min_score is None or answer["score"] >= min_score]
+                    if min_score is None or answer.score >= min_score]
         from longdoc.ask.reader import MIN_SCORE, read_answers
 
-        return [answer.to_json() for answer in read_answers(
-            question, self.corpus, hits, self.model, self.tokenizer, self.reading, top_k=top_k,
-            min_score=MIN_SCORE if min_score is None else min_score)]
-
-    def _add_pages(self, places: Sequence[dict]) -> None:
-        """A "page" for each place ({"file", "start", ...}) in a PDF: the page its start comes from."""
-        sources = {source.path: source for source in self.sources}
-        for place in places:
-            source = sources.get(place.get("file"))
-            if source is not None and source.page_starts:
-                place["page"] = source.page_at(place["start"])
+        return read_answers(question, self.corpus, hits, self.model, self.tokenizer, self.reading, top_k=top_k,
+                            min_score=MIN_SCORE if min_score is None else min_score)
 
     def _read_spans(self, question: str, hits: Sequence[Hit], whole: bool, top_k: int, max_answer_len: int | None,
-                    handle_impossible: bool) -> list[dict]:
+                    handle_impossible: bool) -> list[Answer]:
         """A QA reader's answers: on each whole document when they all fit one row, else on the passages
         retrieved (in file order); each with the sentences it lies in as support."""
         from longdoc.ask.span_reading import read_spans
 
         if whole:
-            places = [(d, 0, len(document.source.text)) for d, document in enumerate(self.corpus.documents)]
+            places = [(d, 0, len(document.source.text), None) for d, document in enumerate(self.corpus.documents)]
         else:
-            places = [(hit.document, self.corpus.passage(hit).start, self.corpus.passage(hit).end)
+            places = [(hit.document, self.corpus.passage(hit).start, self.corpus.passage(hit).end, hit)
                       for hit in sorted(hits, key=lambda hit: (hit.document, hit.passage))]
-        texts = [self.corpus.documents[d].source.text[start:end] for d, start, end in places]
+        texts = [self.corpus.documents[d].source.text[start:end] for d, start, end, _ in places]
         limit = self.model.task_options["max_answer_length"] if max_answer_len is None else max_answer_len
         found = read_spans(question, texts, self.model, self.tokenizer, max_answer_len=limit,
                            handle_impossible=handle_impossible)
         answers = []
         for answer in found[:top_k]:
-            d, offset, _ = places[answer.context]
+            d, offset, _, hit = places[answer.context]
             start, end = offset + answer.start, offset + answer.end
-            answers.append({**self._span(d, start, end), "score": answer.score,
-                            "support": [self._span(d, *sentence) for sentence in self._sentences(d)
-                                        if sentence[0] < end and start < sentence[1]]})
+            answers.append(Answer(self._locate(d, start, end), answer.score,
+                                  [self._locate(d, *sentence) for sentence in self._sentences(d)
+                                   if sentence[0] < end and start < sentence[1]], hit))
         return answers
 
     def _sentences(self, document: int) -> list[tuple[int, int]]:
         return [sentence for passage in self.corpus.documents[document].passages for sentence in passage.sentences]
 
-    def _span(self, document: int, start: int, end: int) -> dict:
-        source = self.corpus.documents[document].source
-        return {"text": source.text[start:end], "file": source.path, "start": start, "end": end}
+    def _locate(self, document: int, start: int, end: int) -> Location:
+        return locate(self.corpus.documents[document].source, start, end)
+
+
+@dataclass(frozen=True)
+class AskResult:
+    """What `AskSession.answer` found: the answers, the passages read (each located, with the hit that
+    says which rankings chose it) and the documents; `to_json()` is the result object of the module
+    docstring."""
+
+    question: str
+    mode: str
+    evidence: float
+    read: str
+    answers: list[Answer]
+    passages: list[tuple[Location, Hit]]
+    sources: Sequence[SourceText]
+
+    def to_json(self) -> dict:
+        return {
+            "question": self.question,
+            "mode": self.mode,
+            "evidence": self.evidence,
+            "read": self.read,
+            "answers": [answer.to_json() for answer in self.answers],
+            "passages": [{"file": place.file, "start": place.start, "end": place.end, "score": hit.score,
+                          "found_by": [rank.to_json() for rank in hit.found_by], **place.page_json()}
+                         for place, hit in self.passages],
+            "documents": [{"file": source.path, "sha256": source.sha256,
+                           "offsets_into": f"text extracted from {source.extracted_from}" if source.extracted
+                           else "decoded file text"}
+                          for source in self.sources],
+        }
 
 
 @contextlib.contextmanager

@@ -19,7 +19,8 @@ from longdoc.model import inference
 from longdoc.ask.documents import SUPPORTED_SUFFIXES
 from longdoc.commands.hints import require_reader_folder
 from longdoc.errors import InputError
-from longdoc.export.serving import add_runtime_argument, resolve_runtime
+from longdoc.commands.model_flags import add_placement_arguments, add_runtime_argument
+from longdoc.export.serving import resolve_runtime
 
 SUPPORT_SHOWN = 3  # supporting sentences printed per answer (--json has all)
 SENTENCE_MODE_NOTE = ("answering with sentences (no reader given); for answer spans, lift an extractive QA "
@@ -72,22 +73,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object per question (answers, support, passages, with offsets; "
                              "found_by: the rankings that chose each passage and answer, as retriever, hop, rank)")
-    inference.add_arguments(parser)  # the reader's; the MiniLM retriever runs on the CPU
+    add_placement_arguments(parser)  # the reader's; the MiniLM retriever runs on the CPU
     add_runtime_argument(parser)
 
 
-def _line_column(text: str, offset: int) -> tuple[int, int]:
-    line = text.count("\n", 0, offset) + 1
-    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
-
-
-def _where(session, file: str, start: int) -> str:
-    """FILE:LINE:COLUMN of an offset, in the text offsets count in; a PDF's FILE:pPAGE:LINE:COLUMN."""
-    source = next(s for s in session.sources if s.path == file)
-    line, column = _line_column(source.text, start)
-    page = source.page_at(start)
-    return (f"{file}:" + ("" if page is None else f"p{page}:") + f"{line}:{column}"
-            + (" (extracted text)" if source.extracted else ""))
+def _where(place) -> str:
+    """FILE:LINE:COLUMN of a location (longdoc.ask.answers.Location), in the text offsets count in; a PDF's
+    FILE:pPAGE:LINE:COLUMN."""
+    return (f"{place.file}:" + ("" if place.page is None else f"p{place.page}:") + f"{place.line}:{place.column}"
+            + (" (extracted text)" if place.extracted else ""))
 
 
 def _print_extracted(path: Path) -> int:
@@ -107,18 +101,18 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _print_result(session, result: dict) -> None:
-    if not result["answers"]:
+def _print_result(result) -> None:
+    if not result.answers:
         print("no answer found")
-    for answer in result["answers"]:
-        place = "" if answer["file"] is None else f"  at {_where(session, answer['file'], answer['start'])}"
-        print(f"{_one_line(answer['text'])}  (score {answer['score']:.2f}){place}")
+    for answer in result.answers:
+        place = "" if answer.location.file is None else f"  at {_where(answer.location)}"
+        print(f"{_one_line(answer.location.text)}  (score {answer.score:.2f}){place}")
         # A model whose supporting-fact threshold came out low marks most sentences: the best few
         # are what a reader looks at (HotpotQA questions have 2 to 4 supporting facts).
-        for sentence in answer["support"][:SUPPORT_SHOWN]:
-            print(f"    because {_where(session, sentence['file'], sentence['start'])}: {_one_line(sentence['text'])}")
-        if len(answer["support"]) > SUPPORT_SHOWN:
-            hidden = len(answer["support"]) - SUPPORT_SHOWN
+        for sentence in answer.support[:SUPPORT_SHOWN]:
+            print(f"    because {_where(sentence)}: {_one_line(sentence.text)}")
+        if len(answer.support) > SUPPORT_SHOWN:
+            hidden = len(answer.support) - SUPPORT_SHOWN
             print(f"    ... and {hidden} more supporting sentences (--json lists them all)")
     sys.stdout.flush()
 
@@ -145,7 +139,7 @@ def _questions(interactive: bool):
 
 def run(args: argparse.Namespace) -> int:
     from longdoc.ask.documents import load_sources
-    from longdoc.ask.session import AskSession
+    from longdoc.ask.session import AskSession, question_problem
     from longdoc.model_folder import read_model_folder
     from longdoc.tasks import REGISTRY
 
@@ -159,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--top-k and --passages must be >= 1, got {args.top_k} and {args.passages}")
     if args.max_answer_len is not None and args.max_answer_len < 1:
         raise InputError(f"--max-answer-len must be >= 1, got {args.max_answer_len}")
+    if args.question is not None and question_problem(args.question) is not None:
+        raise InputError(f"--question {question_problem(args.question)}")
     folder = None
     if args.model is not None:  # a wrong folder is told before the documents are indexed
         require_reader_folder(args.model)
@@ -183,13 +179,19 @@ def run(args: argparse.Namespace) -> int:
         if generated is not None:
             print(f"longdoc ask: note: {args.model}'s model card says it was trained on generated data "
                   f"({generated!r}): its answers on real documents may be wrong", file=sys.stderr)
+    refused = False
     questions = [args.question] if args.question is not None else _questions(sys.stdin.isatty())
     for question in questions:
-        result = session.ask(question, top_k=args.top_k, min_score=args.min_score, min_evidence=args.min_evidence,
+        problem = question_problem(question)
+        if problem is not None:  # one of standard input's: told, and the others answered
+            print(f"longdoc ask: error: a question of standard input {problem}", file=sys.stderr)
+            refused = True
+            continue
+        result = session.answer(question, top_k=args.top_k, min_score=args.min_score, min_evidence=args.min_evidence,
                              max_answer_len=args.max_answer_len, handle_impossible=args.handle_impossible_answer,
                              retrieval=args.retrieval, read_all=args.read_all)
         if args.json:
-            print(json.dumps(result, ensure_ascii=False), flush=True)
+            print(json.dumps(result.to_json(), ensure_ascii=False), flush=True)
         else:
-            _print_result(session, result)
-    return 2 if errors else 0
+            _print_result(result)
+    return 2 if errors or refused else 0

@@ -9,9 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from longdoc.ask.session import MIN_EVIDENCE, PASSAGES_READ
-
-MAX_QUESTION_CHARS = 2000
+from longdoc.ask.session import MAX_QUESTION_CHARS, MIN_EVIDENCE, PASSAGES_READ, question_problem
 
 
 class AskOptions(BaseModel):
@@ -38,7 +36,8 @@ class AskOptions(BaseModel):
 
     @field_validator("question")
     @classmethod
-    def _not_blank(cls, question: str) -> str:
-        if not question.strip():
-            raise ValueError("is blank")
+    def _askable(cls, question: str) -> str:
+        problem = question_problem(question)
+        if problem is not None:
+            raise ValueError(problem)
         return question

@@ -177,6 +177,22 @@ def test_ask_reads_the_model_folders_config_once(model_dir, documents, capsys):
     assert [path for path in opened if os.path.realpath(path) == os.path.realpath(config)] == [str(config)]
 
 
+def test_a_blank_or_overlong_question_is_refused_at_once_as_the_api_refuses_it(documents, capsys):
+    from longdoc.ask.session import MAX_QUESTION_CHARS
+    from longdoc.serve.options import AskOptions
+
+    assert main(["ask", "--question", "  ", str(documents / "notes.txt")]) == 2
+    assert capsys.readouterr().err == "longdoc ask: error: --question is blank\n"
+    long_question = "Where? " * 400
+    assert main(["ask", "--question", long_question, str(documents / "notes.txt")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"longdoc ask: error: --question is {len(long_question)} characters long; at most "
+                            f"{MAX_QUESTION_CHARS} are read") and error.count("\n") == 1
+    for question in ("  ", long_question):  # the same rule over HTTP
+        with pytest.raises(ValueError):
+            AskOptions(question=question)
+
+
 def test_a_model_card_that_says_generated_data_is_told_on_stderr(model_dir, documents, capsys):
     reader = documents / "reader"
     shutil.copytree(model_dir / "model", reader)

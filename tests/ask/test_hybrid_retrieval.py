@@ -50,7 +50,7 @@ def test_the_lexical_index_is_cached_reused_and_rebuilt_alone_when_missing_or_da
     corpus, retriever = _retriever(document, embedder, tmp_path, counting)  # reused: nothing embedded or written
     assert counting.embedded == embedded and lexical.stat().st_mtime_ns == written
     question = "Where was {} born?".format(document.facts[0][0])
-    expected = [hit.passage for hit in retriever.retrieve(question, RetrievalOptions(retrieval="bm25"))]
+    expected = [hit.passage for hit in _retrieve(retriever, question, RetrievalOptions(retrieval="bm25"))]
     assert _holding(corpus, [hit for hit in corpus.search_text(question, 1)], document.answer_start)
 
     for damage in (lambda: lexical.write_bytes(lexical.read_bytes()[:-100] + b"\0" * 100), lexical.unlink,
@@ -59,7 +59,7 @@ def test_the_lexical_index_is_cached_reused_and_rebuilt_alone_when_missing_or_da
         with pytest.warns(UserWarning, match="cached lexical index in .* is unusable .*; rebuilding it"):
             corpus, retriever = _retriever(document, embedder, tmp_path, counting)
         assert counting.embedded == embedded  # the dense part was sound: not embedded again
-        assert [hit.passage for hit in retriever.retrieve(question, RetrievalOptions(retrieval="bm25"))] == expected
+        assert [hit.passage for hit in _retrieve(retriever, question, RetrievalOptions(retrieval="bm25"))] == expected
     assert sorted(path.name for path in folder.iterdir()) == sorted(["index.faiss", LEXICAL_FILE, META_FILE])
     meta = json.loads((folder / META_FILE).read_text())
     assert meta["lexical"]["sha256"] == hashlib.sha256(lexical.read_bytes()).hexdigest()
@@ -72,9 +72,9 @@ def test_a_fact_that_minilm_ranks_among_near_ties_is_read_because_bm25_ranks_it_
     for person, city in document.facts:  # 41 "P was born in C." facts in 63 passages, 8 read
         fact = document.context.index(f"{person} was born in {city}.")
         question = f"Where was {person} born?"
-        [hybrid] = _holding(corpus, retriever.retrieve(question, RetrievalOptions(passages=8, second_hop=False)), fact)
+        [hybrid] = _holding(corpus, _retrieve(retriever, question, RetrievalOptions(passages=8, second_hop=False)), fact)
         assert hybrid.found_by[0].to_json() == {"retriever": "bm25", "hop": 1, "rank": 1}
-        dense = retriever.retrieve(question, RetrievalOptions(retrieval="minilm", passages=8, second_hop=False))
+        dense = _retrieve(retriever, question, RetrievalOptions(retrieval="minilm", passages=8, second_hop=False))
         misses += not _holding(corpus, dense, fact)
     assert misses >= 3  # what the lexical ranking is for: MiniLM alone misses some of them (6 when written)
 
@@ -130,3 +130,7 @@ def test_a_corpus_of_one_sentence(tmp_path, capsys, monkeypatch):
     [folder] = list((tmp_path / "cache" / "ask").iterdir())
     assert sorted(p.name for p in folder.iterdir()) == sorted(["index.faiss", LEXICAL_FILE, META_FILE])
     assert not [name for name in os.listdir(folder) if name.endswith(".tmp")]
+
+
+def _retrieve(retriever, question, options):
+    return retriever.retrieve(question, retriever.question_vector(question), options)

@@ -31,7 +31,8 @@ class _Corpus:
         ends = [i + 1 for i, c in enumerate(text) if c == "."]
         starts = [0] + [end + 1 for end in ends[:-1]]
         self._passage = _Passage(0, len(text), tuple(zip(starts, ends)))
-        self.documents = [SimpleNamespace(source=SimpleNamespace(text=text, path="notes.txt"))]
+        self.documents = [SimpleNamespace(source=SimpleNamespace(text=text, path="notes.txt", extracted=False,
+                                                                page_at=lambda offset: None))]
 
     def passage(self, hit):
         return self._passage

@@ -45,8 +45,8 @@ def _sources(folders):
 def test_a_task_of_ones_own_with_an_ask_part_reads_spans(folders):
     tasks = TaskRegistry()
     tasks.register(SPANLIKE)
-    session = AskSession(_sources(folders), read_model_folder(folders / "spanlike"), progress=False, cache_root=folders / "index",
-                         tasks=tasks)
+    session = AskSession(_sources(folders), read_model_folder(folders / "spanlike"), progress=False,
+                         cache_root=folders / "index", tasks=tasks)
     result = session.ask("Where is Orbix Group based?", top_k=3, min_score=0.0, min_evidence=-1)
     assert result["mode"] == "span" and type(session.model) is SpanlikeModel
     text = (folders / "notes.txt").read_text()
