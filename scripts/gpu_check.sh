@@ -21,7 +21,8 @@
 #                   peak memory, forward and forward+backward
 #   bench-minilm.md, bench-base.md
 #                   `longdoc bench --plain --device cuda --dtype bfloat16` at 4096, 8192 and 16384
-#                   against Longformer, BigBird and BERT (SDPA), MiniLM's and ETC-base's shapes
+#                   against Longformer, BigBird and BERT (SDPA), MiniLM's and ETC-base's shapes, with
+#                   the GPU targets' PASS / FAIL lines (scripts/bench_encoder.py)
 #   hotpotqa.md     `longdoc train hotpotqa` at 4096 in ETC-base's shape against Longformer-base
 # The first three run at once; the timed steps after them run alone. Each step has a time limit (a
 # step that runs out of it fails and the others go on). The Python of the tables is
@@ -96,7 +97,7 @@ wanted softmax && step limited 60 "${gpu_check[@]}" softmax --repeats 5 --out "$
 wanted tiles && step limited 150 "${gpu_check[@]}" tiles --repeats 5 --out "$out"
 if wanted bench; then
     for shape in minilm base; do
-        step limited $([[ $shape == base ]] && echo 120 || echo 90) "$python" -m longdoc.cli bench --plain \
+        step limited $([[ $shape == base ]] && echo 120 || echo 90) "$python" scripts/bench_encoder.py --plain \
             --device cuda --dtype bfloat16 --lengths 4096,8192,16384 --repeats 2 --shape $shape \
             >"$out/bench-$shape.md" 2>"$out/bench-$shape.log"
         cat "$out/bench-$shape.md"
