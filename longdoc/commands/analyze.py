@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from longdoc.model import inference
+from longdoc.commands.model_flags import add_placement_arguments
 from longdoc.analyze import ANALYSIS_FILE, STATISTIC_GROUPS
 from longdoc.tasks import REGISTRY
 
@@ -43,7 +43,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout instead of the table: the folder, its files, the model "
                              "and the data")
-    inference.add_arguments(parser)
+    add_placement_arguments(parser)
 
 
 def _value(analysis: dict, statistic: str, piece: str, layer: int) -> str:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from longdoc.model import inference
 from longdoc.errors import InputError
-from longdoc.export.serving import add_runtime_argument, load_task_model, resolve_runtime
+from longdoc.commands.model_flags import add_placement_arguments, add_runtime_argument
+from longdoc.export.serving import load_task_model, resolve_runtime
 from longdoc.tasks import get_task, task_names
 
 HELP = "write the official prediction file of a trained task model for a dataset file"
@@ -25,7 +26,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data", required=True, type=Path, metavar="FILE", help="the dataset file, official format")
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="where to write the prediction file")
     parser.add_argument("--batch-size", type=int, default=8, metavar="N", help="windows per forward pass (default 8)")
-    inference.add_arguments(parser)
+    add_placement_arguments(parser)
     add_runtime_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout at the end: the prediction file, its scores side file "

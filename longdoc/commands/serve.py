@@ -9,6 +9,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from longdoc.model import inference
+from longdoc.commands.model_flags import add_placement_arguments
 from longdoc.commands.evaluate import add_metric_arguments, task_metric_options
 from longdoc.commands.hints import require_reader_folder
 from longdoc.errors import InputError
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=_port, default=8000, help="port (default 8000; 0: any free port)")
-    inference.add_arguments(parser)  # the reader's; the MiniLM retriever runs on the CPU
+    add_placement_arguments(parser)  # the reader's; the MiniLM retriever runs on the CPU
 
 
 def _port(text: str) -> int:

@@ -6,7 +6,8 @@
 - auto (the default): onnx where the folder holds an exported graph and ONNX Runtime is the faster
   runtime on the device (`FASTER_RUNTIME`, from the figures in docs/export.md), else torch.
 
-This module imports nothing heavy: the command line reads it for --help.
+The --runtime flag is the command line's (longdoc.commands.model_flags); this module imports nothing
+heavy, since the command line reads RUNTIMES for --help.
 """
 
 from pathlib import Path
@@ -19,13 +20,6 @@ RUNTIMES = ("auto", "torch", "onnx")
 # None today: on the CPU the figures there have ONNX Runtime slower than PyTorch's compiled attention
 # kernel (except on short inputs) and larger in memory; no GPU has been measured.
 FASTER_RUNTIME: dict[str, str] = {}
-
-
-def add_runtime_argument(parser) -> None:
-    parser.add_argument("--runtime", choices=RUNTIMES, default="auto",
-                        help="what runs the model: torch (PyTorch), onnx (the folder's model.onnx, written by "
-                             "`longdoc export`, in ONNX Runtime), or auto: onnx where the folder has one and it is "
-                             "the faster runtime on the device (docs/export.md), else torch (default auto)")
 
 
 def resolve_runtime(name: str, model_dir: Path, device, dtype=None, attention: str | None = None) -> str:

@@ -13,7 +13,8 @@ default dtype float32. The attention backend (longdoc.model.backends) is the mod
 bfloat16 and float16 run the eager backend) unless `--attention` names one; `check_attention` refuses
 one that cannot run on the device in the dtype, naming what can.
 
-torch is imported inside the functions: `add_arguments` runs for `longdoc --help`.
+The flags themselves are the command line's (longdoc.commands.model_flags); torch is imported inside
+the functions, so that the command line can read DTYPE_NAMES and DEVICE_FORMS for `longdoc --help`.
 """
 
 import re
@@ -24,27 +25,6 @@ from longdoc.model.backends import BACKEND_NAMES
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 DEVICE_FORMS = "cpu, cuda, cuda:N, mps"
 _DEVICE_PATTERN = re.compile(r"(cpu|cuda|mps)(?::(\d+))?")
-
-
-def add_arguments(parser) -> None:
-    """--device, --dtype and --bf16 (the same as --dtype bfloat16) on a command that predicts."""
-    parser.add_argument("--device", metavar="DEV",
-                        help=f"where the model runs: {DEVICE_FORMS} (default: cuda when torch finds a CUDA "
-                             "device, else mps when it finds one, else cpu)")
-    precision = parser.add_mutually_exclusive_group()
-    precision.add_argument("--dtype", choices=DTYPE_NAMES, help="the model's precision (default float32)")
-    precision.add_argument("--bf16", dest="dtype", action="store_const", const="bfloat16",
-                           help="the same as --dtype bfloat16")
-    add_attention_argument(parser)
-
-
-def add_attention_argument(parser) -> None:
-    """--attention: the attention backend (predict, ask, train, bench)."""
-    parser.add_argument("--attention", choices=BACKEND_NAMES,
-                        help="how the attention is computed: auto (the C++ kernels on the CPU in float32, the GPU "
-                             "kernel on CUDA where available, else eager), eager (PyTorch ops), cpu, gpu, dense (a "
-                             "float64 reference, slow); default: the model's own (attention_backend in its config, "
-                             "normally auto)")
 
 
 def check_attention(name: str, device, dtype, source) -> None:
