@@ -7,7 +7,9 @@
 #include <immintrin.h>
 #endif
 
+#include <array>
 #include <cmath>
+#include <utility>
 
 #include "attention.h"
 #include "products.h"
@@ -134,24 +136,49 @@ float exponentials(const float* x, float largest, int64_t width, float* probs) {
 }
 #endif
 
-// One row: summed = s + table[id] + carry (the terms present; stored unless summed is null), then
-// probs = softmax(factor * summed + mask), or without `normalize` its numerators exp(.. - max),
-// returning 1 / their sum (the caller scales what it computes from them: d numbers, not N). A
-// template per combination of terms, so that the first loop has no branches: it reads the row's
-// inputs once into x (in L1). Restrict-qualified and outside the parallel loop's closure, so that
-// every loop vectorises; summed and probs may alias s or carry (each row is read before it is written).
-// `stream_summed`: the sums bypass the cache where the small-table pass writes them (see there).
+// One row of `one_row`, `width` columns: what it reads (null: a term the row does not have) and
+// where it writes. summed and probs may be scores or carried (each row is read before it is written).
+struct Row {
+  const float* scores;                 // alpha q.k
+  const float* relative = nullptr;     // the row's relative terms of every id [vocab], picked by ids
+  int64_t vocab = 0;
+  const int32_t* ids = nullptr;
+  const float* carried = nullptr;
+  const float* mask = nullptr;         // the softmax's mask bias
+  float scale = 1.0f;                  // multiplies the summed scores in the softmax
+  int64_t width = 0;
+  float* logits = nullptr;             // [width] scratch, in L1
+  float* summed = nullptr;             // written where given
+  float* probs = nullptr;              // the softmax's weights, or its numerators (normalize false)
+  bool normalize = false;
+  bool stream_summed = false;          // the sums bypass the cache (see first_pass_with_small_table)
+};
+
+// One row: summed = scores + relative[ids] + carried (the terms present; stored unless summed is
+// null), then probs = softmax(scale * summed + mask), or without `normalize` its numerators
+// exp(.. - max), returning 1 / their sum (the caller scales what it computes from them: d numbers,
+// not N). A template per combination of terms, so that the first loop has no branches: it reads the
+// row's inputs once into the logits (in L1). Its pointers restrict-qualified and outside the
+// parallel loop's closure, so that every loop vectorises.
 template <bool kRelative, bool kCarry, bool kSummed, bool kSoftmax>
-float one_row(const float* s, const float* __restrict table, const int64_t vocab, const int32_t* __restrict id,
-              const float* carry, const float* __restrict mask, const float factor, const int64_t width,
-              float* __restrict x, float* summed, float* probs, const bool normalize, const bool stream_summed) {
+float one_row(const Row& row) {
+  const float* s = row.scores;
+  const float* __restrict table = row.relative;
+  const int32_t* __restrict id = row.ids;
+  const float* carry = row.carried;
+  const float* __restrict mask = row.mask;
+  float* __restrict x = row.logits;
+  float* summed = row.summed;
+  float* probs = row.probs;
+  const float factor = row.scale;
+  const int64_t width = row.width, vocab = row.vocab;
   float largest = -std::numeric_limits<float>::infinity();
   int64_t start = 0;  // columns the first pass has done
 #if defined(__AVX512F__)
   if (kRelative && vocab <= SmallTable::kMaxVocab) {
     start = first_pass_with_small_table<kCarry, kSummed || !kSoftmax, kSoftmax>(s, table, vocab, id, carry, mask,
                                                                                factor, width, x, summed,
-                                                                               stream_summed, &largest);
+                                                                               row.stream_summed, &largest);
   }
 #endif
   if (!kSoftmax) {  // the sum alone (talking heads mix the heads before their softmax)
@@ -185,33 +212,32 @@ float one_row(const float* s, const float* __restrict table, const int64_t vocab
   }
 #endif
   const float inverse = 1.0f / total;
-  if (normalize) {
+  if (row.normalize) {
 #pragma omp simd
     for (int64_t c = 0; c < width; ++c) probs[c] *= inverse;
   }
   return inverse;
 }
 
-using RowFunction = float (*)(const float*, const float*, int64_t, const int32_t*, const float*, const float*, float,
-                              int64_t, float*, float*, float*, bool, bool);
+using RowFunction = float (*)(const Row&);
 
-template <bool kRelative, bool kCarry, bool kSummed>
-RowFunction with_softmax(bool softmax) {
-  return softmax ? one_row<kRelative, kCarry, kSummed, true> : one_row<kRelative, kCarry, kSummed, false>;
+// Which one_row a pass runs: the terms its rows have, whether it writes the sums, whether it takes
+// the softmax (talking heads sum the terms first and mix the heads before their softmax).
+struct RowTerms {
+  bool relative = false, carried = false, summed = false, softmax = false;
+
+  int index() const { return 8 * relative + 4 * carried + 2 * summed + softmax; }
+};
+
+// one_row for every RowTerms, by index().
+template <size_t... kIndex>
+constexpr std::array<RowFunction, sizeof...(kIndex)> one_rows(std::index_sequence<kIndex...>) {
+  return {one_row<(kIndex & 8) != 0, (kIndex & 4) != 0, (kIndex & 2) != 0, (kIndex & 1) != 0>...};
 }
 
-template <bool kRelative, bool kCarry>
-RowFunction with_summed(bool summed, bool softmax) {
-  return summed ? with_softmax<kRelative, kCarry, true>(softmax) : with_softmax<kRelative, kCarry, false>(softmax);
-}
-
-template <bool kRelative>
-RowFunction with_carry(bool carry, bool summed, bool softmax) {
-  return carry ? with_summed<kRelative, true>(summed, softmax) : with_summed<kRelative, false>(summed, softmax);
-}
-
-RowFunction row_function(bool relative, bool carry, bool summed, bool softmax) {
-  return relative ? with_carry<true>(carry, summed, softmax) : with_carry<false>(carry, summed, softmax);
+RowFunction row_function(const RowTerms& terms) {
+  static constexpr auto kRows = one_rows(std::make_index_sequence<16>());
+  return kRows[terms.index()];
 }
 
 // A forward's operands (ForwardOperands, attention.h), checked: row views of the [B, h, N, d]
@@ -276,6 +302,20 @@ struct CheckedForward {
     }
   }
 
+  // The relative terms and carried scores of per-head row `row` of [B, h, M, ..], and the ids of
+  // shared row `shared` of [B, M, N] (null without them).
+  const float* relative_row(int64_t row) const { return relative ? relative + row * vocab : nullptr; }
+  const float* carried_row(int64_t row) const { return carried ? carried + row * pieces.width : nullptr; }
+  const int32_t* ids_row(int64_t shared) const { return ids ? ids + shared * pieces.width : nullptr; }
+  // The rows' terms, summed and written without the softmax (talking heads' first step), or with it.
+  RowTerms sum_of_terms() const {
+    return {.relative = relative != nullptr, .carried = carried != nullptr, .summed = true};
+  }
+  RowTerms softmax_of_sum() const {
+    return {.relative = relative != nullptr, .carried = carried != nullptr, .summed = summed != nullptr,
+            .softmax = true};
+  }
+
   static const at::Tensor& checked(const at::Tensor& tensor, const char* name, const at::Tensor& query) {
     check_rows(tensor, name, query);
     return tensor;
@@ -316,7 +356,7 @@ struct TalkingHeadsInPasses {
   void sum_scores() const {
     const int64_t width = f.pieces.width, heads = f.heads;
     const bool terms = f.relative != nullptr || f.carried != nullptr;
-    const RowFunction add_terms = row_function(f.relative != nullptr, f.carried != nullptr, true, false);
+    const RowFunction add_terms = row_function(f.sum_of_terms());
     const int64_t chunk = f.pieces.chunk(), chunks = (f.rows + chunk - 1) / chunk;
     at::parallel_for(0, f.batch * chunks * heads, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> x(width);
@@ -327,10 +367,9 @@ struct TalkingHeadsInPasses {
         float* s = sums + row0 * width;
         f.scores(ChunkKeys(f.pieces, nullptr, f.rows, b, first, count), b, head, s);
         for (int64_t i = 0; terms && i < count; ++i) {
-          add_terms(s + i * width, f.relative ? f.relative + (row0 + i) * f.vocab : nullptr, f.vocab,
-                    f.ids ? f.ids + (b * f.rows + first + i) * width : nullptr,
-                    f.carried ? f.carried + (row0 + i) * width : nullptr, nullptr, 1.0f, width, x.data(),
-                    s + i * width, nullptr, false, false);
+          add_terms({.scores = s + i * width, .relative = f.relative_row(row0 + i), .vocab = f.vocab,
+                     .ids = f.ids_row(b * f.rows + first + i), .carried = f.carried_row(row0 + i), .width = width,
+                     .logits = x.data(), .summed = s + i * width});
         }
       }
     });
@@ -339,7 +378,7 @@ struct TalkingHeadsInPasses {
   // 2. Per (batch, group of queries), all heads in cache: mix, softmax, mix, dropout -> weights.
   void mix_and_softmax() const {
     const int64_t width = f.pieces.width, head_stride = f.rows * width, heads = f.heads;
-    const RowFunction softmax = row_function(false, false, false, true);
+    const RowFunction softmax = row_function({.softmax = true});
     const int64_t group = f.pieces.chunk(heads), groups = (f.rows + group - 1) / group, stride = group * width;
     at::parallel_for(0, f.batch * groups, 1, [&](int64_t begin, int64_t end) {
       std::vector<float> mixed_buffer(heads * stride), x(width);
@@ -352,8 +391,8 @@ struct TalkingHeadsInPasses {
         for (int64_t head = 0; head < heads; ++head) {
           float* m = mixed + head * stride;
           for (int64_t i = 0; i < count; ++i) {
-            softmax(m + i * width, nullptr, 0, nullptr, nullptr, f.mask + (shared0 + i) * width, f.factor, width,
-                    x.data(), nullptr, m + i * width, true, false);
+            softmax({.scores = m + i * width, .mask = f.mask + (shared0 + i) * width, .scale = f.factor,
+                     .width = width, .logits = x.data(), .probs = m + i * width, .normalize = true});
           }
           if (f.probs) std::memcpy(f.probs + offset + head * head_stride, m, n * sizeof(float));
         }
@@ -418,8 +457,8 @@ void plain_row_pass(const CheckedForward& f, RowFunction process, const ChunkKey
   const bool stream_summed = f.summed && f.summed != f.carried && !keys.gaps;
   for (int64_t i = 0; i < keys.count; ++i) {
     const int64_t row = row0 + i, shared = shared0 + i;
-    const float* carried = f.carried ? f.carried + row * width : nullptr;
-    const int32_t* row_ids = f.ids ? f.ids + shared * width : nullptr;
+    const float* carried = f.carried_row(row);
+    const int32_t* row_ids = f.ids_row(shared);
     const float* mask = f.mask + shared * width;
     const uint8_t* keep = f.keep ? f.keep + row * width : nullptr;
     float* summed = f.summed ? f.summed + row * width : nullptr;
@@ -430,9 +469,11 @@ void plain_row_pass(const CheckedForward& f, RowFunction process, const ChunkKey
       keep = compact.gather(layout, keep, compact.keep);
     }
     float* row_summed = keys.gaps && summed ? compact.summed.data() : summed;
-    buffers.inverse_sums[i] = process(
-        s + i * used, f.relative ? f.relative + row * f.vocab : nullptr, f.vocab, row_ids, carried, mask, f.factor,
-        used, buffers.x.data(), row_summed, p + i * used, f.probs != nullptr, stream_summed);
+    buffers.inverse_sums[i] = process({.scores = s + i * used, .relative = f.relative_row(row), .vocab = f.vocab,
+                                       .ids = row_ids, .carried = carried, .mask = mask, .scale = f.factor,
+                                       .width = used, .logits = buffers.x.data(), .summed = row_summed,
+                                       .probs = p + i * used, .normalize = f.probs != nullptr,
+                                       .stream_summed = stream_summed});
     if (keys.gaps) {
       if (summed) layout.scatter(row_summed, summed);
       if (f.probs) layout.scatter(p + i * used, f.probs + row * width);
@@ -485,8 +526,7 @@ struct TalkingForward {
 
   TalkingForward(const CheckedForward& f, const float* pre, const float* post, int64_t stride)
       : f(f), pre(pre), post(post), stride(stride),
-        add_terms(row_function(f.relative != nullptr, f.carried != nullptr, true, false)),
-        softmax(row_function(false, false, false, true)) {}
+        add_terms(row_function(f.sum_of_terms())), softmax(row_function({.softmax = true})) {}
 
   // Per head: the scores, and their sum with the relative terms and the carried scores, written
   // where they are kept (summed_out, when its rows are the chunk's) or in place; returns where the
@@ -504,12 +544,12 @@ struct TalkingForward {
       f.scores(keys, b, head, s);
       for (int64_t i = 0; i < keys.count && (sums || f.summed); ++i) {
         const int64_t row = (b * f.heads + head) * f.rows + keys.first + i;
-        const float* carried = f.carried ? f.carried + row * width : nullptr;
+        const float* carried = f.carried_row(row);
         if (keys.gaps) carried = buffers.compact.gather(keys.layout, carried, buffers.compact.carried);
         float* summed = sums_at + head * sums_stride + i * used;
-        add_terms(s + i * used, f.relative ? f.relative + row * f.vocab : nullptr, f.vocab,
-                  row_ids ? row_ids + i * used : nullptr, carried, nullptr, 1.0f, used, buffers.x.data(), summed,
-                  nullptr, false, false);
+        add_terms({.scores = s + i * used, .relative = f.relative_row(row), .vocab = f.vocab,
+                   .ids = row_ids ? row_ids + i * used : nullptr, .carried = carried, .width = used,
+                   .logits = buffers.x.data(), .summed = summed});
         if (keys.gaps && f.summed) keys.layout.scatter(summed, f.summed + row * width);
       }
     }
@@ -527,8 +567,8 @@ struct TalkingForward {
     for (int64_t head = 0; head < f.heads; ++head) {
       float* m = mixed + head * stride;
       for (int64_t i = 0; i < keys.count; ++i) {
-        softmax(m + i * used, nullptr, 0, nullptr, nullptr, mask + i * used, f.factor, used, buffers.x.data(), nullptr,
-                m + i * used, true, false);
+        softmax({.scores = m + i * used, .mask = mask + i * used, .scale = f.factor, .width = used,
+                 .logits = buffers.x.data(), .probs = m + i * used, .normalize = true});
         if (f.probs && keys.gaps) keys.layout.scatter(m + i * used, f.probs + offset + head * head_stride + i * width);
       }
       if (f.probs && !keys.gaps) std::memcpy(f.probs + offset + head * head_stride, m, n * sizeof(float));
@@ -572,7 +612,7 @@ struct TalkingForward {
 // context row is scaled by 1 / its sum instead.
 void attention_forward(const ForwardOperands& operands) {
   const CheckedForward f(operands);
-  const RowFunction process = row_function(f.relative != nullptr, f.carried != nullptr, f.summed != nullptr, true);
+  const RowFunction process = row_function(f.softmax_of_sum());
   const int64_t chunk = f.ranges ? std::min<int64_t>(f.pieces.chunk(), kChunkWithRanges) : f.pieces.chunk();
   const int64_t chunks = (f.rows + chunk - 1) / chunk;
 
