@@ -147,9 +147,9 @@ def _window_distances(block_size: int, device=None) -> Tensor:
     return torch.arange(3 * block_size, device=device) - block_size - query
 
 
-def local_relative_ids(block_size: int, layout: RelativeIdLayout) -> Tensor:
+def local_relative_ids(block_size: int, layout: RelativeIdLayout, device=None) -> Tensor:
     """[b, 3b]: the id of query p of a block and key c of its window [previous | own | next block]."""
-    return layout.distance_ids(_window_distances(block_size))
+    return layout.distance_ids(_window_distances(block_size, device))
 
 
 def _windows(per_token: Tensor, block_size: int, num_blocks: int, fill) -> Tensor:
@@ -159,15 +159,6 @@ def _windows(per_token: Tensor, block_size: int, num_blocks: int, fill) -> Tenso
     padded = per_token.new_full((batch, (num_blocks + 2) * block_size), fill)
     padded[:, block_size : block_size + length] = per_token
     return padded.unfold(1, 3 * block_size, block_size)
-
-
-def _linked(structure: StructureIds, num_globals: int) -> Tensor:
-    """[B, L, G] bool: long token i is linked to global token g (belongs to it or mentions it)."""
-    global_index = torch.arange(num_globals, device=structure.long_mask.device)
-    linked = structure.sentence_ids.unsqueeze(-1) == global_index
-    if structure.mention_ids is not None:
-        linked |= structure.mention_ids.unsqueeze(-1) == global_index
-    return linked
 
 
 def build_side_inputs(
@@ -185,93 +176,24 @@ def build_side_inputs(
     Hard masks need links: without `sentence_ids` (and `mention_ids`) no long token is linked to
     any global token, so hard g2l and hard l2g are not applied (every pair may attend).
     """
-    long_mask, global_mask = structure.long_mask, structure.global_mask
-    device = long_mask.device
-    batch, length = long_mask.shape
-    num_globals = global_mask.shape[1]
+    length, num_globals = structure.long_mask.shape[1], structure.global_mask.shape[1]
     block_size, num_blocks = blocks_for(local_radius, length)
     padded_length = num_blocks * block_size
-    window = 3 * block_size
-    has_links = structure.sentence_ids is not None
     layout = None if max_relative_distance is None else RelativeIdLayout(max_relative_distance)
-
-    # --- the long softmax: [B, nb, b, W + G] ---
-    delta = _window_distances(block_size, device)  # [b, W], the same in every block
-    key_valid = _windows(long_mask, block_size, num_blocks, False)  # [B, nb, W]
-    local_allowed = (delta.abs() <= local_radius) & key_valid.unsqueeze(2)  # [B, nb, b, W]
-    if local_attention_within_paragraph and structure.long_paragraph_ids is not None:
-        query_paragraph = _pad_to(structure.long_paragraph_ids, padded_length, -1).view(batch, num_blocks, block_size, 1)
-        key_paragraph = _windows(structure.long_paragraph_ids, block_size, num_blocks, -2).unsqueeze(2)
-        local_allowed &= query_paragraph == key_paragraph
-    long_examples, global_examples = structure.long_example_ids, structure.global_example_ids
-    if long_examples is not None:
-        query_example = _pad_to(long_examples, padded_length, -1).view(batch, num_blocks, block_size, 1)
-        local_allowed &= query_example == _windows(long_examples, block_size, num_blocks, -2).unsqueeze(2)
-    # [B, Lp, G]: the long-global pairs of one example (None: one example per row)
-    same_example = None if long_examples is None or global_examples is None else (
-        _pad_to(long_examples, padded_length, -1).unsqueeze(-1) == global_examples.unsqueeze(1))
-
-    linked = _linked(structure, num_globals) if has_links else None  # [B, L, G]
-    long_to_global_allowed = global_mask.unsqueeze(1).expand(batch, padded_length, num_globals)
-    if hard_l2g and has_links:
-        long_to_global_allowed = long_to_global_allowed & _pad_to(linked, padded_length, False)
-    if same_example is not None:
-        long_to_global_allowed = long_to_global_allowed & same_example
-    long_allowed = torch.cat(
-        [local_allowed, long_to_global_allowed.reshape(batch, num_blocks, block_size, num_globals)], dim=-1
-    )
-
-    long_relative_ids = links = None
-    long_linked = _pad_to(linked, padded_length, False) if has_links else None  # [B, Lp, G]
-    if layout is not None:
-        long_relative_ids = torch.empty(batch, num_blocks, block_size, window + num_globals, dtype=torch.long,
-                                        device=device)
-        long_relative_ids[..., :window] = local_relative_ids(block_size, layout).to(device)
-        _write_pair_ids(long_relative_ids[..., window:],
-                        None if long_linked is None else long_linked.view(batch, num_blocks, block_size, num_globals),
-                        layout)
-        long_relative_ids = long_relative_ids.unsqueeze(1)
-        if has_links:
-            mentions = structure.mention_ids
-            # a mention of the token's own sentence token is one link, not two
-            second = torch.full_like(structure.sentence_ids, -1) if mentions is None else mentions.masked_fill(
-                mentions == structure.sentence_ids, -1
-            )
-            links = _pad_to(torch.stack([structure.sentence_ids, second], dim=-1), padded_length, -1)
-
-    # --- the global softmax: [B, G, G + Lp] ---
+    # [B, Lp, G]: long token i is linked to global token g; None (no sentence_ids): no pair is
+    linked = None if structure.sentence_ids is None else _linked(structure, num_globals, padded_length)
+    same_example = _same_example(structure, padded_length)
+    # The long softmax: [B, 1, nb, b, W + G].
+    long_allowed = _long_allowed(structure, linked, same_example, block_size, num_blocks, local_radius=local_radius,
+                                 hard_l2g=hard_l2g, within_paragraph=local_attention_within_paragraph)
+    long_relative_ids = None if layout is None else _long_relative_ids(structure, linked, layout, block_size,
+                                                                        num_blocks)
+    # The global softmax: [B, 1, G, G + Lp]; none without global tokens.
     global_mask_bias = global_relative_ids = None
     if num_globals > 0:
-        global_to_long_allowed = _pad_to(long_mask, padded_length, False).unsqueeze(1).expand(
-            batch, num_globals, padded_length
-        )
-        if hard_g2l and has_links:
-            sees_all = structure.global_sees_all
-            own_tokens = long_linked.transpose(1, 2)
-            if sees_all is not None:
-                own_tokens = own_tokens | sees_all.unsqueeze(-1)
-            global_to_long_allowed = global_to_long_allowed & own_tokens
-        global_to_global_allowed = global_mask.unsqueeze(1).expand(batch, num_globals, num_globals)
-        if same_example is not None:
-            global_to_long_allowed = global_to_long_allowed & same_example.transpose(1, 2)
-            global_to_global_allowed = global_to_global_allowed & (
-                global_examples.unsqueeze(-1) == global_examples.unsqueeze(1))
-        global_allowed = torch.cat([global_to_global_allowed, global_to_long_allowed], dim=-1)
-        global_mask_bias = _mask_bias(global_allowed, dtype)
+        global_mask_bias = _mask_bias(_global_allowed(structure, linked, same_example, padded_length, hard_g2l), dtype)
         if layout is not None:
-            global_relative_ids = torch.empty(batch, num_globals, num_globals + padded_length, dtype=torch.long,
-                                              device=device)
-            global_global_ids = global_relative_ids[..., :num_globals]
-            position = torch.arange(num_globals, device=device)
-            global_global_ids[:] = layout.distance_ids(position - position.view(-1, 1))
-            if structure.global_paragraph_ids is not None:
-                paragraphs = structure.global_paragraph_ids
-                global_global_ids.masked_fill_(paragraphs.unsqueeze(-1) != paragraphs.unsqueeze(1),
-                                               layout.other_paragraph)
-            _write_pair_ids(global_relative_ids[..., num_globals:],
-                            None if long_linked is None else long_linked.transpose(1, 2), layout)
-            global_relative_ids = global_relative_ids.unsqueeze(1)
-
+            global_relative_ids = _global_relative_ids(structure, linked, layout, padded_length)
     return SideInputs(
         block_size=block_size,
         num_blocks=num_blocks,
@@ -280,15 +202,118 @@ def build_side_inputs(
         long_relative_ids=long_relative_ids,
         global_relative_ids=global_relative_ids,
         relative_layout=layout,
-        links=links,
+        links=None if layout is None or linked is None else _links(structure, padded_length),
     )
 
 
-def _write_pair_ids(out: Tensor, linked: Tensor | None, layout: RelativeIdLayout) -> None:
-    """The ids of long-global pairs into `out`: linked where `linked` (None: no pair is), else unlinked."""
-    out.fill_(layout.unlinked)
-    if linked is not None:
-        out.masked_fill_(linked, layout.linked)
+def _linked(structure: StructureIds, num_globals: int, padded_length: int) -> Tensor:
+    """[B, Lp, G] bool: long token i is linked to global token g (belongs to it or mentions it)."""
+    global_index = torch.arange(num_globals, device=structure.long_mask.device)
+    linked = _pad_to(structure.sentence_ids, padded_length, -1).unsqueeze(-1) == global_index
+    if structure.mention_ids is not None:
+        linked = linked | (_pad_to(structure.mention_ids, padded_length, -1).unsqueeze(-1) == global_index)
+    return linked
+
+
+def _same_example(structure: StructureIds, padded_length: int) -> Tensor | None:
+    """[B, Lp, G] bool: long token i and global token g belong to one example; None: one example per row."""
+    long_examples, global_examples = structure.long_example_ids, structure.global_example_ids
+    if long_examples is None or global_examples is None:
+        return None
+    return _pad_to(long_examples, padded_length, -1).unsqueeze(-1) == global_examples.unsqueeze(1)
+
+
+def _long_allowed(structure: StructureIds, linked: Tensor | None, same_example: Tensor | None, block_size: int,
+                  num_blocks: int, *, local_radius: int, hard_l2g: bool, within_paragraph: bool) -> Tensor:
+    """[B, nb, b, W + G] bool, the long softmax's pairs that may attend: the keys of a query's window
+    that are real, within its radius (and its paragraph under `within_paragraph`, its example in a
+    packed row), then the real global tokens (only its own under `hard_l2g`, of its example)."""
+    batch = structure.long_mask.shape[0]
+    num_globals = structure.global_mask.shape[1]
+    padded_length = num_blocks * block_size
+
+    def queries(per_token: Tensor) -> Tensor:  # [B, L] -> [B, nb, b, 1]
+        return _pad_to(per_token, padded_length, -1).view(batch, num_blocks, block_size, 1)
+
+    def keys(per_token: Tensor, fill) -> Tensor:  # [B, L] -> [B, nb, 1, W]
+        return _windows(per_token, block_size, num_blocks, fill).unsqueeze(2)
+
+    in_radius = _window_distances(block_size, structure.long_mask.device).abs() <= local_radius  # [b, W]
+    local = in_radius & keys(structure.long_mask, False)
+    # Keys past the input's ends get -2, which no query's paragraph or example id (-1 on padding) equals.
+    if within_paragraph and structure.long_paragraph_ids is not None:
+        local = local & (queries(structure.long_paragraph_ids) == keys(structure.long_paragraph_ids, -2))
+    if structure.long_example_ids is not None:
+        local = local & (queries(structure.long_example_ids) == keys(structure.long_example_ids, -2))
+    to_global = structure.global_mask.unsqueeze(1).expand(batch, padded_length, num_globals)
+    if hard_l2g and linked is not None:
+        to_global = to_global & linked
+    if same_example is not None:
+        to_global = to_global & same_example
+    return torch.cat([local, to_global.reshape(batch, num_blocks, block_size, num_globals)], dim=-1)
+
+
+def _global_allowed(structure: StructureIds, linked: Tensor | None, same_example: Tensor | None, padded_length: int,
+                    hard_g2l: bool) -> Tensor:
+    """[B, G, G + Lp] bool, the global softmax's pairs that may attend: the real global tokens (of its
+    example in a packed row), then the real long tokens (only its own under `hard_g2l`, unless it
+    sees all; of its example)."""
+    batch, num_globals = structure.global_mask.shape
+    to_global = structure.global_mask.unsqueeze(1).expand(batch, num_globals, num_globals)
+    to_long = _pad_to(structure.long_mask, padded_length, False).unsqueeze(1).expand(batch, num_globals, padded_length)
+    if hard_g2l and linked is not None:
+        own_tokens = linked.transpose(1, 2)
+        if structure.global_sees_all is not None:
+            own_tokens = own_tokens | structure.global_sees_all.unsqueeze(-1)
+        to_long = to_long & own_tokens
+    if same_example is not None:
+        examples = structure.global_example_ids
+        to_global = to_global & (examples.unsqueeze(-1) == examples.unsqueeze(1))
+        to_long = to_long & same_example.transpose(1, 2)
+    return torch.cat([to_global, to_long], dim=-1)
+
+
+def _long_relative_ids(structure: StructureIds, linked: Tensor | None, layout: RelativeIdLayout, block_size: int,
+                       num_blocks: int) -> Tensor:
+    """[B, 1, nb, b, W + G] int64: the window's distance ids (the same in every block), then linked
+    or unlinked toward each global token."""
+    batch, num_globals = structure.long_mask.shape[0], structure.global_mask.shape[1]
+    device = structure.long_mask.device
+    local = local_relative_ids(block_size, layout, device).expand(batch, num_blocks, block_size, 3 * block_size)
+    shape = (batch, num_blocks, block_size, num_globals)
+    to_global = _pair_ids(None if linked is None else linked.view(shape), layout, shape, device)
+    return torch.cat([local, to_global], dim=-1).unsqueeze(1)
+
+
+def _global_relative_ids(structure: StructureIds, linked: Tensor | None, layout: RelativeIdLayout,
+                         padded_length: int) -> Tensor:
+    """[B, 1, G, G + Lp] int64: clipped distances between global tokens (other_paragraph between
+    paragraphs), then linked or unlinked toward each long token."""
+    batch, num_globals = structure.global_mask.shape
+    device = structure.global_mask.device
+    position = torch.arange(num_globals, device=device)
+    to_global = layout.distance_ids(position - position.view(-1, 1)).expand(batch, num_globals, num_globals)
+    paragraphs = structure.global_paragraph_ids
+    if paragraphs is not None:
+        to_global = to_global.masked_fill(paragraphs.unsqueeze(-1) != paragraphs.unsqueeze(1), layout.other_paragraph)
+    to_long = _pair_ids(None if linked is None else linked.transpose(1, 2), layout,
+                        (batch, num_globals, padded_length), device)
+    return torch.cat([to_global, to_long], dim=-1).unsqueeze(1)
+
+
+def _pair_ids(linked: Tensor | None, layout: RelativeIdLayout, shape: tuple[int, ...], device) -> Tensor:
+    """Ids of long-global pairs of `shape`: linked where `linked` (None: no pair is), else unlinked."""
+    unlinked = torch.full(shape, layout.unlinked, dtype=torch.long, device=device)
+    return unlinked if linked is None else unlinked.masked_fill(linked, layout.linked)
+
+
+def _links(structure: StructureIds, padded_length: int) -> Tensor:
+    """[B, Lp, 2] int64: the global tokens each long token links to (its sentence's, the candidate it
+    mentions), -1 for none."""
+    sentences, mentions = structure.sentence_ids, structure.mention_ids
+    # a mention of the token's own sentence token is one link, not two
+    second = torch.full_like(sentences, -1) if mentions is None else mentions.masked_fill(mentions == sentences, -1)
+    return _pad_to(torch.stack([sentences, second], dim=-1), padded_length, -1)
 
 
 def _pad_to(per_token: Tensor, padded_length: int, fill) -> Tensor:
