@@ -53,7 +53,7 @@ from typing import Sequence
 from longdoc.errors import InputError, OptionError
 from longdoc.data.examples import StructuredExample
 from longdoc.data.spans import SOURCE_NONE, SOURCE_QUESTION
-from longdoc.data.windows import plan_windows
+from longdoc.data.windows import Window, plan_windows
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.inputs import encoder_inputs
 
@@ -255,20 +255,20 @@ def build_features(
         )
         question_ids = question_ids[: settings.max_question_len]
         question_offsets = question_offsets[: settings.max_question_len]
-    documents = _tokenize_documents(example, tokenizer)
-    dropped: Counter = Counter()
+    tokens = _ExampleTokens(question_ids, question_offsets, _tokenize_documents(example, tokenizer), _cls_id(tokenizer),
+                            _sep_id(tokenizer))
     # The window takes all room the actual question leaves: long_max_len - [CLS] - question - 2 [SEP].
     window_len = settings.long_max_len - len(question_ids) - 3
 
     def can_cut(position: int) -> bool:
         # Never between two tokens of one character (byte-level BPE splits a character's bytes).
-        return documents.offsets[position - 1][1] <= documents.offsets[position][0]
+        return tokens.documents.offsets[position - 1][1] <= tokens.documents.offsets[position][0]
 
-    features = [
-        _window_features(example, settings, markers, tokenizer, question_ids, question_offsets, documents,
-                         index, window, dropped)
-        for index, window in enumerate(plan_windows(len(documents.ids), window_len, settings.stride, can_cut))
-    ]
+    features, dropped = [], Counter()
+    for index, window in enumerate(plan_windows(len(tokens.documents.ids), window_len, settings.stride, can_cut)):
+        global_tokens, dropped_here = _window_globals(example, tokens, settings, markers, window)
+        features.append(_window_features(example, tokens, settings, index, window, global_tokens))
+        dropped += dropped_here
     if dropped:
         counts = ", ".join(f"{count} {kind.name.lower()}" for kind, count in sorted(dropped.items()))
         warnings.warn(
@@ -278,60 +278,72 @@ def build_features(
     return features
 
 
-def _window_features(example, settings, markers, tokenizer, question_ids, question_offsets, documents,
-                     window_index, window, dropped) -> Features:
-    cls_id, sep_id = _cls_id(tokenizer), _sep_id(tokenizer)
-    num_question = len(question_ids)
-    # --- global tokens: CLS, question, candidates, then structure in long order
-    kinds = [GlobalKind.CLS] + [GlobalKind.QUESTION] * num_question
-    items = [-1] + list(range(num_question))
-    global_ids = [cls_id] + (list(question_ids) if markers.question is None else [markers.question] * num_question)
-    global_segments = [0] * (1 + num_question)
-    types = settings.token_types
-    budget = settings.global_max_len - len(kinds)
-    kept_candidates = min(len(example.candidates), budget)
-    if kept_candidates < len(example.candidates):
-        dropped[GlobalKind.CANDIDATE] += len(example.candidates) - kept_candidates
-    candidate_global = {}
-    for c in range(kept_candidates):
-        candidate_global[c] = len(kinds)
-        kinds.append(GlobalKind.CANDIDATE), items.append(c), global_ids.append(markers.candidate)
-        global_segments.append(0)
-    budget -= kept_candidates
+@dataclass(frozen=True)
+class _ExampleTokens:
+    """What every window of an example is built from: its question's wordpieces (truncated) and their
+    offsets, its documents' tokens, and the tokenizer's [CLS] and [SEP] ids."""
 
-    structure_global: dict[tuple[GlobalKind, int], int] = {}
-    seen: set[tuple[GlobalKind, int]] = set()
+    question_ids: list[int]
+    question_offsets: list[list[int]]
+    documents: _DocumentTokens
+    cls_id: int
+    sep_id: int
+
+
+@dataclass(frozen=True)
+class _GlobalToken:
+    """One global token of a window: its kind, its item (see `Features.global_item_ids`), its input
+    id and its paragraph id."""
+
+    kind: GlobalKind
+    item: int
+    input_id: int
+    paragraph: int
+
+
+def _window_globals(example: StructuredExample, tokens: _ExampleTokens, settings: FeatureSettings,
+                    markers: GlobalMarkers, window: Window) -> tuple[list[_GlobalToken], Counter]:
+    """The global tokens of `window` in their order (CLS, question, candidates, then structure
+    tokens), and the number dropped of each kind: candidates past `global_max_len`, then structure
+    tokens in long order."""
+    question_ids = tokens.question_ids if markers.question is None else [markers.question] * len(tokens.question_ids)
+    always = [_GlobalToken(GlobalKind.CLS, -1, tokens.cls_id, 0),
+              *(_GlobalToken(GlobalKind.QUESTION, q, input_id, 0) for q, input_id in enumerate(question_ids))]
+    candidates = [_GlobalToken(GlobalKind.CANDIDATE, c, markers.candidate, 0) for c in range(len(example.candidates))]
+    structure = _structure_globals(tokens.documents, markers, window)
+    budget = settings.global_max_len - len(always)
+    kept_candidates = candidates[:budget]
+    kept_structure = structure[:budget - len(kept_candidates)]
+    dropped = Counter(token.kind for token in [*candidates[len(kept_candidates):], *structure[len(kept_structure):]])
+    return [*always, *kept_candidates, *kept_structure], dropped
+
+
+def _structure_globals(documents: _DocumentTokens, markers: GlobalMarkers, window: Window) -> list[_GlobalToken]:
+    """The paragraph, sentence and DOM node tokens of `window`, each placed where its first long token
+    in the window is (a paragraph before its first sentence, a sentence before its DOM nodes)."""
     marker_of = {GlobalKind.PARAGRAPH: markers.paragraph, GlobalKind.SENTENCE: markers.sentence,
                  GlobalKind.DOM_NODE: markers.dom_node}
+    found: dict[tuple[GlobalKind, int], _GlobalToken] = {}  # in insertion order: long order
     for t in range(window.start, window.end):
         for kind, item in ((GlobalKind.PARAGRAPH, documents.paragraph[t]), (GlobalKind.SENTENCE, documents.sentence[t]),
                            (GlobalKind.DOM_NODE, documents.dom_node[t])):
-            if item < 0 or (kind, item) in seen:
-                continue
-            seen.add((kind, item))
-            if budget == 0:
-                dropped[kind] += 1
-                continue
-            budget -= 1
-            structure_global[(kind, item)] = len(kinds)
-            kinds.append(kind), items.append(item), global_ids.append(marker_of[kind])
-            global_segments.append(documents.segment[t])
+            if item >= 0 and (kind, item) not in found:
+                found[(kind, item)] = _GlobalToken(kind, item, marker_of[kind], documents.segment[t])
+    return list(found.values())
 
-    # --- long tokens: [CLS] question [SEP] window [SEP]
+
+def _window_features(example: StructuredExample, tokens: _ExampleTokens, settings: FeatureSettings,
+                     window_index: int, window: Window, global_tokens: list[_GlobalToken]) -> Features:
+    """The features of one window: its long tokens ([CLS] question [SEP] window [SEP]) and its
+    `global_tokens`, linked as the module docstring says."""
+    documents, types = tokens.documents, settings.token_types
+    index_of = {(token.kind, token.item): index for index, token in enumerate(global_tokens)}
     doc = range(window.start, window.end)
-    long_ids = [cls_id, *question_ids, sep_id, *(documents.ids[t] for t in doc), sep_id]
-    owners = [0, *(1 + q for q in range(num_question)), 0]
-    for t in doc:
-        owner = -1
-        for key in ((GlobalKind.DOM_NODE, documents.dom_node[t]), (GlobalKind.SENTENCE, documents.sentence[t]),
-                    (GlobalKind.PARAGRAPH, documents.paragraph[t])):
-            if key in structure_global:
-                owner = structure_global[key]
-                break
-        owners.append(owner)
-    owners.append(0)
-    prefix = 2 + num_question
+    num_question = len(tokens.question_ids)
+    prefix = 2 + num_question  # [CLS] question [SEP]
+    long_ids = [tokens.cls_id, *tokens.question_ids, tokens.sep_id, *(documents.ids[t] for t in doc), tokens.sep_id]
     none = [SOURCE_NONE]
+    kinds = [token.kind for token in global_tokens]
     features = Features(
         example_id=example.id,
         window_index=window_index,
@@ -340,28 +352,38 @@ def _window_features(example, settings, markers, tokenizer, question_ids, questi
         long_input_ids=long_ids,
         long_attention_mask=[1] * len(long_ids),
         long_token_type_ids=[types.long_question] * prefix + [types.long_document] * (len(doc) + 1),
-        sentence_ids=owners,
-        mention_ids=[-1] * prefix + [candidate_global.get(documents.mention[t], -1) for t in doc] + [-1],
+        sentence_ids=[0, *(1 + q for q in range(num_question)), 0, *(_owner(index_of, documents, t) for t in doc), 0],
+        mention_ids=[-1] * prefix + [index_of.get((GlobalKind.CANDIDATE, documents.mention[t]), -1) for t in doc]
+                    + [-1],
         long_paragraph_ids=[0] * prefix + [documents.segment[t] for t in doc] + [0],
-        long_offsets=[[-1, -1], *question_offsets, [-1, -1], *(documents.offsets[t] for t in doc),
-                      [-1, -1]],
+        long_offsets=[[-1, -1], *tokens.question_offsets, [-1, -1], *(documents.offsets[t] for t in doc), [-1, -1]],
         long_source_ids=none + [SOURCE_QUESTION] * num_question + none + [documents.sources[t] for t in doc] + none,
-        global_input_ids=global_ids,
-        global_attention_mask=[1] * len(global_ids),
-        global_token_type_ids=[types.global_question if k in (GlobalKind.CLS, GlobalKind.QUESTION)
-                               else types.global_structure for k in kinds],
-        global_paragraph_ids=global_segments,
-        global_sees_all=[k in (GlobalKind.CLS, GlobalKind.QUESTION, GlobalKind.CANDIDATE) for k in kinds],
-        global_kinds=[int(k) for k in kinds],
-        global_item_ids=items,
+        global_input_ids=[token.input_id for token in global_tokens],
+        global_attention_mask=[1] * len(global_tokens),
+        global_token_type_ids=[types.global_question if kind in (GlobalKind.CLS, GlobalKind.QUESTION)
+                               else types.global_structure for kind in kinds],
+        global_paragraph_ids=[token.paragraph for token in global_tokens],
+        global_sees_all=[kind in (GlobalKind.CLS, GlobalKind.QUESTION, GlobalKind.CANDIDATE) for kind in kinds],
+        global_kinds=[int(kind) for kind in kinds],
+        global_item_ids=[token.item for token in global_tokens],
     )
     if settings.global_feature_size:
         zeros = [0.0] * settings.global_feature_size
         features.global_features = [
-            [float(v) for v in example.dom_nodes[item].features] if kind == GlobalKind.DOM_NODE else zeros
-            for kind, item in zip(kinds, items)
+            [float(v) for v in example.dom_nodes[token.item].features] if token.kind == GlobalKind.DOM_NODE else zeros
+            for token in global_tokens
         ]
     return features
+
+
+def _owner(index_of: dict[tuple[GlobalKind, int], int], documents: _DocumentTokens, t: int) -> int:
+    """The global token document token t belongs to: its most specific kept owner (its DOM node, else
+    its sentence, else its paragraph), else -1."""
+    for key in ((GlobalKind.DOM_NODE, documents.dom_node[t]), (GlobalKind.SENTENCE, documents.sentence[t]),
+                (GlobalKind.PARAGRAPH, documents.paragraph[t])):
+        if key in index_of:
+            return index_of[key]
+    return -1
 
 
 def _tokenize_documents(example: StructuredExample, tokenizer) -> _DocumentTokens:
