@@ -67,7 +67,7 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from longdoc.errors import DeviceMemoryError, OptionError
+from longdoc.errors import DeviceMemoryError, InputError, OptionError
 from longdoc.io import atomic_write_json, atomic_write_text
 from longdoc.model.inputs import batch_shape, check_encoder_inputs, checked_batches
 from longdoc.train import checkpoints as ckpt
@@ -532,7 +532,10 @@ def _start(job: TrainingJob, info: ProcessInfo) -> _Run:
         from longdoc.model.inference import check_attention
 
         compute_dtype = torch.bfloat16 if use_bf16 else next(job.model.parameters()).dtype
-        check_attention(options.attention, info.device, compute_dtype, f"--attention {options.attention}")
+        try:
+            check_attention(options.attention, info.device, compute_dtype, options.attention)
+        except InputError as error:  # named by the option's field: the command line shows its flag
+            raise OptionError("{attention} {reason}", reason=error) from None
         job.model.set_attention_backend(options.attention)
     out_dir = Path(job.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
