@@ -284,19 +284,17 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
         (The schema, with dtypes and padding values: longdoc.model.inputs.ENCODER_INPUTS.)
         """
         config = self.config
-        long = take_aliases(dict(long_input_ids=long_input_ids, long_attention_mask=long_attention_mask,
-                                 long_token_type_ids=long_token_type_ids, input_ids=input_ids,
-                                 attention_mask=attention_mask, token_type_ids=token_type_ids))
-        long_input_ids, long_attention_mask, long_token_type_ids = (
-            long["long_input_ids"], long["long_attention_mask"], long["long_token_type_ids"])
-        structure = check_and_collect(config, dict(
+        given = take_aliases(dict(
             long_input_ids=long_input_ids, global_input_ids=global_input_ids,
             long_attention_mask=long_attention_mask, global_attention_mask=global_attention_mask,
             long_token_type_ids=long_token_type_ids, global_token_type_ids=global_token_type_ids,
             sentence_ids=sentence_ids, mention_ids=mention_ids, long_paragraph_ids=long_paragraph_ids,
             global_paragraph_ids=global_paragraph_ids, global_sees_all=global_sees_all, global_features=global_features,
             long_example_ids=long_example_ids, global_example_ids=global_example_ids,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
         ))
+        structure = check_and_collect(config, given)
+        long_input_ids, long_token_type_ids = given["long_input_ids"], given["long_token_type_ids"]
         batch, length = long_input_ids.shape
         long_hidden = self.embeddings(long_input_ids, long_token_type_ids)
         if global_input_ids is None:
