@@ -105,30 +105,39 @@ def _load(folder: ModelFolder, model_class, runtime: str, device) -> tuple[Any, 
     return load_model(folder.path, model_class, folder.model_config())
 
 
+@dataclass(frozen=True)
+class ReaderPlacement:
+    """Where and how the reader runs: `device` and `dtype` (torch's, longdoc.model.inference.resolve_placement;
+    None: where it loads, the CPU in float32), `attention` (with a device, the attention backend; None:
+    its config's, longdoc.model.inference.place_model) and `runtime` ("torch", or "onnx" for the folder's
+    exported graph in ONNX Runtime, longdoc.export.serving.resolve_runtime)."""
+
+    device: Any = None
+    dtype: Any = None
+    attention: str | None = None
+    runtime: str = "torch"
+
+
 class AskSession:
     def __init__(self, sources: Sequence[SourceText], reader_folder: ModelFolder | None = None, *,
-                 passages: int = PASSAGES_READ,
-                 second_hop: bool = True, progress: bool = True, cache_root: Path | None = None,
-                 placement: tuple | None = None, attention: str | None = None, tasks: TaskLookup | None = None,
-                 runtime: str = "torch"):
+                 passages: int = PASSAGES_READ, second_hop: bool = True, progress: bool = True,
+                 cache_root: Path | None = None, placement: ReaderPlacement = ReaderPlacement(),
+                 tasks: TaskLookup | None = None):
         """`reader_folder`: the reader's model folder as read once (longdoc.model_folder.read_model_folder);
-        None: no reader, sentence mode. `placement`: (torch.device, torch.dtype) the reader runs on
-        (`longdoc.model.inference.resolve_placement`);
-        None: where it loads, the CPU in float32. `attention`: with `placement`, the reader's attention
-        backend (None: its config's; longdoc.model.inference.place_model). The MiniLM embedder stays on the CPU
-        in float32: the cached indexes hold its vectors. `tasks`: where the task of a trained task model
-        is found (the registry, `longdoc.tasks.REGISTRY`); not needed for a lifted QA reader or none.
-        `runtime`: "torch", or "onnx" for the folder's exported graph in ONNX Runtime (longdoc.export.serving)."""
+        None: no reader, sentence mode. `placement`: where and how the reader runs; the MiniLM embedder
+        stays on the CPU in float32: the cached indexes hold its vectors. `tasks`: where the task of a
+        trained task model is found (the registry, `longdoc.tasks.REGISTRY`); not needed for a lifted QA
+        reader or none."""
         from longdoc.ask.embedding import SentenceEmbedder
         from longdoc.model.inference import place_model
 
         self.model_dir = None if reader_folder is None else reader_folder.path
-        device = None if placement is None else placement[0]
         reader = (Reader(None, None, None) if reader_folder is None
-                  else load_reader(reader_folder, tasks, runtime, device))
+                  else load_reader(reader_folder, tasks, placement.runtime, placement.device))
         self.model, self.tokenizer, self.reading = reader.model, reader.tokenizer, reader.reading
-        if self.model is not None and placement is not None and runtime != "onnx":
-            self.model = place_model(self.model, *placement, self.model_dir, attention=attention)
+        if self.model is not None and placement.device is not None and placement.runtime != "onnx":
+            self.model = place_model(self.model, placement.device, placement.dtype, self.model_dir,
+                                     attention=placement.attention)
         self.mode = "sentence" if self.model is None else "span"
         self.sources = list(sources)
         self.embedder = SentenceEmbedder()

@@ -139,7 +139,7 @@ def _questions(interactive: bool):
 
 def run(args: argparse.Namespace) -> int:
     from longdoc.ask.documents import load_sources
-    from longdoc.ask.session import AskSession, question_problem
+    from longdoc.ask.session import AskSession, ReaderPlacement, question_problem
     from longdoc.model_folder import read_model_folder
     from longdoc.tasks import REGISTRY
 
@@ -159,17 +159,17 @@ def run(args: argparse.Namespace) -> int:
     if args.model is not None:  # a wrong folder is told before the documents are indexed
         require_reader_folder(args.model)
         folder = read_model_folder(args.model)
-    placement = inference.resolve_placement(args.device, args.dtype)
+    device, dtype = inference.resolve_placement(args.device, args.dtype)
     runtime = "torch" if args.model is None else resolve_runtime(
-        args.runtime, args.model, placement[0], placement[1] if args.dtype else None, args.attention)
+        args.runtime, args.model, device, dtype if args.dtype else None, args.attention)
     sources, errors = load_sources(args.paths)
     for error in errors:
         print(f"longdoc ask: error: {error}", file=sys.stderr)
     if not sources:
         return 2
     session = AskSession(sources, folder, passages=args.passages, second_hop=args.second_hop,
-                         progress=args.progress, placement=placement, attention=args.attention, tasks=REGISTRY,
-                         runtime=runtime)
+                         progress=args.progress, placement=ReaderPlacement(device, dtype, args.attention, runtime),
+                         tasks=REGISTRY)
     if session.mode == "sentence":
         print(f"longdoc ask: {SENTENCE_MODE_NOTE}", file=sys.stderr)
     else:  # which reader answers: the one given, never one found elsewhere

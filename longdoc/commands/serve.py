@@ -77,18 +77,19 @@ def _check_mode(args) -> None:
 
 def _ask_service(args):
     from longdoc.model.encoder_folder import describe_checkpoint
+    from longdoc.ask.session import ReaderPlacement
     from longdoc.serve.asking import AskService, served_sources
 
     if args.model is not None:  # a wrong folder is told before anything is served
         require_reader_folder(args.model)
         describe_checkpoint(args.model)
-    placement = inference.resolve_placement(args.device, args.dtype)
+    device, dtype = inference.resolve_placement(args.device, args.dtype)
     sources, errors = served_sources(args.paths)
     for error in errors:
         print(f"longdoc serve: error: {error}", file=sys.stderr)
     if not sources:
         raise InputError("no readable document to serve")
-    return AskService(sources, args.model, placement=placement, attention=args.attention, tasks=REGISTRY)
+    return AskService(sources, args.model, placement=ReaderPlacement(device, dtype, args.attention), tasks=REGISTRY)
 
 
 def run(args) -> int:

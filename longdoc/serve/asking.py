@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 from longdoc.ask.documents import SourceError, SourceText, load_sources
+from longdoc.ask.session import ReaderPlacement
 from longdoc.serve.options import AskOptions
 
 
@@ -48,14 +49,15 @@ def served_sources(paths: Sequence) -> tuple[list[SourceText], list[SourceError]
 
 
 class AskService:
-    def __init__(self, sources: Sequence[SourceText], model_dir=None, *, placement=None, attention: str | None = None,
-                 tasks=None, log=None):
-        """`tasks`: the registry a trained task model's task is found in (longdoc.ask.session.AskSession);
-        `log`: where the indexing's progress lines go (sys.stderr as it is when the service starts)."""
+    def __init__(self, sources: Sequence[SourceText], model_dir=None, *,
+                 placement: ReaderPlacement = ReaderPlacement(), tasks=None, log=None):
+        """`placement`: where and how the reader runs (longdoc.ask.session.ReaderPlacement); `tasks`: the
+        registry a trained task model's task is found in (longdoc.ask.session.AskSession); `log`: where
+        the indexing's progress lines go (sys.stderr as it is when the service starts)."""
         self.sources = list(sources)
         self.tasks = tasks
         self.model_dir = model_dir
-        self.placement, self.attention = placement, attention
+        self.placement = placement
         self.log = sys.stderr if log is None else log
         self.documents = [{"file": source.path, "bytes": os.path.getsize(source.path), "characters": len(source.text),
                            "offsets_into": f"text extracted from {source.extracted_from}" if source.extracted
@@ -82,7 +84,7 @@ class AskService:
             self.state = "loading the reader" if self.model_dir is not None else "loading"
             folder = None if self.model_dir is None else read_model_folder(self.model_dir)
             self.session = AskSession(self.sources, folder, progress=False, placement=self.placement,
-                                      attention=self.attention, tasks=self.tasks)
+                                      tasks=self.tasks)
             self.state = "ready"
             print(f"longdoc serve: {len(self.sources)} documents indexed; answering in {self.session.mode} mode",
                   file=self.log, flush=True)

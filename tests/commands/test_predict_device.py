@@ -226,7 +226,7 @@ def test_quiet_hides_the_indexing_bar_of_ask(tmp_path, capsys, monkeypatch):
 
 def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp_path, capsys, monkeypatch):
     from longdoc.ask.documents import load_sources
-    from longdoc.ask.session import AskSession
+    from longdoc.ask.session import AskSession, ReaderPlacement
     from longdoc.model.inference import resolve_placement
     from longdoc.model_folder import read_model_folder
     from longdoc.tasks import REGISTRY
@@ -240,7 +240,7 @@ def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp
 
     sources, _ = load_sources([str(document)])
     session = AskSession(sources, read_model_folder(tmp_path / "reader"), progress=False,
-                         placement=resolve_placement("cpu", "bfloat16"), tasks=REGISTRY)
+                         placement=ReaderPlacement(*resolve_placement("cpu", "bfloat16")), tasks=REGISTRY)
     assert {parameter.dtype for parameter in session.model.parameters()} == {torch.bfloat16}
     assert session.embedder.model.dtype == torch.float32  # the retriever's vectors, as cached
     answers = session.ask("Where is Orbix Group based?", min_score=0.0, min_evidence=-1)["answers"]
