@@ -24,6 +24,7 @@ from longdoc.export.graph import DEFAULT_OPSET, export_onnx, traced_length
 from longdoc.export.runtime import CONFIG_KEY, ONNX_FILE, SIGNATURE_KEY
 from longdoc.export.signature import KIND_ENCODER, GraphSignature, signature_of
 from longdoc.data.task import TaskLookup
+from longdoc.model_folder import ModelFolder
 
 CARD_FILE = "export.json"
 MODEL_FILES = ("config.json", "model.safetensors")
@@ -33,16 +34,15 @@ HIGHLIGHTS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "local_
               "hard_l2g", "cross_kv_projections", "pre_layer_norm", "global_feature_size")
 
 
-def load_model(model_dir: Path, tasks: TaskLookup):
-    """The PyTorch model a longdoc folder holds: a task model of its task (the class `tasks`, the
-    registry, gives; the span reader's), or a bare encoder. InputError for a folder that is not a
-    longdoc model."""
-    from longdoc.model.encoder_folder import describe_checkpoint, readable_weights
+def load_model(folder: ModelFolder, tasks: TaskLookup):
+    """The PyTorch model a longdoc folder holds (its config as already read): a task model of its task
+    (the class `tasks`, the registry, gives; the span reader's), or a bare encoder."""
+    from longdoc.model.encoder_folder import readable_weights
     from longdoc.model.modeling import GlobalLocalModel
     from longdoc.model.span_reader import SpanReader
 
-    task = describe_checkpoint(model_dir).get("task")
-    if not (Path(model_dir) / "model.safetensors").is_file():
+    task, model_dir = folder.task, folder.path
+    if not (model_dir / "model.safetensors").is_file():
         raise InputError(f"{model_dir}: no model.safetensors; expected a longdoc model folder (config.json + "
                          "model.safetensors)")
     if task == SpanReader.task_name:
@@ -55,7 +55,7 @@ def load_model(model_dir: Path, tasks: TaskLookup):
     else:
         model_class = GlobalLocalModel
     with readable_weights(model_dir):
-        return model_class.from_pretrained(model_dir).float().eval()
+        return model_class.from_pretrained(model_dir, config=folder.model_config()).float().eval()
 
 
 def export_folder(model_dir: str | Path, out: str | Path, tasks: TaskLookup, opset: int = DEFAULT_OPSET,
@@ -66,18 +66,18 @@ def export_folder(model_dir: str | Path, out: str | Path, tasks: TaskLookup, ops
     import onnx
     import onnxruntime
 
-    from longdoc.model_folder import read_tokenizer, refuse_existing, write_new_folder
+    from longdoc.model_folder import read_model_folder, read_tokenizer, refuse_existing, write_new_folder
 
     model_dir, out = Path(model_dir), Path(out)
     refuse_existing(out)
     tell = progress or (lambda text: None)
-    model = load_model(model_dir, tasks)
+    folder = read_model_folder(model_dir)
+    model = load_model(folder, tasks)
     tokenizer = read_tokenizer(model_dir)
     signature = signature_of(model)
     tell(f"exporting {signature.kind} (opset {opset}, traced at {traced_length(model.config)} long tokens)")
     graph = export_onnx(model, signature, opset)
-    config_json = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    onnx.helper.set_model_props(graph, {CONFIG_KEY: json.dumps(config_json, sort_keys=True),
+    onnx.helper.set_model_props(graph, {CONFIG_KEY: json.dumps(dict(folder.config), sort_keys=True),
                                         SIGNATURE_KEY: json.dumps(signature.to_json())})
     session = onnxruntime.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
     checks = compare(model, session, signature, progress=tell)
