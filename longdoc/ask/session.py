@@ -1,8 +1,9 @@
 """An `ask` session: documents indexed once, then any number of questions answered over them.
 
 `AskSession(sources, reader_folder)` takes the documents `load_sources` read, indexes them (cached,
-`longdoc.ask.index`), loads the embedder and the reader once; `ask(question)` retrieves
-(`longdoc.ask.retrieve`), reads and returns the result object `longdoc ask --json` prints:
+`longdoc.ask.index`), loads the embedder and the reader once; `answer(question)` retrieves
+(`longdoc.ask.retrieve`), reads and returns an `AskResult` of typed answers (`longdoc.ask.answers`),
+whose `to_json()`, also `ask(question)`, is the result object `longdoc ask --json` prints:
 {"question", "mode", "evidence", "read", "answers": [{"text", "score", "file", "start", "end",
 "support": [...], "found_by": [...]}], "passages": [{"file", "start", "end", "score", "found_by"}],
 "documents": [...]}. "documents" says, per file, what its offsets count: the file's decoded text, or
