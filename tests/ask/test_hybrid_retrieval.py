@@ -134,3 +134,17 @@ def test_a_corpus_of_one_sentence(tmp_path, capsys, monkeypatch):
 
 def _retrieve(retriever, question, options):
     return retriever.retrieve(question, retriever.question_vector(question), options)
+
+
+def test_the_question_is_embedded_once_and_passed_to_retrieval_and_evidence(document, tmp_path, monkeypatch):
+    from longdoc.ask.embedding import SentenceEmbedder
+    from longdoc.ask.session import AskSession
+
+    session = AskSession([source(document.context)], progress=False, cache_root=tmp_path)
+    embedded, embed = [], SentenceEmbedder.embed
+    monkeypatch.setattr(SentenceEmbedder, "embed",
+                        lambda self, texts, progress=None: embedded.append(list(texts)) or embed(self, texts, progress))
+    question = f"Where was {document.facts[0][0]} born?"
+    for read_all in (False, True):  # retrieved (two hops), then every passage
+        assert session.answer(question, read_all=read_all).answers
+    assert [texts for texts in embedded if question in texts] == [[question], [question]]
