@@ -120,4 +120,4 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def atomic_write_json(path: str | os.PathLike, value: Any, indent: int | None = 2) -> None:
-    atomic_write_text(path, json.dumps(value, indent=indent, ensure_ascii=False) + "\n")
+    atomic_write_text(path, json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False) + "\n")

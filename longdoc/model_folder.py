@@ -137,7 +137,10 @@ def save_model(folder: str | Path, model, tokenizer=None, *, state_dict: Mapping
 
 def is_model_file(path: Path) -> bool:
     """Whether a file of a folder is part of its model (weights, config, tokenizer, card)."""
-    return path.is_file() and (path.suffix == ".safetensors" or path.name in ("config.json", MODEL_CARD)
+    from longdoc.model.encoder_folder import CHECKSUM_SUFFIX
+
+    return path.is_file() and (path.name.endswith((".safetensors", ".safetensors" + CHECKSUM_SUFFIX))
+                               or path.name in ("config.json", MODEL_CARD)
                                or path.name.startswith(("tokenizer", "special_tokens", "vocab")))
 
 

@@ -71,12 +71,15 @@ def test_a_model_written_into_a_run_folder_leaves_its_other_files_and_copying_ta
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     (run / "train_log.jsonl").write_text("{}\n")
-    write_into(run, _write(["config.json", "model.safetensors", "tokenizer.json", "vocab.txt"]))
-    assert sorted(path.name for path in run.iterdir()) == ["checkpoints", "config.json", "model.safetensors",
-                                                           "tokenizer.json", "train_log.jsonl", "vocab.txt"]
+    write_into(run, _write(["config.json", "model.safetensors", "model.safetensors.sha256", "tokenizer.json",
+                            "vocab.txt"]))
+    assert sorted(path.name for path in run.iterdir()) == [
+        "checkpoints", "config.json", "model.safetensors", "model.safetensors.sha256", "tokenizer.json",
+        "train_log.jsonl", "vocab.txt"]
     copy_model(run, tmp_path / "published")
+    # The weights' recorded sha256 travels with them: a published copy is checked on load as the run's is.
     assert sorted(path.name for path in (tmp_path / "published").iterdir()) == [
-        "config.json", "model.safetensors", "tokenizer.json", "vocab.txt"]
+        "config.json", "model.safetensors", "model.safetensors.sha256", "tokenizer.json", "vocab.txt"]
 
 
 def test_save_and_load_a_task_model_with_its_tokenizer_and_card(tmp_path, tokenizer):

@@ -16,6 +16,7 @@ def upgrade_weights(weights_file: Path) -> int:
 
     from longdoc.io import atomic_write_bytes
     from longdoc.model.attention import OLD_PARAMETER_NAMES
+    from longdoc.model.encoder_folder import checksum_path, record_checksum
 
     renamed = 0
     tensors = {}
@@ -30,6 +31,8 @@ def upgrade_weights(weights_file: Path) -> int:
                 tensors[key] = weights.get_tensor(key)
     if renamed:
         atomic_write_bytes(weights_file, save(tensors, metadata))
+        if checksum_path(weights_file).is_file():  # the recorded sha256 must follow the new bytes
+            record_checksum(weights_file)
     return renamed
 
 
