@@ -182,6 +182,7 @@ float one_row(const Row& row) {
   }
 #endif
   if (!kSoftmax) {  // the sum alone (talking heads mix the heads before their softmax)
+#pragma omp simd
     for (int64_t c = start; c < width; ++c) {
       float value = s[c];
       if (kRelative) value += table[id[c]];
