@@ -2,7 +2,8 @@
 [--runtime auto|torch|onnx] [--json]`:
 a trained model's official prediction file for a dataset file, and the scores side file beside it
 (FILE.scores.jsonl, longdoc.data.prediction_scores) for a task whose official file has no room for
-its scores."""
+its scores. Under `torchrun --nproc_per_node N $(which longdoc) predict ...` the processes share the
+model's work and the main process writes the same files (longdoc.data.shared_prediction)."""
 
 import json
 import sys
@@ -52,7 +53,10 @@ class _WindowCounter:
 
 
 def run(args) -> int:
+    from longdoc.data.shared_prediction import (PredictionRun, model_fingerprint, predict_in_processes,
+                                                sha256_of_data, shards_folder)
     from longdoc.model_folder import load_model, read_model_folder, read_tokenizer
+    from longdoc.train.distributed import launched_by_torchrun, start_processes, stop_processes
 
     task = get_task(args.task)
     if task.decode is None or task.model is None:
@@ -64,6 +68,8 @@ def run(args) -> int:
                          "format, or the Hub's datasets export of it)")
     if not args.out.parent.is_dir():  # a mistyped path is told, not made
         raise InputError(f"--out {args.out}: no such folder {args.out.parent}; create it first")
+    # Under torchrun, its processes share the work out: longdoc.data.shared_prediction.
+    processes = start_processes() if launched_by_torchrun() else None
     device, dtype = inference.resolve_placement(args.device, args.dtype)
     runtime = resolve_runtime(args.runtime, args.model, device, dtype if args.dtype else None, args.attention)
     model_class = task.load("model")
@@ -75,15 +81,31 @@ def run(args) -> int:
         model = inference.place_model(model, device, dtype, args.model, attention=args.attention)
     started = time.perf_counter()
     with _WindowCounter(model) as counter:
-        predicted = task.load("decode").predict(model, args.data, args.out, tokenizer=tokenizer, options=None,
-                                                batch_size=args.batch_size, progress=args.progress)
+        if processes is not None:
+            prediction_run = PredictionRun(args.task, sha256_of_data(args.data), model_fingerprint(args.model),
+                                           args.batch_size, device.type, str(dtype).removeprefix("torch."), runtime)
+            shared = predict_in_processes(task.load("decode").predict, model, args.data, args.out, run=prediction_run,
+                                          processes=processes, progress=args.progress, tokenizer=tokenizer,
+                                          options=None, batch_size=args.batch_size)
+            predicted, windows = shared.predicted, shared.windows
+        else:
+            predicted = task.load("decode").predict(model, args.data, args.out, tokenizer=tokenizer, options=None,
+                                                    batch_size=args.batch_size, progress=args.progress)
+            windows = counter.windows
     seconds = time.perf_counter() - started
+    if processes is not None:
+        stop_processes(processes)
+        if not processes.is_main:  # the main process tells
+            return 0
+        if shared.reused_windows:
+            print(f"reused {shared.reused_windows} of {windows} windows predicted by an interrupted run "
+                  f"({shards_folder(args.out)})", file=sys.stderr)
     path, examples = predicted.path, predicted.examples
     summary = {"predictions": str(path), "scores": None if predicted.scores is None else str(predicted.scores),
-               "task": args.task, "examples": examples, "windows": counter.windows,
+               "task": args.task, "examples": examples, "windows": windows,
                "seconds": round(seconds, 3), "examples_per_second": round(examples / seconds, 3),
                "device": str(device), "dtype": str(dtype).removeprefix("torch."), "runtime": runtime}
-    print(f"wrote {path}: {examples} examples ({counter.windows} windows) in {seconds:.1f} s, "
+    print(f"wrote {path}: {examples} examples ({windows} windows) in {seconds:.1f} s, "
           f"{summary['examples_per_second']} examples/s on {summary['device']} in {summary['dtype']}"
           + (" (ONNX Runtime)" if runtime == "onnx" else "")
           + ("" if predicted.scores is None else f"; scores in {predicted.scores}"), file=sys.stderr)

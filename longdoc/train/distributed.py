@@ -28,6 +28,11 @@ class ProcessInfo:
         return self.world_size > 1
 
 
+def launched_by_torchrun() -> bool:
+    """Whether torchrun started this process (it sets WORLD_SIZE, to 1 as well for one process)."""
+    return "WORLD_SIZE" in os.environ
+
+
 def start_processes() -> ProcessInfo:
     """Join torchrun's process group when there is one; the device this process trains on."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

@@ -1,0 +1,158 @@
+"""`torchrun --nproc_per_node 2 longdoc predict` (gloo, one thread each) on the real samples
+(../shared/data): the official prediction file and its scores side file are byte-identical to one
+process's, for every task; a run whose process is SIGKILLed halfway, rerun (with 2 processes or 1),
+reuses what was saved and ends byte-identical; bad data stops every process with one line and
+writes nothing; processes given different --data are refused before anything runs."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from longdoc.cli import main
+from longdoc.convert.pretrained import default_tokenizer
+from longdoc.data.shared_prediction import shards_folder
+from longdoc.tasks import get_task
+from tests.tasks.conftest import TINY_ENCODER, write_encoder
+from tests.tasks.predictions import HOTPOTQA_GOLD, NQ_GOLD, OPENKP_GOLD, WIKIHOP_GOLD
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = {"hotpotqa": HOTPOTQA_GOLD, "wikihop": WIKIHOP_GOLD, "nq": NQ_GOLD, "openkp": OPENKP_GOLD}
+ENCODER = dict(TINY_ENCODER, global_max_len=128, long_max_len=256)
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A model folder per task: the tiny encoder (seed 0) with fresh heads (seed 0); scores mean nothing."""
+    root = tmp_path_factory.mktemp("models")
+    tokenizer = default_tokenizer()
+    encoder = write_encoder(root / "encoder", tokenizer, **ENCODER)
+    for name in DATA:
+        torch.manual_seed(0)
+        get_task(name).load("model").from_encoder(encoder).save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    return root
+
+
+def predict_argv(task: str, model: Path, data: Path, out: Path, batch_size: int = 2) -> list[str]:
+    return ["--quiet", "predict", task, "--model", str(model), "--data", str(data), "--out", str(out),
+            "--batch-size", str(batch_size)]
+
+
+def torchrun(processes: int, argv: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
+            "-m", "longdoc.cli", *argv]
+
+
+def child_env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def one_process(argv: list[str]) -> None:
+    torch.set_num_threads(1)
+    assert main(argv) == 0
+
+
+def assert_same_files(one: Path, two: Path) -> None:
+    assert two.read_bytes() == one.read_bytes()
+    scores = one.with_name(one.name + ".scores.jsonl")
+    if scores.exists():  # NQ's official file holds its scores
+        assert two.with_name(two.name + ".scores.jsonl").read_bytes() == scores.read_bytes()
+    assert not shards_folder(two).exists()
+
+
+def assert_every_process_ended_with(run: subprocess.CompletedProcess, error: str) -> None:
+    """The run ended (torchrun stops every process once one fails) with `error`, one line, as the
+    status-2 exit of a process, which torchrun's summary names. Both processes meet the error (the
+    same data, the same check); the second may be stopped by torchrun before it says so."""
+    assert run.returncode != 0
+    assert error in run.stderr, run.stderr[-3000:]
+    assert "exitcode  : 2 " in run.stderr
+    assert f"traceback : {error}\n" in run.stderr
+
+
+@pytest.mark.parametrize("task", sorted(DATA))
+def test_two_processes_write_the_files_of_one(models, shared_data, tmp_path, task):
+    data = shared_data / DATA[task]
+    (tmp_path / "one").mkdir(), (tmp_path / "two").mkdir()
+    one_process(predict_argv(task, models / task, data, tmp_path / "one" / "pred.json"))
+    run = subprocess.run(torchrun(2, predict_argv(task, models / task, data, tmp_path / "two" / "pred.json")),
+                         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert_same_files(tmp_path / "one" / "pred.json", tmp_path / "two" / "pred.json")
+    assert run.stderr.count("wrote ") == 1  # the main process tells, once
+
+
+def _workers(parent: int) -> list[int]:
+    """The processes torchrun started (its children), by pid."""
+    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    return [int(pid) for pid in children]
+
+
+@pytest.mark.parametrize("resumed_with", [2, 1])
+def test_a_process_killed_halfway_then_the_same_command_reuses_and_ends_byte_identical(
+        models, shared_data, tmp_path, resumed_with):
+    data = shared_data / HOTPOTQA_GOLD
+    (tmp_path / "one").mkdir(), (tmp_path / "two").mkdir()
+    one_process(predict_argv("hotpotqa", models / "hotpotqa", data, tmp_path / "one" / "pred.json", batch_size=1))
+    out = tmp_path / "two" / "pred.json"
+    argv = predict_argv("hotpotqa", models / "hotpotqa", data, out, batch_size=1)
+    run = subprocess.Popen(torchrun(2, argv), cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while len(list(shards_folder(out).glob("*.pt"))) < 100:  # of 640 windows, one per batch
+        assert run.poll() is None, run.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(_workers(run.pid)[-1], signal.SIGKILL)
+    assert run.wait(timeout=120) != 0
+    assert not out.exists()
+    saved = len(list(shards_folder(out).glob("*.pt")))
+
+    rerun = subprocess.run(torchrun(resumed_with, argv), cwd=ROOT, env=child_env(), capture_output=True, text=True,
+                           timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"reused {saved} of 640 windows predicted by an interrupted run" in rerun.stderr
+    assert_same_files(tmp_path / "one" / "pred.json", out)
+
+
+def test_bad_data_stops_every_process_with_one_line_and_writes_nothing(models, shared_data, tmp_path):
+    examples = json.loads((shared_data / HOTPOTQA_GOLD).read_text(encoding="utf-8"))
+    examples[40]["context"] = 42
+    data = tmp_path / "bad.json"
+    data.write_text(json.dumps(examples), encoding="utf-8")
+    out = tmp_path / "pred.json"
+    run = subprocess.run(torchrun(2, predict_argv("hotpotqa", models / "hotpotqa", data, out)), cwd=ROOT,
+                         env=child_env(), capture_output=True, text=True, timeout=300)
+    error = (f"longdoc predict: error: {data}: example {examples[40]['_id']!r}: field 'context' must be a list, "
+             "got int")
+    assert_every_process_ended_with(run, error)
+    assert not out.exists() and not shards_folder(out).exists()
+
+
+def test_processes_given_different_data_are_refused_before_anything_runs(models, shared_data, tmp_path):
+    examples = json.loads((shared_data / HOTPOTQA_GOLD).read_text(encoding="utf-8"))
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(json.dumps(examples[:4]), encoding="utf-8")
+    second.write_text(json.dumps(examples[4:8]), encoding="utf-8")
+    out = tmp_path / "pred.json"
+    # Each process its own --data: process 0 the first file, process 1 the second.
+    argv = predict_argv("hotpotqa", models / "hotpotqa", Path("$DATA"), out)
+    script = (f'if [ "$RANK" = 0 ]; then DATA={first}; else DATA={second}; fi; '
+              f'exec {sys.executable} -m longdoc.cli {" ".join(argv)}')
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "--no-python", "sh", "-c", script], cwd=ROOT, env=child_env(), capture_output=True,
+                         text=True, timeout=300)
+    digests = [hashlib.sha256(path.read_bytes()).hexdigest()[:12] for path in (first, second)]
+    assert_every_process_ended_with(run, f"longdoc predict: error: --data differs between torchrun's processes "
+                                         f"(process 0: {first} (sha256 {digests[0]}); process 1: {second} (sha256 "
+                                         f"{digests[1]})); give every process the same file")
+    assert not out.exists() and not shards_folder(out).exists()
