@@ -2,7 +2,8 @@
 (../shared/data): the official prediction file and its scores side file are byte-identical to one
 process's, for every task; a run whose process is SIGKILLed halfway, rerun (with 2 processes or 1),
 reuses what was saved and ends byte-identical; bad data stops every process with one line and
-writes nothing; processes given different --data are refused before anything runs."""
+writes nothing; processes given different --data are refused before anything runs, as are the
+saved outputs of another run and a shards folder the processes cannot write."""
 
 import hashlib
 import json
@@ -156,3 +157,28 @@ def test_processes_given_different_data_are_refused_before_anything_runs(models,
                                          f"(process 0: {first} (sha256 {digests[0]}); process 1: {second} (sha256 "
                                          f"{digests[1]})); give every process the same file")
     assert not out.exists() and not shards_folder(out).exists()
+
+
+def test_the_saved_outputs_of_another_run_are_refused_not_mixed_in(models, shared_data, tmp_path):
+    out = tmp_path / "pred.json"
+    folder = shards_folder(out)
+    folder.mkdir()
+    (folder / "run.json").write_text(json.dumps({"task": "hotpotqa", "data_sha256": "0" * 64}), encoding="utf-8")
+    (folder / "000000-000000.pt").write_bytes(b"")
+    run = subprocess.run(torchrun(2, predict_argv("hotpotqa", models / "hotpotqa", shared_data / HOTPOTQA_GOLD, out)),
+                         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert_every_process_ended_with(run, f"longdoc predict: error: {folder} holds the outputs of another prediction "
+                                         "(other data, model, batch size or placement); remove it, or give another "
+                                         "--out")
+    assert not out.exists() and (folder / "000000-000000.pt").exists()
+
+
+def test_a_shards_folder_no_process_can_write_is_refused_naming_each_process(models, shared_data, tmp_path):
+    out = tmp_path / "pred.json"
+    shards_folder(out).write_text("in the way", encoding="utf-8")
+    run = subprocess.run(torchrun(2, predict_argv("hotpotqa", models / "hotpotqa", shared_data / HOTPOTQA_GOLD, out)),
+                         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert_every_process_ended_with(run, f"longdoc predict: error: --out {out}: process 0 cannot write "
+                                         f"{shards_folder(out)} (File exists); process 1 cannot write "
+                                         f"{shards_folder(out)} (File exists); give a folder every process can write")
+    assert not out.exists()
