@@ -97,6 +97,8 @@ def run(args) -> int:
         stop_processes(processes)
         if not processes.is_main:  # the main process tells
             return 0
+        print("processes: " + ", ".join(f"{rank}: {share.windows} windows in {share.seconds:.1f} s"
+                                        for rank, share in enumerate(shared.shares)), file=sys.stderr)
         if shared.reused_windows:
             print(f"reused {shared.reused_windows} of {windows} windows predicted by an interrupted run "
                   f"({shards_folder(args.out)})", file=sys.stderr)

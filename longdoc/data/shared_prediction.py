@@ -27,6 +27,7 @@ import io
 import json
 import os
 import shutil
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -38,7 +39,7 @@ from tqdm.auto import tqdm
 from longdoc.errors import InputError
 from longdoc.io import atomic_write_bytes, atomic_write_json, hash_file
 from longdoc.model.task_model import length_batches
-from longdoc.train.distributed import ProcessInfo, barrier, gather_objects
+from longdoc.train.distributed import ProcessInfo, gather_objects
 
 SHARDS_SUFFIX = ".shards"
 RUN_FILE = "run.json"
@@ -84,13 +85,23 @@ class PredictionRun:
 
 
 @dataclass(frozen=True)
+class ProcessShare:
+    """What one process ran: its windows and the seconds the model took on them."""
+
+    windows: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class SharedPrediction:
     """What `predict_in_processes` did: the task's PredictionFile (its paths those of the main
-    process's files), and the windows this run reused from an interrupted one's shards."""
+    process's files), the windows this run reused from an interrupted one's shards, and each
+    process's share, in rank order (how even the sharing was)."""
 
     predicted: Any  # longdoc.data.prediction.PredictionFile
     reused_windows: int
     windows: int  # of every process, reused ones included
+    shares: list[ProcessShare]
 
 
 class OutputShards:
@@ -134,7 +145,8 @@ class SharedRowsModel:
 
     def __init__(self, model, processes: ProcessInfo, shards: OutputShards, progress: bool):
         self.model, self.processes, self.shards, self.progress = model, processes, shards, progress
-        self.calls = self.windows = self.reused_windows = 0
+        self.calls = self.windows = self.reused_windows = self.own_windows = 0
+        self.own_seconds = 0.0
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
@@ -158,8 +170,11 @@ class SharedRowsModel:
         with tqdm(total=sum(len(batches[b]) for b in mine), desc=f"{desc} (process 0 of {processes.world_size})",
                   unit=" windows", disable=not shown) as bar:
             for b in mine:
+                started = time.perf_counter()
                 outputs[b] = self.model.forward_rows([rows[i] for i in batches[b]], collate, batch_size,
                                                      progress=False)
+                self.own_seconds += time.perf_counter() - started
+                self.own_windows += len(batches[b])
                 self.shards.save(call, b, outputs[b])
                 bar.update(len(batches[b]))
         results: list[dict[str, Tensor] | None] = [None] * len(rows)
@@ -236,7 +251,7 @@ def predict_in_processes(predict: Callable, model, data_path: Path, out_path: Pa
         if processes.is_main and not any(shards.folder.glob("*.pt")):  # nothing saved: leave nothing behind
             shutil.rmtree(shards.folder, ignore_errors=True)
         raise
-    barrier(processes)
+    shares = gather_objects(processes, ProcessShare(shared.own_windows, shared.own_seconds))  # also a barrier
     if processes.is_main:
         shutil.rmtree(shards.folder)
-    return SharedPrediction(predicted, shared.reused_windows, shared.windows)
+    return SharedPrediction(predicted, shared.reused_windows, shared.windows, shares)
