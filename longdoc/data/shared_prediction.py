@@ -143,8 +143,8 @@ class SharedRowsModel:
     """A task model whose `forward_rows` is shared among torchrun's processes (see the module
     docstring); everything else is the model's own."""
 
-    def __init__(self, model, processes: ProcessInfo, shards: OutputShards, progress: bool):
-        self.model, self.processes, self.shards, self.progress = model, processes, shards, progress
+    def __init__(self, model, processes: ProcessInfo, shards: OutputShards):
+        self.model, self.processes, self.shards = model, processes, shards
         self.calls = self.windows = self.reused_windows = self.own_windows = 0
         self.own_seconds = 0.0
 
@@ -166,9 +166,8 @@ class SharedRowsModel:
                  for b, indices in enumerate(batches) if b not in loader}
         mine = share_by_cost(costs, processes.world_size)[processes.rank]
         outputs = {b: self.shards.load(call, b) for b, rank in loader.items() if rank == processes.rank}
-        shown = self.progress and progress and processes.is_main
         with tqdm(total=sum(len(batches[b]) for b in mine), desc=f"{desc} (process 0 of {processes.world_size})",
-                  unit=" windows", disable=not shown) as bar:
+                  unit=" windows", disable=not progress) as bar:
             for b in mine:
                 started = time.perf_counter()
                 outputs[b] = self.model.forward_rows([rows[i] for i in batches[b]], collate, batch_size,
@@ -187,10 +186,14 @@ class SharedRowsModel:
         return results
 
 
-def _agree_on_run(processes: ProcessInfo, run: PredictionRun, data_path: Path) -> None:
-    """InputError, in every process, when the processes were not given the same data (by its sha256) or
-    model, or run it at other settings."""
-    runs = gather_objects(processes, (str(data_path), run))
+def _agree_on_run(processes: ProcessInfo, run: PredictionRun, data_path: Path, out_path: Path) -> None:
+    """InputError, in every process, when the processes were not given the same data (by its sha256),
+    --out or model, or run it at other settings."""
+    runs = gather_objects(processes, (str(data_path), run, str(out_path)))
+    if len({out for _, _, out in runs}) > 1:
+        given = "; ".join(f"process {rank}: {out}" for rank, (_, _, out) in enumerate(runs))
+        raise InputError(f"--out differs between torchrun's processes ({given}); give every process the same path")
+    runs = [(path, other) for path, other, _ in runs]
     if all(other == runs[0][1] for _, other in runs):
         return
     if any(other.data_sha256 != run.data_sha256 for _, other in runs):
@@ -237,16 +240,17 @@ def predict_in_processes(predict: Callable, model, data_path: Path, out_path: Pa
     """`predict(model, data_path, out_path, **predict_options)` (a task's `decode.predict`) run by
     every process of torchrun's group, the model's work shared out (see the module docstring); the
     main process writes `out_path` and its scores side file. The processes first agree on the run
-    (the same data by its sha256, model and settings) and on a shards folder every one of them can
-    write."""
-    _agree_on_run(processes, run, data_path)
+    (the same data by its sha256, --out, model and settings) and on a shards folder every one of them
+    can write."""
+    _agree_on_run(processes, run, data_path, out_path)
     shards = _open_shards(processes, run, out_path)
-    shared = SharedRowsModel(model, processes, shards, progress)
+    shared = SharedRowsModel(model, processes, shards)
     # The other processes decode the same outputs; their copy of the files goes where it is removed.
     target = out_path if processes.is_main else shards.folder / f"process-{processes.rank}" / out_path.name
     target.parent.mkdir(exist_ok=True)
     try:
-        predicted = predict(shared, data_path, target, progress=progress, **predict_options)
+        # One progress bar, the main process's.
+        predicted = predict(shared, data_path, target, progress=progress and processes.is_main, **predict_options)
     except BaseException:
         if processes.is_main and not any(shards.folder.glob("*.pt")):  # nothing saved: leave nothing behind
             shutil.rmtree(shards.folder, ignore_errors=True)

@@ -2,7 +2,7 @@
 (../shared/data): the official prediction file and its scores side file are byte-identical to one
 process's, for every task; a run whose process is SIGKILLed halfway, rerun (with 2 processes or 1),
 reuses what was saved and ends byte-identical; bad data stops every process with one line and
-writes nothing; processes given different --data are refused before anything runs, as are the
+writes nothing; processes given different --data or --out are refused before anything runs, as are the
 saved outputs of another run and a shards folder the processes cannot write."""
 
 import hashlib
@@ -182,3 +182,16 @@ def test_a_shards_folder_no_process_can_write_is_refused_naming_each_process(mod
                                          f"{shards_folder(out)} (File exists); process 1 cannot write "
                                          f"{shards_folder(out)} (File exists); give a folder every process can write")
     assert not out.exists()
+
+
+def test_processes_given_different_out_are_refused_before_anything_runs(models, shared_data, tmp_path):
+    argv = predict_argv("hotpotqa", models / "hotpotqa", shared_data / HOTPOTQA_GOLD, Path("$OUT"))
+    script = (f'if [ "$RANK" = 0 ]; then OUT={tmp_path}/a.json; else OUT={tmp_path}/b.json; fi; '
+              f'exec {sys.executable} -m longdoc.cli {" ".join(argv)}')
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "--no-python", "sh", "-c", script], cwd=ROOT, env=child_env(), capture_output=True,
+                         text=True, timeout=300)
+    assert_every_process_ended_with(run, f"longdoc predict: error: --out differs between torchrun's processes "
+                                         f"(process 0: {tmp_path}/a.json; process 1: {tmp_path}/b.json); give every "
+                                         "process the same path")
+    assert not list(tmp_path.iterdir())
