@@ -77,6 +77,14 @@ def _outputs(model, inputs_path, monkeypatch):
     return output.long_hidden_state, output.global_hidden_state
 
 
+def _saved_encoder(config, inputs_path, folder, monkeypatch):
+    """A seeded encoder saved into `folder`, and its outputs on the inputs."""
+    torch.manual_seed(0)
+    model = GlobalLocalModel(config)
+    model.save_pretrained(folder)
+    return _outputs(model, inputs_path, monkeypatch)
+
+
 def test_importing_longdoc_loads_neither_torch_nor_transformers_and_changes_nothing_in_them():
     [loaded, finders] = _python("import sys; finders = list(sys.meta_path); import longdoc\n"
                                 "print(sorted({'torch', 'transformers'} & set(sys.modules)))\n"
@@ -91,10 +99,7 @@ def test_importing_longdoc_loads_neither_torch_nor_transformers_and_changes_noth
 ])
 def test_auto_model_loads_a_saved_encoder_with_the_same_outputs(small_config, inputs, tmp_path, monkeypatch,
                                                                 preamble):
-    torch.manual_seed(0)
-    model = GlobalLocalModel(small_config)
-    model.save_pretrained(tmp_path / "encoder")
-    expected = _outputs(model, inputs, monkeypatch)
+    expected = _saved_encoder(small_config, inputs, tmp_path / "encoder", monkeypatch)
     printed = _python(LOAD_AND_RUN.format(preamble=preamble), tmp_path / "encoder", inputs, tmp_path / "out.safetensors")
     assert printed == ["longdoc.model.modeling GlobalLocalModel GlobalLocalConfig"]
     loaded = load_file(tmp_path / "out.safetensors")
@@ -214,10 +219,7 @@ def test_auto_model_for_question_answering_loads_a_lifted_span_reader(tmp_path, 
 
 def test_old_parameter_names_are_refused_on_load_until_upgraded_once(small_config, inputs, tmp_path, monkeypatch,
                                                                     capsys):
-    torch.manual_seed(0)
-    model = GlobalLocalModel(small_config)
-    model.save_pretrained(tmp_path / "encoder")
-    expected = _outputs(model, inputs, monkeypatch)
+    expected = _saved_encoder(small_config, inputs, tmp_path / "encoder", monkeypatch)
     weights_file = tmp_path / "encoder" / "model.safetensors"
     current = load_file(weights_file)
     # The per-softmax parameters as weights written before they had submodules of their own name them.
