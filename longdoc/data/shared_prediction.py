@@ -221,14 +221,14 @@ def _open_shards(processes: ProcessInfo, run: PredictionRun, out_path: Path) -> 
     problems = [p for p in gather_objects(processes, problem) if p]
     if problems:
         raise InputError(f"--out {out_path}: {'; '.join(problems)}; give a folder every process can write")
+    # Every process checks the folder as it sees it: on machines that do not share a disk, each has its own.
     run_file = folder / RUN_FILE
-    if processes.is_main:
-        saved = any(folder.glob("*.pt"))
-        if saved and (not run_file.is_file() or json.loads(run_file.read_text(encoding="utf-8")) != asdict(run)):
-            problem = (f"{folder} holds the outputs of another prediction (other data, model, batch size or "
-                       "placement); remove it, or give another --out")
-        elif not saved:  # nothing to reuse: a run stopped before its first batch (e.g. by bad data) is replaced
-            atomic_write_json(run_file, asdict(run))
+    saved = any(folder.glob("*.pt"))
+    if saved and (not run_file.is_file() or json.loads(run_file.read_text(encoding="utf-8")) != asdict(run)):
+        problem = (f"{folder} holds the outputs of another prediction (other data, model, batch size or "
+                   "placement); remove it, or give another --out")
+    elif not saved:  # nothing to reuse: a run stopped before its first batch (e.g. by bad data) is replaced
+        atomic_write_json(run_file, asdict(run))
     problems = [p for p in gather_objects(processes, problem) if p]
     if problems:
         raise InputError(problems[0])
@@ -256,6 +256,6 @@ def predict_in_processes(predict: Callable, model, data_path: Path, out_path: Pa
             shutil.rmtree(shards.folder, ignore_errors=True)
         raise
     shares = gather_objects(processes, ProcessShare(shared.own_windows, shared.own_seconds))  # also a barrier
-    if processes.is_main:
-        shutil.rmtree(shards.folder)
+    # Each process removes the folder as it sees it (on a shared disk, one of them does it).
+    shutil.rmtree(shards.folder, ignore_errors=True)
     return SharedPrediction(predicted, shared.reused_windows, shared.windows, shares)
