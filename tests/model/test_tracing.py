@@ -77,3 +77,49 @@ def test_export_with_a_dynamic_length_gives_the_models_outputs_at_other_lengths(
         for other_length in (3, 8, 30):
             _, other = model_and_inputs(other_length)
             assert_same_outputs(program.module()(**other), model(**other), atol=1e-5)
+
+
+def outputs_and_gradients(model, inputs: dict, backend: str, compile_backend: str | None = None):
+    """The model's outputs and its parameters' gradients of a weighted sum of them, on attention
+    `backend`, compiled whole (fullgraph) with `compile_backend` if given."""
+    model.set_attention_backend(backend)
+    model.zero_grad()
+    run = model if compile_backend is None else torch.compile(model, fullgraph=True, backend=compile_backend)
+    output = run(**inputs)
+    generator = torch.Generator().manual_seed(3)
+    weights = (torch.randn(output.long_hidden_state.shape, generator=generator),
+               torch.randn(output.global_hidden_state.shape, generator=generator))
+    ((output.long_hidden_state * weights[0]).sum() + (output.global_hidden_state * weights[1]).sum()).backward()
+    return output, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compile_backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("config", [CONFIG, dict(residual_attention=True), {}], ids=["talking", "residual", "plain"])
+def test_torch_compile_keeps_the_cpu_kernels_inside_with_the_eager_backends_results(compile_backend, config):
+    # The kernels are torch operators (longdoc::cpu_softmax, its backward): fullgraph traces through
+    # them, and the compiled graph calls them, forward and backward.
+    from longdoc.model.kernels import cpu as cpu_kernels
+
+    if cpu_kernels.failure() is not None:
+        pytest.skip(f"the C++ kernels cannot be built here: {cpu_kernels.failure()}")
+    torch.manual_seed(0)
+    model = GlobalLocalModel(tiny_config(**config)).train()
+    inputs = make_inputs(2, 13, 4, padding=True, structure=True)
+    expected, expected_grads = outputs_and_gradients(model, inputs, "eager")
+    torch._dynamo.reset()
+    with torch.autograd.profiler.profile() as profile:
+        got, grads = outputs_and_gradients(model, inputs, "cpu", compile_backend)
+    calls = {event.name for event in profile.function_events}
+    assert {"longdoc::cpu_softmax", "longdoc::cpu_softmax_backward"} <= calls
+    assert_same_outputs(got, expected, atol=1e-5)
+    assert grads.keys() == expected_grads.keys()
+    for name, grad in expected_grads.items():
+        torch.testing.assert_close(grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+    # Without autograd the summed scores are written over the carried ones (an operator that mutates them).
+    model.eval()
+    with torch.no_grad():
+        model.set_attention_backend("eager")
+        expected = model(**inputs)
+        model.set_attention_backend("cpu")
+        assert_same_outputs(torch.compile(model, fullgraph=True, backend=compile_backend)(**inputs), expected, atol=1e-5)

@@ -10,8 +10,9 @@ run time and the commands' `--attention` set.
   longdoc.model.backends.gpu);
 - dense: a float64 reference over full rows, slow (longdoc.model.backends.dense);
 - auto: cpu on the CPU in float32 where the kernels build (unless LONGDOC_KERNELS=0), gpu on CUDA
-  in bfloat16, float16 or float32 where Triton imports, else eager; eager while torch.compile or
-  export traces the model (the kernels are opaque to tracing).
+  in bfloat16, float16 or float32 where Triton imports, else eager; under torch.compile the cpu
+  kernels too (torch operators, longdoc::cpu_softmax and its backward, which the compiled graph
+  calls), eager on other devices (the GPU kernels do not trace) and while export traces the model.
 A backend named where it cannot run is refused (`AttentionBackendError`, one line naming the
 backend, the device, the dtype and what runs there). The interface: longdoc.model.backends.base;
 the choice: longdoc.model.backends.resolution. This module imports nothing (the command line reads

@@ -122,7 +122,7 @@ class SoftmaxResult:
 
 @dataclass(frozen=True)
 class KernelSettings:
-    """What the compiled backends' autograd functions (cpu: CompiledSoftmax, gpu: TritonSoftmax) take
+    """What the compiled backends' softmaxes (cpu: compiled_softmax, gpu: TritonSoftmax) take
     besides their tensors: the settings and side inputs of one softmax (SoftmaxOperands' fields of
     the same names) and what a backend derives for its kernel."""
 

@@ -1,6 +1,6 @@
 """The gpu backend: each softmax in the fused Triton kernels of longdoc.model.kernels.gpu, CUDA
 tensors in bfloat16, float16 or float32, forward and backward (`TritonSoftmax`, an autograd
-function, as the cpu backend's CompiledSoftmax is on its kernels).
+function; the cpu backend's compiled_softmax calls its kernels as torch operators).
 
 The kernels read q, k and v where the projections wrote them and keep nothing score-sized but the
 summed scores residual attention carries: the backward recomputes the weights from each row's

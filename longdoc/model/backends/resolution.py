@@ -23,7 +23,9 @@ def check_backend_name(name: str, where: str = "attention backend") -> str:
 
 
 def _auto(device: torch.device, dtype: torch.dtype) -> type[AttentionBackend]:
-    if torch.compiler.is_compiling():
+    # torch.compile traces the cpu kernels (torch operators) but not the GPU ones; an exported graph
+    # keeps to torch's own operators (its runtimes have no others).
+    if torch.compiler.is_compiling() and (torch.compiler.is_exporting() or device.type != "cpu"):
         return EagerBackend
     if cpu_kernels.enabled() and CpuBackend.refusal(device, dtype) is None:
         return CpuBackend
