@@ -77,7 +77,8 @@ def test_demo_trains_once_and_prints_both_rows(tmp_path, capsys):
     # The whole-document model, without checkpoints, where `longdoc ask` was pointed; one question
     # of the first held-out example asked of its document, answered with a location or refused.
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [
-        "README.md", "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+        "README.md", "config.json", "model.safetensors", "model.safetensors.sha256", "tokenizer.json",
+        "tokenizer_config.json"]
     # Its card says what it learnt from, which `longdoc ask` tells on stderr.
     assert "trained on generated documents only" in (tmp_path / "model" / "README.md").read_text()
     question = json.loads((out / "data" / "dev.json").read_text())[0]["question"]
