@@ -14,6 +14,7 @@ import time
 import warnings
 from importlib.metadata import version
 
+from longdoc.commands import INTERRUPTED_STATUS
 from longdoc.commands.hints import as_flags, with_hint
 from longdoc.cpu_memory import configure_allocator
 from longdoc.errors import InputError, OptionWarning
@@ -51,8 +52,6 @@ WITHOUT_TRANSFORMERS = {"evaluate", "leaderboard"}
 # The exit status of a program ended by SIGPIPE (128 + 13), as `cat` or `grep` report when the
 # reader closes the pipe early: `set -o pipefail` treats longdoc as it treats them.
 BROKEN_PIPE_STATUS = 141
-# The shell's status for a program stopped by Ctrl-C (128 + SIGINT's 2).
-INTERRUPTED_STATUS = 130
 
 # What a command stopped by Ctrl-C leaves behind, where it is known: every file these commands write
 # appears whole or not at all. (train and pretrain say it themselves: the checkpoint they saved.)

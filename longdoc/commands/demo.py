@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from longdoc.commands import INTERRUPTED_STATUS
 from longdoc.demo import CONFIG_NAME, DemoData, default_model_dir, default_out, run_demo
 from longdoc.errors import InputError
 
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_demo(REGISTRY, out, data, overrides, args.config, model_dir)
     except KeyboardInterrupt:
         print("longdoc demo: stopped; rerun the same command to resume", file=sys.stderr)
-        return 130
+        return INTERRUPTED_STATUS
     print(result.leaderboard)
     print()
     for name, metrics in result.metrics.items():

@@ -56,7 +56,7 @@ def run(args) -> int:
     from longdoc.data.shared_prediction import (PredictionRun, model_fingerprint, predict_in_processes,
                                                 sha256_of_data, shards_folder)
     from longdoc.model_folder import load_model, read_model_folder, read_tokenizer
-    from longdoc.train.distributed import launched_by_torchrun, start_processes, stop_processes
+    from longdoc.distributed import launched_by_torchrun, start_processes, stop_processes
 
     task = get_task(args.task)
     if task.decode is None or task.model is None:

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, Callable, Iterable, Mapping
 
-from longdoc.cli import INTERRUPTED_STATUS
+from longdoc.commands import INTERRUPTED_STATUS
 from longdoc.commands.task_flags import flags_by_task, refuse_other_tasks_flags
 from longdoc.data.options import Option
 from longdoc.tasks import get_task, task_names

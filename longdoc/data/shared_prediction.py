@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from longdoc.errors import InputError
 from longdoc.io import atomic_write_bytes, atomic_write_json, hash_file
 from longdoc.model.task_model import length_batches
-from longdoc.train.distributed import ProcessInfo, gather_objects
+from longdoc.distributed import ProcessInfo, gather_objects
 
 SHARDS_SUFFIX = ".shards"
 RUN_FILE = "run.json"

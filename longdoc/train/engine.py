@@ -71,7 +71,7 @@ from longdoc.errors import DeviceMemoryError, InputError, OptionError
 from longdoc.io import atomic_write_json, atomic_write_text
 from longdoc.model.inputs import batch_shape, check_encoder_inputs, checked_batches
 from longdoc.train import checkpoints as ckpt
-from longdoc.train.distributed import ProcessInfo, barrier, gather_objects, start_processes, stop_processes
+from longdoc.distributed import ProcessInfo, barrier, gather_objects, start_processes, stop_processes
 from longdoc.train.options import RESOLVED_OPTIONS_FILE, TrainingOptions, recorded_options
 
 TRAIN_LOG_FILE = "train_log.jsonl"

@@ -6,7 +6,7 @@ import torch
 
 from longdoc.data.shared_prediction import OutputShards, SharedRowsModel, share_by_cost, shards_folder
 from longdoc.model.task_model import length_batches
-from longdoc.train.distributed import ProcessInfo
+from longdoc.distributed import ProcessInfo
 
 ONE_PROCESS = ProcessInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
