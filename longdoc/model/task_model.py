@@ -42,7 +42,8 @@ from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.encoder_folder import EncoderWithHeads, describe_checkpoint, readable_weights
 from longdoc.model.heads import SpanHead
 from longdoc.model.inputs import (
-    INPUT_ALIASES, MODEL_INPUT_NAMES, InputSpec, batch_shape, check_encoder_inputs, encoder_inputs, take_aliases,
+    INPUT_ALIASES, MODEL_INPUT_NAMES, InputSpec, batch_shape, check_encoder_inputs, checked_batches, encoder_inputs,
+    take_aliases,
 )
 from longdoc.model.modeling import GlobalLocalModelOutput
 
@@ -197,7 +198,7 @@ def run_rows(
     """`run(batch)`'s outputs (a mapping by output name) for each feature row, in the rows' order.
 
     Rows are batched by length (`length_batches`, longest first), padded by `collate(rows,
-    config.pad_token_id)` and their values checked on the CPU (`check_encoder_inputs`); each result
+    config.pad_token_id)` and their values checked on the CPU once (`check_encoder_inputs`; the forward then skips them); each result
     holds every batched tensor output at that row's index, on the CPU (results of a whole file add
     up: they stay out of GPU memory), floating ones as float32 whatever the model's dtype (decoders
     add and compare logits, which a lower precision would round), still padded to its batch's length
@@ -209,7 +210,8 @@ def run_rows(
         for indices in batches:
             batch = collate([rows[i] for i in indices], config.pad_token_id)
             check_encoder_inputs(batch, config)  # the values, here on the CPU, not in forward on the device
-            output = run(batch)
+            with checked_batches():
+                output = run(batch)
             tensors = {name: _to_cpu(value) for name, value in output.items()
                        if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == len(indices)}
             for position, index in enumerate(indices):

@@ -175,6 +175,26 @@ def test_forward_rows_moves_batches_to_the_models_device_and_results_to_the_cpu(
     assert [result["scores"].device for result in results] == [torch.device("cpu")] * 3
 
 
+def test_forward_rows_checks_each_batchs_values_once(encoder_dir, monkeypatch):
+    # Prediction checks a batch's values where it is collated, on the CPU; the encoder's forward then
+    # leaves them to that check instead of reading every input a second time.
+    from longdoc.model import inputs
+
+    model = ToyModel.from_encoder(encoder_dir)
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda **batch: {"scores": forward(**batch)})  # outputs by name
+    checks = []
+    check_values = inputs._check_values
+    monkeypatch.setattr(inputs, "_check_values", lambda *args: checks.append(1) or check_values(*args))
+    rows = [{"long_input_ids": [1, 2, 3], "global_input_ids": [4, 5]} for _ in range(3)]
+    model.forward_rows(rows, lambda rows, pad: {name: torch.tensor([row[name] for row in rows])
+                                                for name in rows[0]}, batch_size=2, progress=False)
+    assert len(checks) == 2  # 2 batches, each checked once
+    checks.clear()
+    model(long_input_ids=torch.tensor([[1, 2, 3]]), global_input_ids=torch.tensor([[4, 5]]))
+    assert len(checks) == 1  # called directly, the forward still checks what it is given
+
+
 def test_pool_linked_means_the_linked_long_states():
     long_hidden = torch.tensor([[[1.0, 0.0], [3.0, 2.0], [5.0, 4.0], [7.0, 6.0]]])
     links = torch.tensor([[1, -1, 1, 0]])
