@@ -198,8 +198,9 @@ def run_rows(
     """`run(batch)`'s outputs (a mapping by output name) for each feature row, in the rows' order.
 
     Rows are batched by length (`length_batches`, longest first), padded by `collate(rows,
-    config.pad_token_id)` and their values checked on the CPU once (`check_encoder_inputs`; the forward then skips them); each result
-    holds every batched tensor output at that row's index, on the CPU (results of a whole file add
+    config.pad_token_id)` and their values checked on the CPU, once (`check_encoder_inputs`; the
+    forward then leaves them unchecked); each result holds every batched tensor output at that row's
+    index, on the CPU (results of a whole file add
     up: they stay out of GPU memory), floating ones as float32 whatever the model's dtype (decoders
     add and compare logits, which a lower precision would round), still padded to its batch's length
     (positions past the row's own length are padding).
