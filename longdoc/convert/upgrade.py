@@ -16,8 +16,9 @@ def upgrade_weights(weights_file: Path) -> int:
 
     from longdoc.io import atomic_write_bytes
     from longdoc.model.attention import OLD_PARAMETER_NAMES
-    from longdoc.model.encoder_folder import checksum_path, record_checksum
+    from longdoc.model.encoder_folder import check_weights, checksum_path, record_checksum
 
+    check_weights(weights_file)  # damaged bytes are refused, never renamed and recorded as sound
     renamed = 0
     tensors = {}
     with safe_open(str(weights_file), "pt") as weights:
