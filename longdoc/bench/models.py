@@ -59,6 +59,7 @@ def _last_hidden_state_sum(output) -> torch.Tensor:
 # Each builder imports its own model's module, so that a measuring process loads only what it runs.
 def _ours(job: Job) -> Runner:
     from longdoc import GlobalLocalConfig, GlobalLocalModel
+    from longdoc.model.inference import compile_model
 
     shape, length = job.settings.shape, job.length
     config = GlobalLocalConfig(
@@ -81,7 +82,10 @@ def _ours(job: Job) -> Runner:
     def loss(output) -> torch.Tensor:
         return output.long_hidden_state.sum() + output.global_hidden_state.sum()
 
-    return Runner(GlobalLocalModel(config), inputs, loss)
+    model = GlobalLocalModel(config)
+    if job.settings.compile:
+        compile_model(model, torch.device(job.settings.device))
+    return Runner(model, inputs, loss)
 
 
 def _longformer(job: Job) -> Runner:

@@ -80,7 +80,7 @@ def _header(result: BenchResult) -> list[str]:
         f"allocator {machine['allocator']} (kernel THP mode: {machine['thp_system_mode']})",
         f"shape: {shape.num_layers} layers, hidden {shape.hidden_size}, {shape.num_heads} heads, "
         f"FFN {shape.intermediate_size}; ours: radius {shape.local_radius}, {shape.global_tokens} global tokens, "
-        f"attention backend {settings.attention}",
+        f"attention backend {settings.attention}" + (", compiled (torch.compile)" if settings.compile else ""),
         f"peers: {peer_tokens}; Longformer: first {shape.global_tokens} global, window "
         f"{settings.longformer_window}; BigBird: block {settings.bigbird_block_size}, "
         f"{settings.bigbird_random_blocks} random blocks; BERT: SDPA",

@@ -103,6 +103,7 @@ class BenchSettings:
     matmul_repeats: int = 5
     seed: int = 0
     attention: str = "auto"  # our encoder's attention backend (longdoc.model.backends)
+    compile: bool = False  # our encoder compiled by torch.compile (the peers as users run them)
 
     @classmethod
     def quick(cls, **overrides) -> "BenchSettings":

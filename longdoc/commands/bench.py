@@ -5,7 +5,7 @@ import json
 import sys
 
 from longdoc.model import inference
-from longdoc.commands.model_flags import add_attention_argument
+from longdoc.commands.model_flags import add_attention_argument, add_compile_argument
 from longdoc.errors import InputError
 
 HELP = "time and measure the memory of the encoder next to Longformer, BigBird and BERT"
@@ -51,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="every model's transformer shape, from our presets: minilm (6 layers, hidden 384; the "
                         "default), base (ETC-base: 12 layers, hidden 768) or large (24 layers, hidden 1024)")
     add_attention_argument(parser)
+    add_compile_argument(parser)
     parser.add_argument(
         "--allocator", choices=("auto", "jemalloc", "keep", "thp", "system"),
         help="memory allocator of every fresh measuring process (see longdoc/cpu_memory.py): jemalloc keeping "
@@ -86,7 +87,7 @@ def settings_from_arguments(args: argparse.Namespace):
     except ValueError as error:
         raise InputError(f"--allocator: {error}") from None
     overrides = dict(dtype=args.dtype, device=args.device, allocator=allocator, threads=args.threads or 0,
-                     attention=args.attention or "auto", shape=Shape.from_preset(args.shape))
+                     attention=args.attention or "auto", shape=Shape.from_preset(args.shape), compile=args.compile)
     if args.device == "cuda":  # the peers' length limit is the CPU's: on a GPU its memory decides (OOM rows)
         overrides["peer_max_length"] = max(args.lengths or FULL_LENGTHS)
     if args.lengths:
@@ -108,11 +109,14 @@ def settings_from_arguments(args: argparse.Namespace):
 
 
 def check_device(args: argparse.Namespace) -> None:
-    """InputError when --device or --attention cannot run on this machine."""
+    """InputError when --device, --attention or --compile cannot run on this machine."""
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: torch finds no CUDA device on this machine")
+    compile_refusal = inference.compile_refusal(torch.device(args.device)) if args.compile else None
+    if compile_refusal is not None:
+        raise InputError(f"--compile: {compile_refusal}")
     if args.attention is not None:
         inference.check_attention(args.attention, torch.device(args.device), getattr(torch, args.dtype),
                                   f"--attention {args.attention}")

@@ -1,6 +1,6 @@
 """The flags that say where and how a loaded model runs, for every command that runs one: --device,
 --dtype (--bf16) and --attention (predict, ask, serve, analyze; --attention alone: bench), and
---runtime (predict, ask). The library takes their values (longdoc.model.inference.resolve_placement,
+--runtime (predict, ask), --compile (predict, bench; train's comes from its option). The library takes their values (longdoc.model.inference.resolve_placement,
 place_model, check_attention; longdoc.export.serving.resolve_runtime), never the parser.
 
 Nothing heavy is imported here: `longdoc --help` builds every parser.
@@ -38,3 +38,10 @@ def add_runtime_argument(parser) -> None:
                         help="what runs the model: torch (PyTorch), onnx (the folder's model.onnx, written by "
                              "`longdoc export`, in ONNX Runtime), or auto: onnx where the folder has one and it is "
                              "the faster runtime on the device (docs/export.md), else torch (default auto)")
+
+
+def add_compile_argument(parser) -> None:
+    """--compile: the model compiled with torch.compile (predict, bench)."""
+    parser.add_argument("--compile", action="store_true",
+                        help="compile the model with torch.compile (needs a C++ compiler on the CPU, Triton on CUDA; "
+                             "the first batches take longer)")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from longdoc.model import inference
 from longdoc.errors import InputError
-from longdoc.commands.model_flags import add_placement_arguments, add_runtime_argument
+from longdoc.commands.model_flags import add_compile_argument, add_placement_arguments, add_runtime_argument
 from longdoc.export.serving import load_task_model, resolve_runtime
 from longdoc.tasks import get_task, task_names
 
@@ -29,6 +29,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=8, metavar="N", help="windows per forward pass (default 8)")
     add_placement_arguments(parser)
     add_runtime_argument(parser)
+    add_compile_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout at the end: the prediction file, its scores side file "
                              "(or null), task, examples and windows predicted, seconds, examples per second, device, "
@@ -74,11 +75,16 @@ def run(args) -> int:
     runtime = resolve_runtime(args.runtime, args.model, device, dtype if args.dtype else None, args.attention)
     model_class = task.load("model")
     folder = read_model_folder(args.model, model_class.task_name)
+    if runtime == "onnx" and args.compile:
+        raise InputError("--compile compiles the PyTorch model, and the runtime here is onnx (the folder's exported "
+                         "graph): add --runtime torch")
     if runtime == "onnx":
         model, tokenizer = load_task_model(folder, model_class.task_name, device), read_tokenizer(args.model)
     else:
         model, tokenizer = load_model(args.model, model_class, folder.model_config())
         model = inference.place_model(model, device, dtype, args.model, attention=args.attention)
+        if args.compile:
+            inference.compile_model(model, device, "--compile")
     started = time.perf_counter()
     with _WindowCounter(model) as counter:
         if processes is not None:

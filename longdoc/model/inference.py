@@ -110,3 +110,32 @@ def place_model(model, device, dtype, source, attention: str | None = None) -> o
         check_attention(attention, device, dtype, f"--attention {attention}")
         model.set_attention_backend(attention)
     return model.to(device, dtype).eval()
+
+
+def compile_refusal(device) -> str | None:
+    """Why torch.compile cannot compile a model for `device` here, in one line, or None: its
+    compiler (inductor) builds C++ on the CPU and Triton kernels on CUDA, and nothing else here."""
+    import importlib.util
+    import os
+    import shutil
+
+    if device.type == "cpu":
+        named = os.environ.get("CXX")
+        if shutil.which(named) if named else any(shutil.which(name) for name in ("g++", "c++", "clang++")):
+            return None
+        found = f"CXX={named} is not a program on PATH" if named else "no g++, c++ or clang++ on PATH"
+        return f"torch.compile needs a C++ compiler on the CPU ({found})"
+    if device.type == "cuda":
+        return None if importlib.util.find_spec("triton") else "torch.compile needs Triton on CUDA (pip install triton)"
+    return f"torch.compile compiles for the CPU and CUDA here, not {device.type}"
+
+
+def compile_model(model, device, source: str | None = None) -> object:
+    """`model` compiled in place by torch.compile for `device` (its state dict and type unchanged;
+    the compiling happens at its first calls); an InputError saying why, after `source` (the flag
+    that asked) if given, where the compiler cannot run (compile_refusal)."""
+    why = compile_refusal(device)
+    if why is not None:
+        raise InputError(why if source is None else f"{source}: {why}")
+    model.compile()
+    return model

@@ -570,6 +570,13 @@ def _start(job: TrainingJob, info: ProcessInfo) -> _Run:
         atomic_write_json(out_dir / RESOLVED_OPTIONS_FILE, job.recorded_options())
 
     model.to(info.device)
+    if options.compile:  # (in place: the state dict the checkpoints hold keeps its names)
+        from longdoc.model.inference import compile_model
+
+        try:
+            compile_model(model, info.device)
+        except InputError as error:  # named by the option's field: the command line shows its flag
+            raise OptionError("{compile}: {reason}", reason=error) from None
     wrapped = _wrap(model, info, fsdp)
     optimizer = build_optimizer(wrapped, options.lr, options.weight_decay)
     scheduler = linear_schedule(optimizer, int(options.warmup_ratio * total_steps), total_steps)

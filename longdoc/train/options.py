@@ -78,6 +78,8 @@ class TrainingOptions:
     global_max_len: int | None = option(None, "global tokens per window (default: the --init encoder's)", "N")
     attention: str | None = option(None, "the attention backend of this run: auto, eager, cpu, gpu or dense (default: "
                                    "the --init encoder's, normally auto; not saved with the model)", "NAME")
+    compile: bool = option(False, "compile the model with torch.compile (a C++ compiler on the CPU, Triton on "
+                           "CUDA; the first steps take longer)")
     config: str | None = None  # the config file the values came from (None: none)
 
     def __post_init__(self):
