@@ -131,6 +131,12 @@ def _configure_output(args) -> None:
         warnings.simplefilter("ignore")
     if args.command in WITHOUT_TRANSFORMERS:
         return
+    if "transformers" not in sys.modules and "huggingface_hub" not in sys.modules:
+        # Set as the variables both read when first imported: a command that turns out not to need
+        # transformers (ask without a reader) does not import it (about half a second) only to set it.
+        os.environ["TRANSFORMERS_VERBOSITY"] = "info" if args.verbose else "error"
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "0" if args.verbose else "1"
+        return
     from transformers.utils import logging as transformers_logging
 
     if args.verbose:

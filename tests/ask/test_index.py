@@ -27,6 +27,28 @@ def test_embeddings_equal_sentence_transformers(embedder):
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
 
 
+def test_embeddings_and_wordpiece_counts_are_transformers_bertmodels_to_the_bit(embedder):
+    # The cached indexes hold vectors computed with transformers' BertModel: the torch-only encoder
+    # must give the same floats, padded batches, truncated texts and unpadded single texts alike.
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(embedder.path)
+    model = AutoModel.from_pretrained(embedder.path).eval()
+    texts = ["Where is the employer of Alya Ivesson based?", "Zoë works for Corex Labs. 東京, ça va", "",
+             "word " * 300, "Orbix Group is based in Tallinnford."]
+    for batch in (texts, texts[:1]):
+        inputs = tokenizer(batch, padding=True, truncation=True, max_length=256, return_tensors="pt")
+        with torch.inference_mode():
+            hidden = model(**inputs).last_hidden_state
+        mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        reference = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9), p=2, dim=1)
+        order = sorted(range(len(batch)), key=lambda i: len(batch[i]), reverse=True)  # embed's batch order
+        assert np.array_equal(embedder.embed([batch[i] for i in order]), reference.numpy()[order])
+    assert embedder.count_tokens(texts) == [len(ids) for ids in
+                                            tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
 def test_cache_is_reused_refreshed_on_change_and_rebuilt_when_damaged(embedder, tmp_path):
     counting = CountingEmbedder(embedder)
     text = "First paragraph about rivers.\n\nSecond paragraph about mountains. It has two sentences."
@@ -57,11 +79,14 @@ def test_cache_is_reused_refreshed_on_change_and_rebuilt_when_damaged(embedder, 
 def test_the_passage_at_the_far_end_of_a_long_document_is_retrieved(embedder, tmp_path):
     # About 20 times a 512-token encoder window of generated filler (full of "X is based in Y"
     # distractors), the fact asked for in its last paragraph.
-    records = make_examples(5, seed=3, length=2200, min_distance=0, tokenizer=embedder.tokenizer, progress=False)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(embedder.path)
+    records = make_examples(5, seed=3, length=2200, min_distance=0, tokenizer=tokenizer, progress=False)
     filler = [title + "\n" + "".join(sentences) for r in records for title, sentences in r["context"]]
     text = "\n\n".join(["Quinoa Brightwell works for Pyraxis Foundry."] + filler
                        + ["Pyraxis Foundry is based in Ostmouth Harbour."])
-    assert len(embedder.tokenizer(text)["input_ids"]) > 20 * 512
+    assert sum(embedder.count_tokens([text])) > 20 * 512
     corpus = CorpusIndex(index_documents([source(text)], embedder, cache_root=tmp_path, progress=False))
     retriever = Retriever(corpus, embedder, SentenceEvidence(corpus, embedder))
     question = "Which city is Pyraxis Foundry based in?"
