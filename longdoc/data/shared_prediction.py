@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from longdoc.errors import InputError
 from longdoc.io import atomic_write_bytes, atomic_write_json, hash_file
 from longdoc.model.task_model import length_batches
-from longdoc.distributed import ProcessInfo, gather_objects
+from longdoc.distributed import ProcessInfo, barrier, gather_objects
 
 SHARDS_SUFFIX = ".shards"
 RUN_FILE = "run.json"
@@ -248,6 +248,9 @@ def predict_in_processes(predict: Callable, model, data_path: Path, out_path: Pa
     # The other processes decode the same outputs; their copy of the files goes where it is removed.
     target = out_path if processes.is_main else shards.folder / f"process-{processes.rank}" / out_path.name
     target.parent.mkdir(exist_ok=True)
+    # Every process's folder made before any can fail and the main one remove the shards folder: a
+    # folder made during that removal would be left behind.
+    barrier(processes)
     try:
         # One progress bar, the main process's.
         predicted = predict(shared, data_path, target, progress=progress and processes.is_main, **predict_options)
