@@ -18,6 +18,7 @@ their first token) beats the best span, as run_qa's post-processing and the pipe
 `handle_impossible_answer` did.
 """
 
+import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -28,6 +29,10 @@ from longdoc.model.heads import top_spans
 ROW_LENGTH = 384
 STRIDE = 128
 SPANS_PER_ROW = 20
+# The question's share of a row: the question-answering pipeline's max_question_len. A longer
+# question is cut (with a warning), as the tokenizer cannot cut it itself: truncating the passage
+# alone cannot make room for a question that fills the row.
+MAX_QUESTION_WORDPIECES = 64
 
 
 @dataclass(frozen=True)
@@ -44,13 +49,29 @@ def row_length(model) -> int:
     return min(ROW_LENGTH, model.config.local_radius + 1)
 
 
+def read_question(question: str, tokenizer, budget: int) -> str:
+    """`question` cut after its first `budget` wordpieces (a warning says how much is read), or whole."""
+    encoded = tokenizer(question, add_special_tokens=False, return_offsets_mapping=True)
+    wordpieces = len(encoded["input_ids"])
+    if wordpieces <= budget:
+        return question
+    read = question[:encoded["offset_mapping"][budget - 1][1]]
+    warnings.warn(f"the question is {wordpieces} wordpieces long and the reader reads its first {budget} "
+                  f"({len(read)} of its {len(question)} characters, up to {read[-30:]!r}): ask a shorter one",
+                  stacklevel=2)
+    return read
+
+
 @torch.inference_mode()
 def read_spans(question: str, contexts: Sequence[str], model, tokenizer, *, max_answer_len: int,
                handle_impossible: bool = False, batch_size: int = 16) -> list[SpanAnswer]:
     """Every distinct answer the reader finds in `contexts`, best first (empty: no answer)."""
     length = row_length(model)
+    stride = min(STRIDE, length // 2)
+    # [CLS] question [SEP] passage [SEP]: a row must hold more of the passage than the rows share.
+    question = read_question(question, tokenizer, min(MAX_QUESTION_WORDPIECES, length - stride - 4))
     encoded = tokenizer([question] * len(contexts), list(contexts), truncation="only_second", max_length=length,
-                        stride=min(STRIDE, length // 2), return_overflowing_tokens=True,
+                        stride=stride, return_overflowing_tokens=True,
                         return_offsets_mapping=True, padding=True, return_tensors="pt")
     offsets = encoded["offset_mapping"]
     context_of_row = encoded["overflow_to_sample_mapping"].tolist()

@@ -57,6 +57,20 @@ def test_top_answer_on_short_documents_equals_the_sliding_window_readers(lifted_
         assert all(document.context[s["start"]:s["end"]] == s["text"] for s in support)
 
 
+def test_a_question_longer_than_the_readers_share_of_a_row_is_cut_with_a_warning(lifted_reader, tmp_path, capsys):
+    # 325 wordpieces (1,574 characters, under ask's 2,000): the tokenizer, asked to cut the passage
+    # alone, could not make a row of it (a panic from the tokenizers library, exit 1).
+    [document] = make_fact_questions(1, seed=3, words=60, distractors=2)
+    path = tmp_path / "document.txt"
+    path.write_text(document.context, encoding="utf-8")
+    question = " ".join(["What is the name of the fight song of the university in Kansas"] * 25)
+    with pytest.warns(UserWarning, match=r"the question is 325 wordpieces long and the reader reads its first 64 "
+                                         r"\(307 of its 1574 characters"):
+        assert main(["ask", "--model", str(lifted_reader / "lifted"), "--question", question, "--min-evidence",
+                     "-1", "--json", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["mode"] == "span"
+
+
 def test_long_documents_are_read_in_retrieved_passages_with_exact_offsets(lifted_reader, tmp_path, capsys):
     document = make_fact_questions(1, seed=4, words=1500, distractors=10)[0]
     path = tmp_path / "long.txt"
