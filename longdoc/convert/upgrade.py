@@ -42,7 +42,8 @@ def upgrade_model_folder(folder: str | Path) -> dict[Path, int]:
     parameter names; {file: tensors renamed} for the files that had old names."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise InputError(f"{folder}: no such folder; expected a longdoc model folder")
+        found = "not a folder" if folder.exists() else "no such folder"
+        raise InputError(f"{folder}: {found}; expected a longdoc model folder")
     files = sorted(folder.rglob("*.safetensors"))
     if not files:
         raise InputError(f"{folder}: no .safetensors file; expected a longdoc model folder")

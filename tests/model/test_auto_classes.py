@@ -241,3 +241,9 @@ def test_old_parameter_names_are_refused_on_load_until_upgraded_once(small_confi
     # Once is enough: a second run rewrites nothing.
     assert cli.main(["upgrade", str(tmp_path / "encoder")]) == 0
     assert "nothing rewritten" in capsys.readouterr().out
+    # A file, or nothing, where the folder should be: one line each.
+    assert cli.main(["upgrade", str(weights_file)]) == 2
+    assert capsys.readouterr().err == (f"longdoc upgrade: error: {weights_file}: not a folder; expected a longdoc "
+                                       "model folder\n")
+    assert cli.main(["upgrade", str(tmp_path / "missing")]) == 2
+    assert "missing: no such folder" in capsys.readouterr().err
