@@ -173,6 +173,7 @@ def test_span_mode_marks_the_readers_span_and_its_sentence(browser, lifted_reade
 
         _open_ask_page(browser, base, WIDE)
         _keys(browser, Keys.ESCAPE, "o")
+        _wait(browser, lambda d: _by_id(d, "opt-min-evidence").is_displayed(), timeout=10)  # the panel opened
         _by_id(browser, "opt-min-evidence").send_keys("-1")
         first = _ask_with_the_keyboard(browser, "Where was Mara Quell born?")[0]
         assert "span" in first.text
