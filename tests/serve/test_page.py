@@ -59,6 +59,8 @@ def _open_ask_page(driver, base: str, size) -> None:
     viewport(driver, size)
     driver.get(base + "/")
     _wait(driver, lambda d: not _by_id(d, "ask-button").get_attribute("disabled"))
+    # the page focuses the question box last, after its status arrives: keys sent before then land elsewhere
+    _wait(driver, lambda d: d.switch_to.active_element == _by_id(d, "question"))
     page_errors(driver)
 
 
