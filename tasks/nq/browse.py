@@ -19,7 +19,6 @@ from itertools import islice
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from longdoc.io import iter_jsonl
 from longdoc.serve.views import (
     BrowseParts, ExampleBrowser, ExampleRow, ExampleView, Mark, PredictionFile, RunResult, TextBlock, open_examples,
 )
@@ -113,15 +112,14 @@ class GoldEntry:
     """One gold example as the rows read it, and where its view reads it again."""
 
     gold: GoldExample
-    question: str
     path: Path  # the gold file (a shard) that holds it
     position: int  # its line among that file's examples
 
 
 def _gold_entries(gold_path) -> Iterator[GoldEntry]:
     for path in gold_paths(gold_path):
-        for position, (gold, (_, record)) in enumerate(zip(iter_gold(path), iter_jsonl(path))):
-            yield GoldEntry(gold, str(record.get("question_text", "")), Path(path), position)
+        for position, gold in enumerate(iter_gold(path)):
+            yield GoldEntry(gold, Path(path), position)
 
 
 def _row(entry: GoldEntry, files: Sequence[PredictionFile], thresholds: tuple[int, int]
@@ -139,7 +137,7 @@ def _row(entry: GoldEntry, files: Sequence[PredictionFile], thresholds: tuple[in
         runs.append(RunResult(summary, _right(judgement), _metrics(judgement)))
     has_long = gold_has_long_answer(gold.annotations, thresholds[0])
     has_short = gold_has_short_answer(gold.annotations, thresholds[1])
-    row = ExampleRow(id=str(gold.example_id), question=entry.question, gold=_gold_summary(gold),
+    row = ExampleRow(id=str(gold.example_id), question=gold.question_text, gold=_gold_summary(gold),
                      facets={"gold long answer": "yes" if has_long else "no",
                              "gold short answer": "yes" if has_short else "no"},
                      runs=tuple(runs))

@@ -69,6 +69,7 @@ class GoldExample:
     annotations: tuple[AnswerLabel, ...]
     document: Document | None
     where: str  # "file:line", for messages
+    question_text: str = ""  # (the metric ignores it; the browser shows it)
 
 
 def _read_document(record: dict, where: str) -> Document | None:
@@ -122,6 +123,7 @@ def _read_example(record: Any, where: str) -> GoldExample:
         annotations=tuple(_read_annotation(a, where) for a in record["annotations"]),
         document=_read_document(record, where),
         where=where,
+        question_text=str(record.get("question_text", "")),
     )
 
 

@@ -16,7 +16,6 @@ from typing import Mapping, Sequence
 
 from longdoc.data.prediction_scores import PredictionScores, is_number
 from longdoc.data.text import token_char_spans
-from longdoc.io import iter_jsonl
 from longdoc.serve.views import (
     BrowseParts, Column, ExampleBrowser, ExampleRow, ExampleView, Mark, PredictionFile, RunResult, TextBlock,
     open_examples, table_of,
@@ -136,9 +135,6 @@ PARTS = BrowseParts(right_means="a gold keyphrase is among the first 3", metric_
 def open_browser(gold_path, pred_paths, **metric_options) -> ExampleBrowser:
     """The pages of an OpenKP gold file against candidate files {"url", "KeyPhrases"} (JSON lines)
     and their scores side files."""
-    # The page texts beside the metric's reading of the keyphrases: the metric's reader keeps no text.
-    page_texts = {record["url"]: record["text"] for _, record in iter_jsonl(gold_path)
-                  if isinstance(record, dict) and isinstance(record.get("text"), str)}
-    pages = (Page(url, prepare_keyphrases(record.phrases), page_texts.get(url))
+    pages = (Page(url, prepare_keyphrases(record.phrases), record.text)
              for url, record in read_keyphrase_file(gold_path).items())
     return open_examples(PARTS, pages, pred_paths)

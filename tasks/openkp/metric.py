@@ -45,6 +45,7 @@ class ScoresAtK:
 class KeyphraseRecord:
     line: int
     phrases: list[list[str]]
+    text: str | None = None  # the page's text where the file holds it (OpenKPDev.jsonl does; the metric ignores it)
 
 
 def normalize_keyphrase(tokens: list[str]) -> str:
@@ -121,7 +122,8 @@ def read_keyphrase_file(path) -> dict[str, KeyphraseRecord]:
             if not isinstance(phrase, list) or not all(isinstance(token, str) for token in phrase):
                 raise InputError(f"{where}: keyphrase {index} must be a list of text tokens, got {phrase!r}")
         repeated += item["url"] in records
-        records[item["url"]] = KeyphraseRecord(line=line, phrases=phrases)
+        text = item.get("text")
+        records[item["url"]] = KeyphraseRecord(line=line, phrases=phrases, text=text if isinstance(text, str) else None)
     if repeated:
         warnings.warn(f"{Path(path).name} gives {repeated} urls more than once; the last line of each "
                       "counts, as in the official script")

@@ -142,3 +142,24 @@ def test_the_scores_side_files_scores_are_served(scored_predictions, shared_data
         if row[1] == "gold" and not row[2]:
             assert row[3] == str(ranks.get(row[0], ""))
     assert full["run_fields"][0][1] == ["scores", f"from {pred.name}.scores.jsonl: the best n-gram logit of each phrase"]
+
+
+
+@pytest.mark.parametrize("task", list(MAKERS))
+def test_a_tasks_browser_reads_the_gold_file_once(task, shared_data, tmp_path, monkeypatch):
+    # (the pages' views of NQ read it again, one example each, by design: the page texts are not kept)
+    import builtins
+
+    from longdoc.tasks import REGISTRY
+
+    gold, preds, options = prediction_files(task, shared_data, tmp_path)
+    opened = []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    browser = REGISTRY.get(task).load("browse").open_browser(gold, preds, **options)
+    assert browser.rows and opened.count(str(gold)) == 1
