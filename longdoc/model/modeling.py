@@ -119,6 +119,28 @@ class GlobalLocalLayer(GradientCheckpointingLayer):
         layer_number: int,
         backend: AttentionBackend,
     ) -> tuple[Tensor, Tensor, AttentionCarry, AttentionWeights | None]:
+        """One layer over both streams: attention, then feed-forward, each with its residual and norm.
+
+        Post-LN (BERT, RealFormer) normalises after each residual sum; pre-LN (`config.pre_layer_norm`)
+        normalises each sublayer's input and leaves the residual stream unnormalised. Without
+        `config.share_feed_forward` the global stream has a feed-forward of its own.
+
+        Args:
+            long_hidden [B, Lp, H] float: the long stream, padded to whole blocks (Lp =
+                `side.padded_length`).
+            global_hidden [B, G, H] float: the global stream (G = 0 without global tokens).
+            side: the masks and relative ids of this forward pass (`build_side_inputs`), shared by
+                every layer.
+            carry: the scores the previous layer carried under residual attention; None in the
+                first layer.
+            layer_number: this layer's number, counted from 1 (residual attention with
+                `residual_attention_mean` divides the summed scores by it).
+            backend: the attention backend of this forward pass.
+
+        Returns:
+            (long_hidden [B, Lp, H], global_hidden [B, G, H], the scores to carry to the next layer,
+            this layer's attention weights if `backend.keep_weights`, else None).
+        """
         global_feed_forward = self.global_feed_forward or self.long_feed_forward
         if self.pre_layer_norm:
             long_attended, global_attended, carry, weights = self.attention(
@@ -267,21 +289,45 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
         attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None,
     ) -> GlobalLocalModelOutput:
-        """
-        long_input_ids [B, L]; global_input_ids [B, G] or None (no global tokens);
-        long_attention_mask [B, L] and global_attention_mask [B, G]: 1 for tokens, 0 for padding;
-        long_token_type_ids [B, L], global_token_type_ids [B, G];
-        sentence_ids [B, L]: the global token each long token belongs to (-1: none);
-        mention_ids [B, L]: a second linked global token, e.g. the candidate a mention names (-1: none);
-        long_paragraph_ids [B, L], global_paragraph_ids [B, G]: paragraph of each token;
-        global_sees_all [B, G] bool: global tokens exempt from hard g2l (CLS, question, candidates);
-        global_features [B, G, F] float, F = config.global_feature_size: per-global-token features added
-        to the embedding;
-        long_example_ids [B, L], global_example_ids [B, G]: the example each token belongs to, in rows
-        that pack several (no attention across examples; ETC's pretraining packs documents).
-        input_ids, attention_mask, token_type_ids: transformers' names (a tokenizer's output) for
-        long_input_ids, long_attention_mask and long_token_type_ids; give one name of each pair.
-        (The schema, with dtypes and padding values: longdoc.model.inputs.ENCODER_INPUTS.)
+        """Encode a batch of rows: long and global token ids (and structure ids) -> hidden states.
+
+        Structure ids build the attention masks and relative ids (`build_side_inputs`); an id of -1
+        links a token to nothing. Names, shapes and dtypes are checked here; the values too when the
+        inputs are on the CPU and nothing is tracing (`longdoc.model.inputs.check_and_collect`). The
+        schema, with dtypes and padding values: `longdoc.model.inputs.ENCODER_INPUTS`.
+
+        Args:
+            long_input_ids [B, L] int64: the long input's token ids.
+            global_input_ids [B, G] int64: the global tokens' ids; None: no global tokens (then no
+                other global input may be given).
+            long_attention_mask [B, L] int64: 1 for tokens, 0 for padding; None: all tokens.
+            global_attention_mask [B, G] int64: 1 for tokens, 0 for padding; None: all tokens.
+            long_token_type_ids [B, L] int64: token types of the long input; None: type 0.
+            global_token_type_ids [B, G] int64: token types of the global tokens; None: type 0.
+            sentence_ids [B, L] int64: the global token each long token belongs to (-1: none).
+            mention_ids [B, L] int64: a second linked global token, e.g. the candidate a mention
+                names (-1: none); needs `sentence_ids`.
+            long_paragraph_ids [B, L] int64: the paragraph of each long token.
+            global_paragraph_ids [B, G] int64: the paragraph of each global token.
+            global_sees_all [B, G] bool: global tokens exempt from hard g2l (CLS, question,
+                candidates).
+            global_features [B, G, F] float32, F = config.global_feature_size: per-global-token
+                features, projected and added to the embedding.
+            long_example_ids [B, L] int64: the example each long token belongs to, in rows that
+                pack several (no attention across examples; ETC's pretraining packs documents).
+            global_example_ids [B, G] int64: the example each global token belongs to; given
+                together with `long_example_ids`.
+            input_ids: transformers' name (a tokenizer's output) for `long_input_ids`.
+            attention_mask: transformers' name for `long_attention_mask`.
+            token_type_ids: transformers' name for `long_token_type_ids`. Give one name of each pair.
+
+        Returns:
+            GlobalLocalModelOutput: `long_hidden_state` [B, L, H], `global_hidden_state` [B, G, H]
+            and, when asked for (`keep_attention_weights`), each layer's `attention_weights`.
+
+        Raises:
+            ValueError: an input of the wrong name, shape or dtype, or (when checked) value, naming it.
+            TypeError: a transformers' name given together with the long input's name it stands for.
         """
         config = self.config
         given = take_aliases(dict(
