@@ -42,8 +42,7 @@ from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.encoder_folder import EncoderWithHeads, describe_checkpoint, readable_weights
 from longdoc.model.heads import SpanHead
 from longdoc.model.inputs import (
-    INPUT_ALIASES, MODEL_INPUT_NAMES, InputSpec, batch_shape, check_encoder_inputs, checked_batches, encoder_inputs,
-    take_aliases,
+    INPUT_ALIASES, MODEL_INPUT_NAMES, InputSpec, batch_shape, check_encoder_inputs, checked_batches,
 )
 from longdoc.model.modeling import GlobalLocalModelOutput
 
@@ -103,14 +102,14 @@ class TaskModel(EncoderWithHeads):
         is not an encoder input is a TypeError naming it (a misspelled label would otherwise be dropped
         and its loss never computed), as a call of `forward` with an unknown keyword would be; transformers'
         names (`input_ids`, ...: longdoc.model.inputs.INPUT_ALIASES) are the long input's."""
-        inputs = take_aliases(inputs)
-        unknown = sorted(set(inputs) - set(MODEL_INPUT_NAMES))
+        unknown = sorted(set(inputs) - set(MODEL_INPUT_NAMES) - set(INPUT_ALIASES))
         if unknown:
             named = [name for name, parameter in inspect.signature(self.forward).parameters.items()
                      if parameter.kind is not parameter.VAR_KEYWORD]
             raise TypeError(f"{type(self).__name__}.forward got unknown input(s) {', '.join(unknown)}; "
                             f"known: {', '.join([*named, *MODEL_INPUT_NAMES, *INPUT_ALIASES])}")
-        return self.encoder(**encoder_inputs(inputs))
+        # (the aliases pass through: the encoder's forward resolves them, once)
+        return self.encoder(**{name: value for name, value in inputs.items() if value is not None})
 
     @torch.no_grad()
     def forward_rows(
@@ -197,13 +196,28 @@ def run_rows(
 ) -> list[dict[str, Tensor]]:
     """`run(batch)`'s outputs (a mapping by output name) for each feature row, in the rows' order.
 
-    Rows are batched by length (`length_batches`, longest first), padded by `collate(rows,
-    config.pad_token_id)` and their values checked on the CPU, once (`check_encoder_inputs`; the
-    forward then leaves them unchecked); each result holds every batched tensor output at that row's
-    index, on the CPU (results of a whole file add
-    up: they stay out of GPU memory), floating ones as float32 whatever the model's dtype (decoders
-    add and compare logits, which a lower precision would round), still padded to its batch's length
-    (positions past the row's own length are padding).
+    Rows are batched by length (`length_batches`, longest first), padded by `collate` and their
+    values checked on the CPU, once (`check_encoder_inputs`; the forward then leaves them unchecked).
+
+    Args:
+        run: takes a collated batch and returns a mapping of outputs by name (a task model's
+            forward on its device, say); its tensors with one entry per row of the batch are kept.
+        config: the encoder's config: its `pad_token_id` pads the batches, and the checks of values
+            read it.
+        rows: feature rows, each a mapping of a task's features (`long_input_ids` among them).
+        collate: called as `collate(rows, config.pad_token_id)`, gives a batch of tensors.
+        batch_size: the most rows in a batch.
+        progress: show a progress bar over the rows.
+        desc: the progress bar's label.
+
+    Returns:
+        One dict per row: every batched tensor output at that row's index, on the CPU (results of a
+        whole file add up: they stay out of GPU memory), floating ones as float32 whatever the
+        model's dtype (decoders add and compare logits, which a lower precision would round), still
+        padded to its batch's length (positions past the row's own length are padding).
+
+    Raises:
+        ValueError: an encoder input of a bad value, naming it (`check_encoder_inputs`).
     """
     results: list[dict[str, Tensor] | None] = [None] * len(rows)
     batches = length_batches([len(row["long_input_ids"]) for row in rows], batch_size)

@@ -132,6 +132,20 @@ def test_an_unknown_batch_key_is_an_error_naming_it_and_the_known_ones(encoder_d
         model(**batch, lables=torch.tensor([0]))
 
 
+def test_a_task_model_reads_transformers_names_resolving_them_once(encoder_dir, monkeypatch):
+    from longdoc.model import inputs, modeling, task_model
+
+    model = ToyModel.from_encoder(encoder_dir).eval()
+    named = model(long_input_ids=torch.tensor([[1, 2, 3]]), global_input_ids=torch.tensor([[4, 5]]))
+    calls = []
+    counted = lambda given: calls.append(1) or inputs.take_aliases(given)
+    for module in (modeling, task_model):  # wherever the package imported it
+        monkeypatch.setattr(module, "take_aliases", counted, raising=False)
+    aliased = model(input_ids=torch.tensor([[1, 2, 3]]), global_input_ids=torch.tensor([[4, 5]]))
+    assert torch.equal(aliased, named) and len(calls) == 1
+    with pytest.raises(TypeError, match="^input_ids and long_input_ids were both given"):
+        model(input_ids=torch.tensor([[1, 2, 3]]), long_input_ids=torch.tensor([[1, 2, 3]]))
+
 def test_task_model_refusals(encoder_dir, tmp_path):
     # The library says what a folder holds; the command line adds what to run (longdoc.commands.hints).
     with pytest.raises(ModelFolderError, match="bare encoder") as refused:
