@@ -27,49 +27,83 @@ PRESETS = {
 class GlobalLocalConfig(PretrainedConfig):
     """Configuration of `GlobalLocalModel`.
 
-    Shapes: `hidden_size`, `num_hidden_layers`, `num_attention_heads`, `intermediate_size`.
-    Inputs: `long_max_len` long wordpieces, `global_max_len` global tokens.
-    Local attention: each long token sees long tokens at most `local_radius` away (ETC-base 84).
-    Positions: "relative" (ETC: per-layer relative key/bias tables, ids clipped at
-    `max_relative_distance`), "absolute" (BERT position embeddings on the long input), or "both".
-    Structure masks: `hard_g2l` (a global token sees only its own long tokens, unless it is marked
-    as seeing everything), `hard_l2g` (a long token sees only its own global tokens),
-    `local_attention_within_paragraph` (no local attention across paragraphs).
-    `residual_attention`: RealFormer, carry each layer's raw scores to the next, per attention piece;
-    `residual_attention_mean` divides the carried sum by the layer number before the softmax.
-    `talking_heads`: learned head mixing before and after the softmax, identity at initialisation.
-    `pre_layer_norm`: pre-LN layers (post-LN, RealFormer's choice, is the default).
-    `share_qkv`, `share_attention_output`, `share_feed_forward`: one set of weights for both streams.
-    `cross_kv_projections`: the keys and values long queries read from global tokens, and global
-    queries from long tokens, get projections of their own (ETC's l2g and g2l projections, set for
-    converted ETC checkpoints without `share_qkv_projections`); off, every token's keys and values
-    come from its own stream's projection, for both softmaxes.
-    `global_feature_size`: size of a per-global-token feature vector (OpenKP's visual features)
-    projected into the global embedding; 0 for none.
-    `global_absolute_positions`: with absolute positions, global token g also adds the position
-    embedding of index g (as the long token at g does); off, global tokens get none: they are
-    structure, not text at a position. Lifted models set it off; on is what models saved before the
-    field existed computed.
-    `separate_global_embedding_norm`: the global embeddings get a LayerNorm of their own (ETC's
-    `global_emb_layer_norm`, set for converted ETC checkpoints); off, both streams share one, which
-    is what a model lifted from a BERT checkpoint's single embedding norm starts from.
-    `attention_backend`: how the attention is computed (longdoc.model.backends): "auto" (the default:
-    the C++ kernels on the CPU in float32, the GPU kernel on CUDA where available, else "eager"),
-    "eager" (PyTorch ops, the specification), "cpu", "gpu", or "dense" (a float64 reference, slow).
-    A choice at run time (`GlobalLocalModel.set_attention_backend`, the commands' --attention)
-    overrides it; configs saved before the field get "auto".
+    Impossible combinations are refused at construction with a message naming the fields. The input
+    conventions at the end (token types and global token ids) are read by longdoc's feature builders
+    (`longdoc.data.features` and `longdoc.data.pretraining_corpus`), not by the model; a converted ETC
+    checkpoint carries the conventions etcmodel's input code pretrained it with.
 
-    Input conventions (read by longdoc's feature builders, `longdoc.data.features` and
-    `longdoc.data.pretraining_corpus`, not by the model): the token types of the long [CLS] question
-    [SEP] prefix (`long_question_token_type_id`), of the document's long tokens and the final [SEP]
-    (`long_document_token_type_id`, every pretraining long token), of the CLS and question globals
-    (`global_question_token_type_id`), of every other global (`global_structure_token_type_id`, every
-    pretraining global; these two default to 1, or 0 for a model with one token type); `global_token_ids`: the input ids of the "paragraph", "sentence",
-    "candidate" and "dom_node" globals, and optionally "question" (every question global, which
-    otherwise carries its question wordpiece) and "cpc_mask" (the global token of a sentence masked
-    for CPC, which otherwise keeps the sentence id); None: chosen from the tokenizer
-    (`longdoc.data.features.GlobalMarkers.from_tokenizer`). A converted ETC checkpoint carries the
-    conventions etcmodel's input code pretrained it with.
+    Args:
+        vocab_size: wordpieces in the vocabulary.
+        hidden_size: width of the hidden states (H).
+        num_hidden_layers: layers of the encoder.
+        num_attention_heads: attention heads per layer; `hidden_size` must be a multiple of it.
+        intermediate_size: width of the feed-forward's inner layer.
+        hidden_act: the feed-forward's activation, a name in transformers' ACT2FN.
+        hidden_dropout_prob: dropout on the embeddings and on each sublayer's output.
+        attention_probs_dropout_prob: dropout on the attention weights.
+        layer_norm_eps: epsilon of every LayerNorm.
+        initializer_range: standard deviation of the normal weight initialisation.
+        type_vocab_size: token types in the token type embedding.
+        pad_token_id: the padding wordpiece's id (the word embedding's padding index).
+        long_max_len: the most long wordpieces an input row may hold.
+        global_max_len: the most global tokens an input row may hold.
+        local_radius: each long token sees long tokens at most this far away (ETC-base 84); the
+            attention blocks hold `local_radius + 1` long tokens.
+        position_embedding_type: "relative" (ETC: per-layer relative key/bias tables, ids clipped at
+            `max_relative_distance`), "absolute" (BERT position embeddings on the long input), or
+            "both".
+        max_position_embeddings: rows of the absolute position table; with absolute positions, at
+            least `long_max_len` and `global_max_len`.
+        max_relative_distance: relative positions farther apart than this share one id (at least 1).
+        relative_vocab_size: ids of the relative key/bias tables; at least
+            `2 * max_relative_distance + 4` (right, left, linked, not linked, other paragraph).
+        hard_g2l: a global token sees only its own long tokens, unless it is marked as seeing
+            everything (the `global_sees_all` input).
+        hard_l2g: a long token sees only its own global tokens.
+        local_attention_within_paragraph: no local attention across paragraphs.
+        residual_attention: RealFormer: carry each layer's raw scores to the next, per attention
+            piece.
+        residual_attention_mean: divide the carried sum by the layer number before the softmax;
+            needs `residual_attention`.
+        talking_heads: learned head mixing before and after the softmax, identity at initialisation.
+        pre_layer_norm: pre-LN layers; off, post-LN (RealFormer's choice).
+        share_qkv: one query/key/value projection for both streams.
+        share_attention_output: one attention output projection for both streams.
+        share_feed_forward: one feed-forward for both streams.
+        cross_kv_projections: the keys and values long queries read from global tokens, and global
+            queries from long tokens, get projections of their own (ETC's l2g and g2l projections,
+            set for converted ETC checkpoints without `share_qkv_projections`); off, every token's
+            keys and values come from its own stream's projection, for both softmaxes. Needs
+            `share_qkv` off.
+        global_feature_size: size of a per-global-token feature vector (OpenKP's visual features)
+            projected into the global embedding; 0 for none.
+        separate_global_embedding_norm: the global embeddings get a LayerNorm of their own (ETC's
+            `global_emb_layer_norm`, set for converted ETC checkpoints); off, both streams share one,
+            which is what a model lifted from a BERT checkpoint's single embedding norm starts from.
+        global_absolute_positions: with absolute positions, global token g also adds the position
+            embedding of index g (as the long token at g does); off, global tokens get none: they
+            are structure, not text at a position. Lifted models set it off; on, the default, is
+            what a saved config without the field computes.
+        attention_backend: how the attention is computed (longdoc.model.backends): "auto" (the C++
+            kernels on the CPU in float32, the GPU kernel on CUDA where available, else "eager"),
+            "eager" (PyTorch ops, the specification), "cpu", "gpu", or "dense" (a float64
+            reference, slow). A choice at run time (`GlobalLocalModel.set_attention_backend`, the
+            commands' --attention) overrides it; a saved config without the field gets "auto".
+        long_question_token_type_id: the token type of the long [CLS] question [SEP] prefix.
+        long_document_token_type_id: the token type of the document's long tokens and the final
+            [SEP] (every pretraining long token); None: 1, or 0 for a model with one token type.
+        global_question_token_type_id: the token type of the CLS and question globals.
+        global_structure_token_type_id: the token type of every other global (every pretraining
+            global); None: 1, or 0 for a model with one token type.
+        global_token_ids: the input ids of the "paragraph", "sentence", "candidate" and "dom_node"
+            globals, and optionally "question" (every question global, which otherwise carries its
+            question wordpiece) and "cpc_mask" (the global token of a sentence masked for CPC, which
+            otherwise keeps the sentence id); None: chosen from the tokenizer
+            (`longdoc.data.features.GlobalMarkers.from_tokenizer`).
+        **kwargs: transformers' `PretrainedConfig` arguments.
+
+    Raises:
+        ValueError: an impossible value or combination, naming the fields.
     """
 
     model_type = "longdoc-global-local"

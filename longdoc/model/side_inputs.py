@@ -171,10 +171,31 @@ def build_side_inputs(
     local_attention_within_paragraph: bool,
     dtype: torch.dtype,
 ) -> SideInputs:
-    """Masks and relative ids for one batch. `max_relative_distance=None`: no relative ids.
+    """Masks and relative ids for one batch, in the shapes both softmaxes use (see the module docstring).
 
     Hard masks need links: without `sentence_ids` (and `mention_ids`) no long token is linked to
     any global token, so hard g2l and hard l2g are not applied (every pair may attend).
+
+    Args:
+        structure: the batch's per-token structure (masks of real tokens, sentence, mention,
+            paragraph and example ids), as `check_and_collect` returns it.
+        local_radius: r, the farthest a long token sees along the long input; sets the block size
+            (`blocks_for`).
+        max_relative_distance: k, the distance at which relative ids are clipped; None: no relative
+            ids (absolute positions only).
+        hard_g2l: a global token attends only to its own long tokens, unless `global_sees_all`
+            marks it.
+        hard_l2g: a long token attends only to its own global tokens.
+        local_attention_within_paragraph: no local attention across paragraphs (where
+            `long_paragraph_ids` is given).
+        dtype: the compute dtype of the additive masks.
+
+    Returns:
+        SideInputs: the block layout, the additive masks `long_mask_bias` [B, 1, nb, b, W + G] and
+        `global_mask_bias` [B, 1, G, G + Lp] (None without global tokens), the relative ids in the
+        same shapes as int64 (None without relative positions; the global ones also without global
+        tokens), their layout, and `links` [B, Lp, 2] int64 (None without relative positions or
+        without `sentence_ids`).
     """
     length, num_globals = structure.long_mask.shape[1], structure.global_mask.shape[1]
     block_size, num_blocks = blocks_for(local_radius, length)
@@ -225,9 +246,27 @@ def _same_example(structure: StructureIds, padded_length: int) -> Tensor | None:
 
 def _long_allowed(structure: StructureIds, linked: Tensor | None, same_example: Tensor | None, block_size: int,
                   num_blocks: int, *, local_radius: int, hard_l2g: bool, within_paragraph: bool) -> Tensor:
-    """[B, nb, b, W + G] bool, the long softmax's pairs that may attend: the keys of a query's window
-    that are real, within its radius (and its paragraph under `within_paragraph`, its example in a
-    packed row), then the real global tokens (only its own under `hard_l2g`, of its example)."""
+    """The long softmax's pairs that may attend, as a [B, nb, b, W + G] bool mask.
+
+    The first W key columns are the keys of a query's window that are real, within its radius (and
+    its paragraph under `within_paragraph`, its example in a packed row); the last G are the real
+    global tokens (only its own under `hard_l2g`, of its example).
+
+    Args:
+        structure: the batch's per-token structure.
+        linked [B, Lp, G] bool: long token i is linked to global token g; None: no links (no
+            `sentence_ids`), so `hard_l2g` does not apply.
+        same_example [B, Lp, G] bool: long token i and global token g belong to one example; None:
+            one example per row.
+        block_size: b, long tokens per block.
+        num_blocks: nb, blocks in the padded long input (Lp = nb * b).
+        local_radius: r, the farthest key a query sees within its window of W = 3b.
+        hard_l2g: a long token sees only the global tokens it is linked to.
+        within_paragraph: no local attention across paragraphs (where `long_paragraph_ids` is given).
+
+    Returns:
+        [B, nb, b, W + G] bool: True where query p of block n may attend to the key.
+    """
     batch = structure.long_mask.shape[0]
     num_globals = structure.global_mask.shape[1]
     padded_length = num_blocks * block_size
