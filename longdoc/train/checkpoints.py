@@ -102,8 +102,27 @@ def write_checkpoint(
     out_dir: Path, step: int, weights: dict[str, torch.Tensor], training_state: dict[str, Any],
     trainer_state: dict[str, Any], keep_last: int,
 ) -> Path:
-    """Write checkpoint `step` atomically and keep the newest `keep_last`; CheckpointError on failure
-    (the earlier checkpoints untouched)."""
+    """Write checkpoint `step` atomically and keep the newest `keep_last`.
+
+    The files go into a hidden temporary folder, each fsynced, which is renamed into place (see the
+    module docstring); a checkpoint of the same step already there is replaced whole. On failure the
+    earlier checkpoints are untouched.
+
+    Args:
+        out_dir: the run's --out; the checkpoint goes under its `checkpoints/` folder.
+        step: optimizer steps done; names the folder (`step-NNNNNNNNN`).
+        weights: every weight by name, written to model.safetensors (shared tensors stored once).
+        training_state: optimizer, scheduler and RNG states, written to training_state.pt.
+        trainer_state: the step, the job's identity and its options, written to trainer_state.json.
+        keep_last: how many of the newest checkpoints are kept; older ones are deleted.
+
+    Returns:
+        The checkpoint's folder.
+
+    Raises:
+        CheckpointError: the checkpoint could not be written (out of disk, no permission); the
+            message says whether an earlier checkpoint is intact.
+    """
     folder = checkpoints_folder(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / checkpoint_name(step)

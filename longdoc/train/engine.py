@@ -261,11 +261,31 @@ def optimizer_step(
     max_grad_norm: float, autocast: Callable = contextlib.nullcontext, no_sync: Callable | None = None,
     on_output: Callable[[Any], None] | None = None,
 ) -> tuple[torch.Tensor, float]:
-    """One optimizer step: forward and backward of `accumulation` micro-batches (`batch_for(k)`, each
-    loss divided by `accumulation`), gradient clipping, AdamW, the schedule; the gradients freed.
-    `no_sync` (DDP's) skips the gradient all-reduce on all but the last micro-batch; `on_output`
-    sees each micro-batch's model output. Returns the step's loss (detached) and the learning rate it used;
-    a micro-batch the device has no memory for is a DeviceMemoryError naming its shape."""
+    """One optimizer step: forward and backward of `accumulation` micro-batches, then the update.
+
+    Each micro-batch's loss is divided by `accumulation`; then come gradient clipping, AdamW and the
+    schedule, and the gradients are freed.
+
+    Args:
+        model: the model trained (wrapped by DDP or FSDP under torchrun); `model(**batch)` returns
+            an output with `.loss`.
+        batch_for: micro-batch k's batch, on the model's device, for k in 0 .. accumulation - 1.
+        accumulation: micro-batches whose gradients add up to this step's.
+        optimizer: the AdamW optimizer.
+        scheduler: the learning-rate schedule, stepped once.
+        max_grad_norm: the gradient norm is clipped to it; 0 or less: no clipping.
+        autocast: the context each forward runs in (bf16 autocast, or none).
+        no_sync: DDP's, skips the gradient all-reduce on all but the last micro-batch; None: every
+            backward syncs (one process, FSDP).
+        on_output: sees each micro-batch's model output; None: nothing does.
+
+    Returns:
+        The step's loss (detached, float32: the mean of its micro-batches' losses) and the learning
+        rate it used.
+
+    Raises:
+        DeviceMemoryError: a micro-batch the device has no memory for, naming its shape.
+    """
     step_loss = None
     for micro in range(accumulation):
         batch = batch_for(micro)
@@ -421,6 +441,27 @@ def _plan(job: TrainingJob, info: ProcessInfo) -> tuple[int, int, int]:
 
 def _micro_batch_indices(step: int, micro: int, seed: int, steps_per_epoch: int, effective: int, n_rows: int,
                          batch_size: int, info: ProcessInfo, orders: dict) -> list[int]:
+    """The indices of the rows this process takes for one micro-batch of an optimizer step.
+
+    Each epoch is a permutation of the rows drawn from `seed + epoch`; step s takes the next
+    `effective` rows of it, the process of rank r taking micro-batch k's slice starting at
+    `(k x processes + r) x batch_size` (see the module docstring's data order).
+
+    Args:
+        step: optimizer steps done since the start of training (the position in the data).
+        micro: the micro-batch's number within the step, from 0.
+        seed: the run's seed; epoch e's permutation is drawn from `seed + e`.
+        steps_per_epoch: full optimizer steps in one epoch (the rest of an epoch is skipped).
+        effective: rows per optimizer step, `batch_size x grad_accum x processes`.
+        n_rows: the training rows.
+        batch_size: rows per micro-batch of one process.
+        info: this process's rank and the number of processes.
+        orders: the permutation of the current epoch by epoch number, kept between calls; replaced
+            when a step starts a new epoch.
+
+    Returns:
+        `batch_size` indices into the training rows.
+    """
     epoch, position = divmod(step, steps_per_epoch)
     if epoch not in orders:
         orders.clear()

@@ -32,9 +32,27 @@ def _check_files(options: TrainingOptions) -> None:
 
 def predict_and_score(task: Task, model, dev: Path, predictions_path: Path, tokenizer, options: Any = None,
                       tune: bool = False, batch_size: int = 8, progress: bool = True) -> dict[str, float]:
-    """`model`'s official prediction file for the `dev` file (`decode.predict` with the task's
-    `options`, written to `predictions_path`), scored by the task's official metric at its default
-    options. With `tune`, what the decoder chose on the file is kept in the model's config."""
+    """`model`'s official prediction file for the `dev` file, scored by the task's official metric.
+
+    The task's `decode.predict` writes the prediction file; the task's metric scores it against
+    `dev` at the metric's default options. With `tune`, what the decoder chose on the file is kept
+    in the model's config (`config.task_options`).
+
+    Args:
+        task: the task whose decoder and metric run.
+        model: the task's model, as it predicts.
+        dev: the dev file in the task's official format, the gold file of the metric.
+        predictions_path: where the official prediction file is written.
+        tokenizer: the model's tokenizer.
+        options: the task's options record for `decode.predict` (a training run's); None: its
+            defaults.
+        tune: let the decoder choose its settings on this file (e.g. HotpotQA's `sp_threshold`).
+        batch_size: rows per batch when predicting.
+        progress: show the prediction's progress bar.
+
+    Returns:
+        The metric's scores by name.
+    """
     predictions = task.load("decode").predict(model, dev, predictions_path, tokenizer=tokenizer, options=options,
                                               tune=tune, batch_size=batch_size, progress=progress)
     model.config.task_options.update(predictions.chosen)
@@ -44,8 +62,24 @@ def predict_and_score(task: Task, model, dev: Path, predictions_path: Path, toke
 
 
 def training_rows(task: Task, path: Path, tokenizer, config, task_options: Any = None, progress: bool = True):
-    """The task's training rows of the file `path` (`features.training_features`), from the feature
-    cache when a run built the same ones before; says on stderr which, if `progress`."""
+    """The task's training rows of the file `path`, from the feature cache when a run built the same ones before.
+
+    The rows are the task's `features.training_features` of the file; the cache key holds the data
+    file's digest, the tokenizer's, the config's values, the task options and the code that builds
+    rows (the task's package, the library's data package, the input schema).
+
+    Args:
+        task: the task whose features are built.
+        path: the training file in the task's official format.
+        tokenizer: the model's tokenizer.
+        config: the encoder's config (lengths and input conventions the features follow).
+        task_options: the task's options record, given to the features; None: their defaults.
+        progress: show the feature builder's progress bar and say on stderr whether the rows came
+            from the cache or were built.
+
+    Returns:
+        The feature rows, each a dict of a task's features.
+    """
     import longdoc.data
     import longdoc.model.inputs
     from longdoc.data.feature_cache import (
