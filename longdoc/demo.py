@@ -132,9 +132,24 @@ def first_tokens(records: list[dict], limit: int, tokenizer, generator: ModuleTy
 
 def write_data(folder: Path, data: DemoData, tokenizer, generator: ModuleType, progress: bool = True,
                cut: tuple[str, ...] = ("train", "dev")) -> dict[str, Path]:
-    """train.json, dev.json and the cuts of the `cut` splits to the first `restricted_length`
-    wordpieces, in `folder` (paths keyed "train", "dev", "train-restricted", "dev-restricted"), drawn
-    by `generator` (`generator_of`)."""
+    """Write train.json, dev.json and the cuts of the `cut` splits to the first `restricted_length` wordpieces.
+
+    The files are drawn by `generator` (`generator_of`) and written atomically; the dev file is
+    drawn with `data.seed + 1`, the training file with `data.seed`.
+
+    Args:
+        folder: where the files are written.
+        data: what to generate: example counts, document length, seed, `restricted_length`.
+        tokenizer: the tokenizer whose wordpieces the generator and the cuts count.
+        generator: the multihop task's generator module.
+        progress: show the generator's progress bars.
+        cut: the splits also written cut to their first `data.restricted_length` wordpieces
+            (`first_tokens`).
+
+    Returns:
+        The paths written, keyed "train", "dev", and "train-restricted", "dev-restricted" for the
+        splits in `cut`.
+    """
     from longdoc.io import atomic_write_json
 
     paths = {}
@@ -164,9 +179,22 @@ def write_document(record: dict, path: Path) -> Path:
 
 def evaluate_restricted(task, model_dir: Path, dev: Path, out: Path, restricted_length: int,
                         full_dev: Path) -> dict[str, float]:
-    """The trained model of `model_dir` predicting on the cut dev file `dev` (made from `full_dev`),
-    scored by the task's official metric; predictions and metrics.json written in `out` (a leaderboard
-    row, ranked beside the runs on `full_dev`)."""
+    """The trained model of `model_dir` predicting on the cut dev file, scored by the task's official metric.
+
+    The predictions and metrics.json are written in `out`: a leaderboard row, ranked beside the runs
+    on `full_dev` (the gold it was derived from).
+
+    Args:
+        task: the multihop task.
+        model_dir: the trained model's folder.
+        dev: the cut dev file, each example cut to its first `restricted_length` wordpieces.
+        out: the run folder written (created if missing).
+        restricted_length: the wordpieces each example was cut to, recorded in metrics.json.
+        full_dev: the dev file `dev` was made from.
+
+    Returns:
+        The metric's scores by name.
+    """
     from longdoc.evaluate.leaderboard import write_metrics_json
     from longdoc.model_folder import load_model
     from longdoc.train.finetune import DEV_PREDICTIONS_FILE, predict_and_score
@@ -184,10 +212,29 @@ def evaluate_restricted(task, model_dir: Path, dev: Path, out: Path, restricted_
 def run_demo(tasks: TaskLookup, out: Path, data: DemoData = DemoData(), overrides: Mapping[str, Any] | None = None,
              config: str | Path | None = CONFIG_NAME, model_dir: Path | None = None,
              progress: bool = True) -> DemoResult:
-    """Steps 1-5 of the module docstring in `out` (data/, full/, first-N/; the whole-document model
-    copied to `model_dir` when given), with the multihop task of `tasks` (the registry); `overrides`
-    are engine options over the config's (as on `longdoc train`'s command line). Rerun on the same
-    `out`, a finished run is only evaluated again (the engine resumes from its folder)."""
+    """Steps 1-5 of the module docstring in `out`: data/, full/ and first-N/.
+
+    Rerun on the same `out`, a finished run is only evaluated again (the engine resumes from its
+    folder).
+
+    Args:
+        tasks: the registry; its multihop task is the one trained.
+        out: the folder of the demo's data and runs.
+        data: the generated data's settings.
+        overrides: engine options over the config's (as on `longdoc train`'s command line); None:
+            none.
+        config: the training options file, a path or the name of one the task ships (the demo's,
+            tasks/multihop/configs/demo.json); None: the defaults.
+        model_dir: where the whole-document model is copied, with a model card; None: not copied.
+        progress: show the progress bars.
+
+    Returns:
+        DemoResult: the two runs' folders and metrics, their leaderboard, and the first held-out
+        question with its document as a plain text file.
+
+    Raises:
+        KeyboardInterrupt: the training run was interrupted.
+    """
     from longdoc.convert.pretrained import default_model_path
     from longdoc.evaluate.leaderboard import build_leaderboards, find_runs, leaderboards_markdown
     from longdoc.io import read_json

@@ -113,10 +113,23 @@ def load_model(directory: str | Path, model_class, config=None) -> tuple:
 
 def save_model(folder: str | Path, model, tokenizer=None, *, state_dict: Mapping | None = None, card: str | None = None,
                extra_weights: Mapping[str, Mapping] | None = None) -> None:
-    """Write `model` (config.json, model.safetensors; `state_dict` instead of its own weights, e.g.
-    gathered from shards), its tokenizer, the model card and `extra_weights` ({file name: tensors},
-    safetensors) into `folder`; each weights file with its sha256 beside it, checked when it is read
-    (longdoc.model.encoder_folder.check_weights)."""
+    """Write `model`, its tokenizer, the model card and extra weights files into `folder`.
+
+    Each weights file gets its sha256 beside it, checked when it is read
+    (longdoc.model.encoder_folder.check_weights); a model saved in shards has no one weights file
+    to sum.
+
+    Args:
+        folder: the model folder written into.
+        model: a transformers model, written as config.json and model.safetensors
+            (`save_pretrained`).
+        tokenizer: written beside it (`save_pretrained`); None: no tokenizer files.
+        state_dict: weights written instead of the model's own, e.g. gathered from shards; None:
+            the model's.
+        card: the model card's text (MODEL_CARD); None: no card.
+        extra_weights: more weights files, {file name: tensors by name}, each written as
+            safetensors; None: none.
+    """
     from safetensors.torch import save_file
 
     from longdoc.model.encoder_folder import WEIGHTS_FILE, record_checksum

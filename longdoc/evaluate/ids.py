@@ -43,8 +43,22 @@ def check_prediction_ids(pred_path, gold_path, unknown: Collection, missing: Map
 
 def require_gold_ids(pred_path, gold_path, unknown: Collection, missing: Collection, *, official: str,
                      hint: str = "") -> None:
-    """For a metric whose `official` script refuses a prediction file without exactly the gold's
-    ids: refuse it too, whatever `allow_missing` says, naming a few of the ids (and `hint`)."""
+    """Refuse a prediction file without exactly the gold's ids, whatever `allow_missing` says.
+
+    For a metric whose official script refuses such a file (Natural Questions, OpenKP): the
+    message names a few of the ids (and `hint`).
+
+    Args:
+        pred_path: the prediction file, named in the message.
+        gold_path: the gold file, named in the message.
+        unknown: predicted ids that match no gold id.
+        missing: gold ids the prediction file leaves out.
+        official: the name of the official script that refuses such files, e.g. "nq_eval".
+        hint: a further sentence for the message (what to do); "": none.
+
+    Raises:
+        OptionError: some ids are unknown or missing.
+    """
     problems = id_mismatch(unknown, {"prediction": missing})
     if problems:
         raise OptionError("{pred} does not predict the examples of {gold}: {problems}; {official} scores only a file "

@@ -166,11 +166,32 @@ def gold_identity(gold) -> tuple[int, dict]:
 
 def write_metrics_json(run_dir, *, task: str, split: str | None, model: str | None, config: Any,
                        metrics: dict[str, float], gold, derived_from: tuple[Any, str] | None = None) -> Path:
-    """Write run_dir/metrics.json atomically, stamped with the current UTC date and time, with the
-    number of examples and the identity of the gold file (or glob) `gold` the metrics were scored on;
-    `task` is the name of the task (its record's) whose metric gave them. `derived_from`: (the gold
-    file `gold` was made from, how: e.g. "each example cut to its first 512 wordpieces"), recorded
-    in the gold's identity as "derived_from" (the original's identity and "how")."""
+    """Write run_dir/metrics.json atomically: one run's metrics and what re-checks them.
+
+    The record is stamped with the current UTC date and time, the number of examples and the
+    identity of the gold file (or glob) the metrics were scored on (`gold_identity`).
+
+    Args:
+        run_dir: the folder the record is written into (beside the run's predictions).
+        task: the name of the task (its record's) whose metric gave the metrics.
+        split: the split scored, e.g. "dev"; None: not recorded (the run is ranked apart from the
+            dev runs).
+        model: the model that predicted (its folder, or a description); None: not recorded.
+        config: the settings the run used, recorded as given (JSON values).
+        metrics: the task's official metrics by name, each a finite number.
+        gold: the gold file, or a glob of its shards, the metrics were scored on.
+        derived_from: (the gold file `gold` was made from, how: e.g. "each example cut to its first
+            512 wordpieces"), recorded in the gold's identity as "derived_from" (the original's
+            identity and "how"); None: `gold` is an original.
+
+    Returns:
+        The path of metrics.json.
+
+    Raises:
+        InputError: `metrics` empty or holding a value that is not a finite number; a derived gold
+            with another number of examples than its original.
+        FileNotFoundError: no gold file at `gold` (or its original).
+    """
     metrics = _check_metrics(dict(metrics), f"metrics for {task}")
     examples, identity = gold_identity(gold)
     if derived_from is not None:

@@ -114,11 +114,28 @@ def axis_sizes(batch: int, length: int, num_globals: int, config) -> dict[str, i
 
 def sample_batch(signature: GraphSignature, config, *, length: int, num_globals: int, batch: int = 2,
                  seed: int = 0, padding: bool = True, packed: bool = False) -> dict[str, Tensor]:
-    """Random inputs of the signature, valid for `config`: ids inside their vocabularies; with
-    `padding` the last row's long input a third shorter and its last global token padding; links
-    (sentence, mention) to real global tokens, paragraphs, global tokens that see all; with `packed`
-    each row two examples (example ids 1 then 2 over each half of both inputs), else one (0). A task's
-    own inputs: 0/1 for masks, ids in [pad, 2) for those padded with -1, by their spec."""
+    """Random inputs of the signature, valid for `config`, drawn from `seed`.
+
+    Ids lie inside their vocabularies; links (sentence, mention) point to real global tokens; there
+    are paragraphs and global tokens that see all. A task's own inputs follow their spec: 0/1 for
+    masks, ids in [pad, 2) for those padded with -1; its own axes have size 4. Padded positions hold
+    each input's padding value, as the task's collate pads them.
+
+    Args:
+        signature: the graph's inputs (an encoder's or a task model's).
+        config: the encoder's config (vocabularies, pad id, global feature size).
+        length: long tokens per row (L).
+        num_globals: global tokens per row (G).
+        batch: rows (B).
+        seed: the seed of the random draws.
+        padding: the last row's long input a third shorter and its last global token padding (with
+            more than one row, and for the global token more than one global token).
+        packed: each row two examples (example ids 1 then 2 over each half of both inputs); off, one
+            (example id 0).
+
+    Returns:
+        The inputs by name, in the signature's order.
+    """
     generator = torch.Generator().manual_seed(seed)
     sizes = axis_sizes(batch, length, num_globals, config)
     shape = lambda spec: tuple(axis if isinstance(axis, int) else sizes.get(axis, 4) for axis in spec.axes)
