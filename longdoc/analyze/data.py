@@ -84,8 +84,25 @@ def text_rows(path: Path, tokenizer, config: GlobalLocalConfig, limit: int,
 
 def model_inputs(path: Path, task: Task | None, tokenizer, config: GlobalLocalConfig, limit: int,
                  progress: bool = True) -> tuple[list[dict[str, Any]], Callable]:
-    """The first `limit` inputs of `path` (module docstring) and their collate; InputError naming the
-    file when it gives none."""
+    """The first `limit` inputs of `path` (see the module docstring) and their collate.
+
+    Args:
+        path: the data: a task's file in its official format, or with no task a plain text file or
+            a folder of them (--data).
+        task: the task whose features are built; None: plain text, packed as continued
+            pretraining packs it.
+        tokenizer: the model's tokenizer.
+        config: the model's config (lengths, input conventions, its task's options if any).
+        limit: the most inputs (windows) kept.
+        progress: show the feature builder's progress bars.
+
+    Returns:
+        (the rows, each a dict of one input's features; `collate`, which batches such rows).
+
+    Raises:
+        InputError: `path` missing, not of the kind the task (or plain text) reads, or giving no
+            input, naming the file.
+    """
     if not path.exists():
         raise InputError(f"{path}: no such file or folder (--data)")
     if task is None:

@@ -368,9 +368,29 @@ heads are off: ETC has neither."""
 def convert_etc(folder: str | Path, out: str | Path, lengths: LengthOptions = LengthOptions(),
                 vocab: str | Path | None = None, lower_case: bool = True, progress: bool = False,
                 encoder_only: bool = False) -> dict:
-    """Convert the ETC checkpoint folder `folder` into the longdoc model folder `out` (written
-    atomically); returns the conversion summary. `encoder_only`: as `read_etc`. The vocabulary's kind (BERT's WordPiece for the
-    base checkpoints, SentencePiece for the large ones) decides the input conventions."""
+    """Convert the ETC checkpoint folder `folder` into the longdoc model folder `out`, written atomically.
+
+    The vocabulary's kind (BERT's WordPiece for the base checkpoints, SentencePiece for the large
+    ones) decides the input conventions.
+
+    Args:
+        folder: the TF checkpoint folder (or a checkpoint prefix in it, `DIR/model.ckpt-N`).
+        out: the model folder written; it must not exist, or be an empty folder.
+        lengths: the input lengths the converted model accepts (the checkpoint does not fix them).
+        vocab: the vocabulary file; None: the folder's one vocabulary (`find_vocabulary`).
+        lower_case: lower-case text before WordPiece (ignored for SentencePiece).
+        progress: show a progress bar over the bytes read.
+        encoder_only: drop every variable outside etcmodel's encoder scope (its pretraining heads)
+            instead of refusing them, as in `read_etc`.
+
+    Returns:
+        The conversion summary (`conversion_summary`).
+
+    Raises:
+        InputError: a checkpoint, config or vocabulary that cannot be converted, naming the file.
+        OptionError: `out` not empty, no single vocabulary to choose, or variables outside the
+            encoder's scope without `encoder_only`.
+    """
     from longdoc.convert.tf_conversion import save_converted
     from longdoc.convert.vocabulary import find_vocabulary, is_sentencepiece, read_vocabulary
     from longdoc.model.pretraining import HEADS_FILE

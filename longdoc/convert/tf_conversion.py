@@ -125,7 +125,28 @@ def check_coverage(checkpoint: TFCheckpoint, rules: Iterable[Rule], dropped: Ite
 
 def fill(checkpoint: TFCheckpoint, rules: list[Rule], dropped: list[Dropped], expected: dict[str, torch.Size],
          what: str, progress: bool = False) -> Conversion:
-    """The state dict for parameters `expected` (name -> shape) from `checkpoint` by `rules`."""
+    """The state dict for parameters `expected` from `checkpoint` by `rules`.
+
+    The coverage is checked first (`check_coverage`), then the variables are read rule by rule and
+    each result's shape checked against the model's.
+
+    Args:
+        checkpoint: the TF checkpoint read.
+        rules: each parameter and the variables it is made from; their targets must be exactly the
+            names of `expected`.
+        dropped: the variables read by nothing on purpose, with their reasons.
+        expected: the model's parameters, name -> shape.
+        what: the checkpoint family, e.g. "ETC", named in the messages.
+        progress: show a progress bar over the bytes read.
+
+    Returns:
+        Conversion: the filled state (float32 tensors), the variables read and those dropped.
+
+    Raises:
+        InputError: a variable a rule needs is missing, or a result's shape differs from the model's.
+        UnreadVariables: the checkpoint holds variables no rule reads and no drop names.
+        RuntimeError: the rules and the model disagree (a converter bug, not bad input).
+    """
     conversion = Conversion(dropped=check_coverage(checkpoint, rules, dropped, what))
     targets = {rule.target for rule in rules}
     if targets != set(expected):
@@ -150,8 +171,22 @@ def fill(checkpoint: TFCheckpoint, rules: list[Rule], dropped: list[Dropped], ex
 
 def save_converted(out: Path, model, tokenizer, card: str, heads: dict[str, torch.Tensor] | None,
                    heads_file: str) -> Path:
-    """Write model (safetensors + config.json), tokenizer, model card and the pretraining heads
-    (if any) to `out`, atomically."""
+    """Write the model, tokenizer, model card and the pretraining heads (if any) to `out`, atomically.
+
+    Args:
+        out: the model folder written; it must not exist, or be an empty folder.
+        model: the converted model, written as safetensors + config.json.
+        tokenizer: the checkpoint's tokenizer.
+        card: the model card's text (`model_card`).
+        heads: the pretraining heads' tensors by name; None or empty: no heads file.
+        heads_file: the file name the heads are written to.
+
+    Returns:
+        The folder written.
+
+    Raises:
+        OptionError: `out` exists and is not an empty folder.
+    """
     def write(folder: Path) -> None:
         save_model(folder, model, tokenizer, card=card, extra_weights={heads_file: heads} if heads else None)
 
@@ -160,7 +195,22 @@ def save_converted(out: Path, model, tokenizer, card: str, heads: dict[str, torc
 
 def conversion_summary(family: str, source: Path, out: Path, checkpoint: TFCheckpoint, conversion: Conversion,
                        vocabulary: Path, heads: list[str]) -> dict:
-    """What `longdoc convert --json` prints, and what the model card lists."""
+    """What `longdoc convert --json` prints, and what the model card lists.
+
+    Args:
+        family: the converter's name ("etc", "realformer").
+        source: the checkpoint folder.
+        out: the model folder written.
+        checkpoint: the TF checkpoint read.
+        conversion: what `fill` did: the variables read and dropped, the parameters filled.
+        vocabulary: the vocabulary file.
+        heads: the names of the pretraining heads converted.
+
+    Returns:
+        A dict of JSON values: family, source, checkpoint (its prefix's name), out, vocabulary (its
+        file name), variables_read, bytes_read, parameters, pretraining_heads and dropped (variable
+        -> reason).
+    """
     return {
         "family": family,
         "source": str(source),

@@ -36,9 +36,27 @@ def is_sentencepiece(vocabulary: Path) -> bool:
 def read_vocabulary(folder: Path, vocab: Path | None, lower_case: bool, max_length: int, vocab_size: int,
                     sentencepiece_tokens: dict[str, str] | None = None):
     """The tokenizer of a Google checkpoint folder's vocabulary (`find_vocabulary`) and its path.
+
     WordPiece: BERT's basic tokenization, lower-cased or not. SentencePiece (`read_sentencepiece`):
-    the model's own normalization (etcmodel's FullTokenizer ignores do_lower_case for it), with
-    `sentencepiece_tokens` (cls_token, sep_token, ...: piece names) as the special tokens."""
+    the model's own normalization (etcmodel's FullTokenizer ignores do_lower_case for it).
+
+    Args:
+        folder: the checkpoint folder searched for its one vocabulary when `vocab` is None.
+        vocab: the vocabulary file (vocab.txt or a SentencePiece *.model); None: the folder's one.
+        lower_case: lower-case text before WordPiece (not used for SentencePiece).
+        max_length: the tokenizer's `model_max_length`.
+        vocab_size: rows of the checkpoint's embeddings; a vocabulary with more tokens is refused.
+        sentencepiece_tokens: the special tokens of a SentencePiece vocabulary (cls_token,
+            sep_token, ...: piece names); None: none.
+
+    Returns:
+        (the transformers fast tokenizer, the vocabulary file's path).
+
+    Raises:
+        OptionError: no single vocabulary in the folder, or `vocab` not a file.
+        InputError: a vocabulary with more tokens than `vocab_size`, or one that cannot be read,
+            naming the file.
+    """
     vocab = find_vocabulary(folder, vocab)
     if is_sentencepiece(vocab):
         tokenizer = read_sentencepiece(vocab, max_length, sentencepiece_tokens or {})
