@@ -66,8 +66,31 @@ class HotpotQAModel(TaskModel):
         end_positions: Tensor | None = None,
         **inputs: Tensor,
     ) -> HotpotQAOutput:
-        """`inputs`: the encoder's (GlobalLocalModel.forward); answer_mask [B, L], sentence_mask and question_mask
-        [B, G] (from `features.collate`); labels as in longdoc.tasks.hotpotqa.features."""
+        """The three heads' logits for a batch of windows, and with labels the loss (the mean of the heads').
+
+        The masks come from `features.collate`; the labels are as in longdoc.tasks.hotpotqa.features,
+        -1 (IGNORE_INDEX) where a row or token has none.
+
+        Args:
+            answer_mask [B, L] int64: 1 on long tokens of context sentences, where a span may start
+                and end; None: every long token.
+            sentence_mask [B, G] int64: 1 on sentence global tokens, the ones that get a
+                supporting-fact logit; None: every global token.
+            question_mask [B, G] int64: 1 on question global tokens, which the answer-type head
+                averages with the task option `type_from_question`.
+            sp_labels [B, G] int64: 1 / 0 for a sentence that is / is not a supporting fact, -1
+                elsewhere.
+            answer_type [B] int64: 0 span, 1 yes, 2 no (`ANSWER_TYPES`); None: no loss is computed.
+            start_positions [B] int64: the first long token of the gold answer in the window, -1
+                when it does not lie whole in it.
+            end_positions [B] int64: the last long token of that answer, -1 likewise.
+            **inputs: the encoder's inputs (`GlobalLocalModel.forward`).
+
+        Returns:
+            HotpotQAOutput: `type_logits` [B, 3], `start_logits` and `end_logits` [B, L] (masked to
+            context sentences), `sp_logits` [B, G] (masked to sentence globals), and the scalar
+            `loss` when `answer_type` is given.
+        """
         encoded = self.encode(inputs)
         start_logits, end_logits = self.span_head(encoded.long_hidden_state, answer_mask)
         type_logits = self.type_head(encoded.global_hidden_state, 0, question_mask)

@@ -212,7 +212,25 @@ def _joined(sentences: list[str]) -> list[str]:
 
 def make_example(index: int, *, seed: int, length: int, min_distance: int, comparison_fraction: float,
                  count_tokens: CountTokens, relation_share: float = RELATION_SHARE, chain_order: bool = False) -> dict:
-    """Example `index` of the file seeded by `seed`, as a HotpotQA record (see the module docstring)."""
+    """Example `index` of the file seeded by `seed`, as a HotpotQA record (see the module docstring).
+
+    The example depends only on (`seed`, `index`) and the other arguments. The caller has checked
+    that `length` fits two facts `min_distance` apart (`make_examples`, by `shortest_length`).
+
+    Args:
+        index: the example's number in its file.
+        seed: the file's seed.
+        length: wordpieces of the whole long input, `[CLS] question [SEP]` ... `[SEP]` included.
+        min_distance: wordpieces strictly between the two facts.
+        comparison_fraction: the chance that the question is a comparison (else a bridge).
+        count_tokens: token counts of texts under the tokenizer (`wordpiece_counter`).
+        relation_share: share of distractor sentences that state a relation about other entities;
+            0: none, and no decoys.
+        chain_order: the facts in the order of the chain; off, in a random order.
+
+    Returns:
+        A HotpotQA record: _id, question, answer, type, level, supporting_facts, context.
+    """
     rng = random.Random(f"longdoc-multihop:{seed}:{index}")
     world = World.draw(rng, length)
     question = (comparison_question if rng.random() < comparison_fraction else bridge_question)(rng, world)
@@ -351,12 +369,33 @@ def shortest_length(count_tokens: CountTokens, length: int, min_distance: int | 
 def make_examples(n: int, *, seed: int, length: int, min_distance: int | None = None,
                   comparison_fraction: float = 0.2, relation_share: float = RELATION_SHARE, chain_order: bool = False,
                   tokenizer=None, progress: bool = True) -> list[dict]:
-    """`n` HotpotQA-format records. `min_distance` defaults to half of `length`; `tokenizer` to
-    longdoc's default (MiniLM's WordPiece). `relation_share`: share of distractor sentences that
-    state a relation about other entities (0: none, and no decoys: the facts are the only "works
-    for" and "based in" sentences, so reading far enough is all a bridge question asks);
-    `chain_order`: the facts in the order of the chain ("A works for B." before "B is based in C.",
-    so the answer always lies past `min_distance`) rather than in a random order."""
+    """`n` HotpotQA-format records, examples 0 .. n - 1 of the file seeded by `seed` (`make_example`).
+
+    Before any example is drawn, `length` is checked to fit every draw (`shortest_length`).
+
+    Args:
+        n: the number of records.
+        seed: the file's seed.
+        length: wordpieces of each example's whole long input.
+        min_distance: wordpieces strictly between the two facts; None: half of `length`.
+        comparison_fraction: the share of comparison questions, in [0, 1] (the rest are bridge
+            questions).
+        relation_share: share of distractor sentences that state a relation about other entities,
+            in [0, 1] (0: none, and no decoys: the facts are the only "works for" and "based in"
+            sentences, so reading far enough is all a bridge question asks).
+        chain_order: the facts in the order of the chain ("A works for B." before "B is based in
+            C.", so the answer always lies past `min_distance`) rather than in a random order.
+        tokenizer: the tokenizer whose wordpieces are counted; None: longdoc's default (MiniLM's
+            WordPiece).
+        progress: show a progress bar over the examples.
+
+    Returns:
+        The records, in index order.
+
+    Raises:
+        OptionError: `n` or `length` not positive, a share outside [0, 1], a negative
+            `min_distance`, or a `length` too short for `min_distance` (saying the minimum and why).
+    """
     from tqdm.auto import tqdm
 
     if n < 1 or length < 1:

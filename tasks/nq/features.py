@@ -227,10 +227,28 @@ def _rows_of_chunk(examples: list[StructuredExample]) -> list[list[dict[str, Any
 
 def iter_training_rows(path, tokenizer, config, options: NQOptions | None = None, num_proc: int = 1,
                        progress: bool = True) -> Iterator[list[dict[str, Any]]]:
-    """The kept rows of each example of the NQ file `path`, one list per example, in file order,
-    streaming: examples are read as they are needed (`num_proc` worker processes build features
-    for chunks of CHUNK_EXAMPLES examples, with at most `num_proc` chunks in flight). `options`: the
-    run's (None: the defaults)."""
+    """The kept rows of each example of the NQ file `path`, one list per example, in file order.
+
+    Streaming: examples are read as they are needed. Every window with an answer is kept, and a
+    fixed share of those without (`options.null_window_keep_rate`, `keeps_null_window`).
+
+    Args:
+        path: the NQ file, in either official format (JSON lines, gzipped or not).
+        tokenizer: the model's tokenizer (wrapped so that HTML markers stay whole).
+        config: the encoder's config (lengths and input conventions of the features).
+        options: the run's NQ options; None: the defaults.
+        num_proc: worker processes that build features for chunks of CHUNK_EXAMPLES examples, with
+            at most `num_proc` chunks in flight; 1 or less: in this process.
+        progress: show a progress bar over the examples.
+
+    Yields:
+        One list of training rows per example, in file order.
+
+    Raises:
+        OptionError: `options.null_window_keep_rate` outside [0, 1].
+        InputError: a line of the file that does not parse, naming the file and line (unless
+            `options.skip_bad_lines`).
+    """
     options = options or NQOptions()
     settings = feature_settings(config)
     wrapped = HtmlMarkerTokenizer(tokenizer)

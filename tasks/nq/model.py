@@ -59,8 +59,27 @@ class NQModel(TaskModel):
         short_end_positions: Tensor | None = None,
         **inputs: Tensor,
     ) -> NQOutput:
-        """`inputs`: the encoder's (GlobalLocalModel.forward); answer_mask [B, L] (from
-        `features.collate`); labels [B] as in longdoc.tasks.nq.features."""
+        """The three heads' logits for a batch of windows, and with labels the loss (the mean of the heads').
+
+        The mask comes from `features.collate`; the labels are as in longdoc.tasks.nq.features: a
+        target the window's answer does not have points at [CLS] (long token 0).
+
+        Args:
+            answer_mask [B, L] bool: where a span may start or end ([CLS] and document tokens);
+                None: every long token.
+            answer_type [B] int64: null, yes, no, long or short (`ANSWER_TYPES`, 0 to 4); None: no
+                loss is computed.
+            long_start_positions [B] int64: the long answer's first long token.
+            long_end_positions [B] int64: the long answer's last long token.
+            short_start_positions [B] int64: the first short answer's first long token.
+            short_end_positions [B] int64: the last short answer's last long token.
+            **inputs: the encoder's inputs (`GlobalLocalModel.forward`).
+
+        Returns:
+            NQOutput: `type_logits` [B, 5], `long_start_logits`, `long_end_logits`,
+            `short_start_logits` and `short_end_logits` [B, L] (masked to [CLS] and document
+            tokens), and the scalar `loss` when `answer_type` is given.
+        """
         encoded = self.encode(inputs)
         long_start, long_end = self.long_head(encoded.long_hidden_state, answer_mask)
         short_start, short_end = self.short_head(encoded.long_hidden_state, answer_mask)

@@ -22,7 +22,25 @@ PROPERTIES = ("color", "founder", "capital", "length", "origin")
 
 def synthetic_record(index: int, rng: random.Random, original_format: bool, paragraphs: int = 8,
                      paragraph_words: int = 40, html_padding_bytes: int = 0) -> dict:
-    """One synthetic NQ example (see the module docstring); `index` makes the example id."""
+    """One synthetic NQ example (see the module docstring), in either official format.
+
+    Args:
+        index: the example's number: its example id is 1,000,000 + `index`, and it names the
+            question's subject.
+        rng: the random draws (words, property, the answer's paragraph), shared across a file.
+        original_format: NQ's original format (`document_html`, `document_tokens` and byte offsets
+            on every span); off, the simplified format (`document_text`).
+        paragraphs: paragraphs in the document; a table follows paragraph `paragraphs // 2`.
+        paragraph_words: words per paragraph, at least 9 (the answer sentence has 8 words).
+        html_padding_bytes: bytes of random filler in a comment at the start of `document_html`
+            (original format only), to make lines as large as real NQ lines.
+
+    Returns:
+        The NQ record, one JSON line of an NQ file.
+
+    Raises:
+        ValueError: `paragraph_words` below 9.
+    """
     if paragraph_words < 9:
         raise ValueError(f"paragraph_words must be >= 9 (the answer sentence has 8 words), got {paragraph_words}")
     tokens: list[tuple[str, bool]] = []  # (token, is_html)
