@@ -307,8 +307,10 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
             sentence_ids [B, L] int64: the global token each long token belongs to (-1: none).
             mention_ids [B, L] int64: a second linked global token, e.g. the candidate a mention
                 names (-1: none); needs `sentence_ids`.
-            long_paragraph_ids [B, L] int64: the paragraph of each long token.
-            global_paragraph_ids [B, G] int64: the paragraph of each global token.
+            long_paragraph_ids [B, L] int64: the paragraph of each long token; None: no
+                paragraph bounds local attention (`local_attention_within_paragraph` then does nothing).
+            global_paragraph_ids [B, G] int64: the paragraph of each global token; None: global
+                tokens get no "other paragraph" relative id.
             global_sees_all [B, G] bool: global tokens exempt from hard g2l (CLS, question,
                 candidates).
             global_features [B, G, F] float32, F = config.global_feature_size: per-global-token
