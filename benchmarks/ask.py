@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from longdoc.ask.documents import SourceText
-from longdoc.ask.index import CorpusIndex, index_documents
+from longdoc.ask.index import index_corpus
 from longdoc.ask.retrieve import RetrievalOptions, Retriever, SentenceEvidence
 
 
@@ -53,6 +53,66 @@ def hotpotqa_document(path: Path) -> GoldDocument:
     return GoldDocument("\n\n".join(parts), questions, gold)
 
 
+def write_paragraph_files(path: Path, folder: Path) -> list[str]:
+    """Each paragraph of a HotpotQA file (each title once) as its own text file in `folder` (title line,
+    then the sentences), numbered in the file's order; the file's questions."""
+    records = json.loads(Path(path).read_text(encoding="utf-8"))
+    folder.mkdir(parents=True, exist_ok=True)
+    seen = set()
+    for record in records:
+        for title, sentences in record["context"]:
+            if title not in seen:
+                seen.add(title)
+                (folder / f"{len(seen):04d}.txt").write_text(title + "\n" + "".join(sentences) + "\n", encoding="utf-8")
+    return [record["question"] for record in records]
+
+
+def corpus_timing_rows(data: Path, work: Path, rounds: int = 3) -> list[dict]:
+    """The command line's times on a HotpotQA file's paragraphs, one file each (`write_paragraph_files`),
+    in fresh processes: `longdoc index` on a fresh cache, then in `rounds` alternating rounds `python -c
+    "import torch"`, a cached `longdoc ask --question` over every file and over one file, and `longdoc
+    ask --json` with every question of the file on standard input and with one (the difference, per
+    question, is the time a question takes in one process). Sentence mode; medians."""
+    import os
+    import statistics
+    import subprocess
+    import sys
+
+    questions = write_paragraph_files(data, work / "paragraphs")
+    (work / "one").mkdir()
+    (work / "one" / "0001.txt").write_bytes((work / "paragraphs" / "0001.txt").read_bytes())
+    environment = {**os.environ, "LONGDOC_CACHE": str(work / "cache")}
+    longdoc = [sys.executable, "-m", "longdoc.cli", "--quiet"]
+
+    def seconds(command: list[str], stdin: str = "") -> float:
+        started = time.perf_counter()
+        subprocess.run(command, input=stdin, env=environment, check=True, capture_output=True, text=True)
+        return time.perf_counter() - started
+
+    indexing = seconds(longdoc + ["index", str(work / "paragraphs")])
+    seconds(longdoc + ["index", str(work / "one")])
+    asked = ["--question", questions[0]]
+    steps = {"python -c \"import torch\"": [sys.executable, "-c", "import torch"],
+             f"longdoc ask --question (cached, {len(list((work / 'paragraphs').iterdir()))} files)":
+                 longdoc + ["ask", *asked, str(work / "paragraphs")],
+             "longdoc ask --question (cached, 1 file)": longdoc + ["ask", *asked, str(work / "one")]}
+    times: dict[str, list[float]] = {step: [] for step in steps}
+    per_question = []
+    for _ in range(rounds):
+        for step, command in steps.items():
+            times[step].append(seconds(command))
+        all_questions = seconds(longdoc + ["ask", "--json", str(work / "paragraphs")], "\n".join(questions) + "\n")
+        one_question = seconds(longdoc + ["ask", "--json", str(work / "paragraphs")], questions[0] + "\n")
+        per_question.append((all_questions - one_question) / (len(questions) - 1))
+    torch_seconds = statistics.median(times['python -c "import torch"'])
+    rows = [{"step": "longdoc index, fresh cache", "seconds": round(indexing, 2), "vs import torch": ""}]
+    rows += [{"step": step, "seconds": round(statistics.median(values), 2),
+              "vs import torch": round(statistics.median(values) / torch_seconds, 2)} for step, values in times.items()]
+    rows.append({"step": f"longdoc ask --json < {len(questions)} questions: a question in one process",
+                 "seconds": round(statistics.median(per_question), 3), "vs import torch": ""})
+    return rows
+
+
 def covered(span: tuple[int, int], ranges) -> bool:
     """Whether the characters `span` lie inside one of `ranges`."""
     return any(start <= span[0] and span[1] <= end for start, end in ranges)
@@ -69,8 +129,8 @@ def retrieval_quality(document: GoldDocument, embedder, passage_counts=(4, 8, 16
     words read."""
     text = document.text
     source = SourceText("hotpotqa-paragraphs.txt", text, hashlib.sha256(text.encode()).hexdigest(), False)
-    corpus = CorpusIndex(index_documents([source], embedder, cache_root=cache_root))
-    retriever = Retriever(corpus, embedder, SentenceEvidence(corpus, embedder))
+    corpus = index_corpus([source], embedder, cache_root=cache_root)
+    retriever = Retriever(corpus, embedder, SentenceEvidence(corpus))
     default = RetrievalOptions()
     budgets = [(str(count), {"passages": count, "least": count}) for count in passage_counts]
     budgets.append((f"{default.least}-{default.passages} (adaptive)", {}))
@@ -81,7 +141,7 @@ def retrieval_quality(document: GoldDocument, embedder, passage_counts=(4, 8, 16
             options = RetrievalOptions(retrieval=retrieval, second_hop=second_hop, **budget)
             one = every = passages = words = 0
             for question, gold in zip(document.questions, document.gold):
-                hits = retriever.retrieve(question, options)
+                hits = retriever.retrieve(question, retriever.question_vector(question), options)
                 ranges = [(corpus.passage(hit).start, corpus.passage(hit).end) for hit in hits]
                 found = [covered(span, ranges) for span in gold]
                 one += any(found)
@@ -141,8 +201,9 @@ def speed_rows(words: int, tasks, reader_task: str, make_examples: Callable, mod
             default_tokenizer().save_pretrained(model_dir)
         embedder, load_seconds = timed(SentenceEmbedder)
         source = SourceText(str(path), text, hashlib.sha256(text.encode()).hexdigest(), False)
-        [document], index_seconds = timed(index_documents, [source], embedder, cache_root=work / "cache")
-        _, cached_seconds = timed(index_documents, [source], embedder, cache_root=work / "cache", progress=False)
+        corpus, index_seconds = timed(index_corpus, [source], embedder, cache_root=work / "cache")
+        _, cached_seconds = timed(index_corpus, [source], embedder, cache_root=work / "cache", progress=False)
+        document = corpus.documents[0]
         session, session_seconds = timed(AskSession, [source], model_dir, cache_root=work / "cache", progress=False,
                                      tasks=tasks)
         session.ask(asked[0])  # first call: lazy imports and allocator warm-up, not counted
@@ -183,14 +244,15 @@ def no_answer_rows(held_out: Callable, write_document: Callable, documents: int 
     with tempfile.TemporaryDirectory() as work:
         for index, record in enumerate(records):
             sources, _ = load_sources([write_document(record, Path(work) / f"document{index}.txt")])
-            corpus = CorpusIndex(index_documents(sources, embedder, cache_root=Path(work) / "cache", progress=False))
-            evidence = SentenceEvidence(corpus, embedder)
+            corpus = index_corpus(sources, embedder, cache_root=Path(work) / "cache", progress=False)
+            evidence = SentenceEvidence(corpus)
             every_passage = corpus.search(embedder.embed([record["question"]]), len(corpus.locations))[0]
             part = "calibration" if index < calibration else "held out"
             asked = [("right", record["question"]), *(("off-topic", q) for q in NO_ANSWER_QUESTIONS),
                      ("other person", records[(index + 1) % len(records)]["question"])]
             for kind, question in asked:
-                scores.setdefault((part, kind), []).append(evidence.ranked(question, every_passage)[0][0])
+                scores.setdefault((part, kind), []).append(
+                    evidence.ranked(embedder.embed([question])[0], every_passage)[0][0])
     return [{"documents": part, "questions": kind, "asked": len(values),
              f"evidence >= {floor}": sum(value >= floor for value in values),
              "lowest": round(min(values), 3), "highest": round(max(values), 3)}

@@ -37,6 +37,7 @@ COMMANDS = {
     "upgrade": "longdoc.commands.upgrade",
     "make-data": "longdoc.commands.make_data",
     "ask": "longdoc.commands.ask",
+    "index": "longdoc.commands.index",
     "serve": "longdoc.commands.serve",
     "predict": "longdoc.commands.predict",
     "export": "longdoc.commands.export",

@@ -22,6 +22,11 @@
   python scripts/bench_ask.py no-answer [--documents 40] [--calibration 20]
       the no-answer rule: how many right, off-topic and other-person questions reach the evidence
       floor on the demo's held-out generated documents (benchmarks.ask.no_answer_rows).
+  python scripts/bench_ask.py corpus [--data HOTPOT_JSON] [--rounds 3]
+      the command line on the HotpotQA file's paragraphs, one file each: `longdoc index` on a fresh
+      cache, then a cached `longdoc ask --question` over every file and over one, beside `python -c
+      "import torch"` in the same rounds, and the time a question takes in one `ask --json` process
+      (benchmarks.ask.corpus_timing_rows).
 All print a markdown table and, with --json FILE, write the rows.
 """
 
@@ -90,7 +95,11 @@ def main(argv=None) -> int:
     refusal = modes.add_parser("no-answer", help="the evidence floor on generated documents")
     refusal.add_argument("--documents", type=int, default=40)
     refusal.add_argument("--calibration", type=int, default=20)
-    for sub in (quality, timing, indexing, sentences, refusal):
+    corpus = modes.add_parser("corpus", help="cached ask over a HotpotQA file's paragraphs, one file each, "
+                                             "beside import torch")
+    corpus.add_argument("--data", type=Path, default=SAMPLE)
+    corpus.add_argument("--rounds", type=int, default=3)
+    for sub in (quality, timing, indexing, sentences, refusal, corpus):
         sub.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     from longdoc.cpu_memory import configure_allocator
@@ -104,6 +113,11 @@ def main(argv=None) -> int:
         generated = make_fact_questions(1, seed=2, words=args.words, distractors=40)[0].context
         rows = indexing_rows({"generated (reader benchmark)": generated,
                               "HotpotQA sample paragraphs": hotpotqa_document(args.data).text})
+    elif args.mode == "corpus":
+        from benchmarks.ask import corpus_timing_rows
+
+        with tempfile.TemporaryDirectory() as work:
+            rows = corpus_timing_rows(args.data, Path(work), args.rounds)
     elif args.mode == "no-answer":
         rows = no_answer(args)
     elif args.mode == "sentences":

@@ -108,7 +108,7 @@ def long(args) -> list[dict]:
 
     from longdoc.ask.documents import SourceText
     from longdoc.ask.embedding import SentenceEmbedder
-    from longdoc.ask.index import index_documents
+    from longdoc.ask.index import index_corpus
     from benchmarks.readers import RELATIONS, SlidingWindowReader
 
     out = Path(args.out)
@@ -127,9 +127,10 @@ def long(args) -> list[dict]:
                 rng = random.Random(f"{args.seed}:{relation}:{number}")
                 chosen = rng.sample(range(len(document.facts)), min(args.questions, len(document.facts)))
                 text = document.context
-                source = SourceText("document.txt", text, hashlib.sha256(text.encode()).hexdigest(), False)
+                source = SourceText(str(Path(folder) / "document.txt"), text, hashlib.sha256(text.encode()).hexdigest(),
+                                    False)  # the file ours.open writes: the session finds this index
                 started = time.perf_counter()  # nothing cached yet: split, embed, both indexes
-                index_documents([source], embedder, cache_root=ours.cache_root, progress=False)
+                index_corpus([source], embedder, cache_root=ours.cache_root, progress=False)
                 index_seconds += time.perf_counter() - started
                 # One session per setting: each keeps the sentence vectors of what it read, as a user's does.
                 sessions = {name: ours.open(text, Path(folder)) for name in ASK_SETTINGS}

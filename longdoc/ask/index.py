@@ -1,41 +1,100 @@
-"""Passage indexes for `longdoc ask`: built once per file content and model, cached on disk.
+"""The corpus index of `longdoc ask`, `longdoc index` and `longdoc serve`: one SQLite file a corpus.
 
-Per document: its passages (`longdoc.ask.passages`), their embeddings in a faiss inner-product
-index (exact search: `IndexFlatIP`; vectors are unit length, so scores are cosine similarities),
-and their BM25 index (`longdoc.ask.lexical`, SQLite FTS5), stored under `cache_dir()/ask/KEY/`
-where KEY hashes the file's bytes, the embedding model's key and the passage settings. A second
-question or a second run finds the folder and embeds nothing; a changed file has another hash, so
-it is indexed afresh. The folder holds `meta.json` (passages, settings, and the SHA-256 of each
-index file), `index.faiss` (faiss's own serialisation, read only after its hash matches, so a
-damaged file never reaches faiss's reader) and `lexical.sqlite` (read only after its hash matches
-too). A dense part missing, unreadable or mismatched is rebuilt whole with a warning; a lexical part
-alone is rebuilt from the text with a warning, without embedding again. Every file is written
-atomically (`longdoc.io`, `longdoc.ask.lexical.write_lexical_index`), `meta.json` last.
+A corpus is the documents under the paths it is named by (a folder, a list of files); its index is
+`cache_dir()/ask/corpus/KEY/index.sqlite`, KEY hashing those paths (resolved) and the settings (the
+embedding model's key, the passage rules, the formats). It holds, per document (by its resolved
+path): the SHA-256 of its bytes, its passages (`longdoc.ask.passages`), their MiniLM vectors and
+the vectors of each of their sentences; and for all documents together the sentences' BM25 table
+(`longdoc.ask.lexical`, FTS5). A question embeds only itself and its second hop's queries: the
+sentences it is compared with were embedded when their document was indexed.
 
-`CorpusIndex` puts the documents of one `ask` session into one faiss index and one BM25 index.
+Why one SQLite file: a transaction writes whole or not at all, so a chunk of documents (CHUNK_TEXTS
+passages and sentences, embedded together, which also bounds the memory of indexing) is committed
+at once: indexing stopped by Ctrl-C or kill -9 keeps the chunks committed, and a rerun goes on from
+the first document missing, in the same chunks, so it ends with the contents of an uninterrupted
+run and indexes nothing twice. Its WAL journal lets a session read one snapshot while another
+process updates the file. Processes that update the same corpus take turns on a lock file beside it
+(`fcntl.flock`; the second says it waits). On opening, the passage vectors of the documents asked are
+put, in their order, into a faiss inner-product index (`IndexFlatIP`: exact search; the vectors are
+unit length, so scores are cosines), as the flat index a file would hold is these vectors anyway.
+
+Incremental by content: a document indexed with the same hash is kept, a changed one is indexed
+again, one no longer among the documents (removed, or unreadable now) is dropped with a warning,
+and its offsets are never used, as every document's text is read from its file for the session. A
+file SQLite cannot read, or one of other settings, is removed and built again with a warning naming it.
 """
 
+import bisect
+import contextlib
+import fcntl
 import hashlib
 import json
+import sqlite3
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from longdoc.ask.documents import SourceText
-from longdoc.ask.lexical import LEXICAL_FORMAT, LexicalIndex, write_lexical_index
+from longdoc.ask.lexical import LEXICAL_FORMAT, LexicalIndex, add_rows, create_table, delete_rows
 from longdoc.ask.passages import MAX_TOKENS, MIN_TOKENS, PASSAGE_FORMAT, Passage, split_passages
 from longdoc.model.cache import cache_dir
-from longdoc.io import atomic_write_bytes, atomic_write_json
 
-CACHE_FORMAT = 1
-DENSE_FILE, LEXICAL_FILE, META_FILE = "index.faiss", "lexical.sqlite", "meta.json"
-# What a cached folder of the wrong shape raises on reading: faiss's reader (RuntimeError), a
-# meta.json whose fields are not what was written (KeyError, TypeError), the checks here (ValueError).
-UNUSABLE = (OSError, ValueError, RuntimeError, KeyError, TypeError)
+INDEX_FORMAT = 2
+INDEX_FILE, LOCK_FILE = "index.sqlite", "lock"
+# Passages and sentences embedded and committed together: what indexing holds in memory at once, and
+# what a kill loses.
+CHUNK_TEXTS = 1024
+SCHEMA = (
+    "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE documents (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, sha256 TEXT NOT NULL, "
+    "passages TEXT NOT NULL, first_row INTEGER NOT NULL, sentences INTEGER NOT NULL, passage_vectors BLOB NOT NULL)",
+    "CREATE TABLE sentence_vectors (document INTEGER PRIMARY KEY, vectors BLOB NOT NULL)",
+)
+
+
+class DamagedIndex(ValueError):
+    """An index file whose contents are not what this module writes."""
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """What the vectors and rows of an index depend on: the embedding model (its key) and the passage
+    rules; an index made with others is another index."""
+
+    model: str
+    max_tokens: int = MAX_TOKENS
+    min_tokens: int = MIN_TOKENS
+
+    def to_json(self) -> dict:
+        return {"index_format": INDEX_FORMAT, "passage_format": PASSAGE_FORMAT, "lexical_format": LEXICAL_FORMAT,
+                "model": self.model, "max_tokens": self.max_tokens, "min_tokens": self.min_tokens}
+
+
+@dataclass(frozen=True)
+class IndexChanges:
+    """What an update did: the files indexed (new, or changed since), those dropped, those kept."""
+
+    added: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    kept: int = 0
+
+    def describe(self) -> str | None:
+        """One line for the user ("2 files indexed (1 new, 1 changed), 1 dropped, 519 unchanged"); None
+        when nothing changed."""
+        if not (self.added or self.changed or self.dropped):
+            return None
+        indexed = len(self.added) + len(self.changed)
+        parts = [f"{indexed} {'file' if indexed == 1 else 'files'} indexed ({len(self.added)} new, "
+                 f"{len(self.changed)} changed)"]
+        if self.dropped:
+            parts.append(f"{len(self.dropped)} dropped")
+        return ", ".join(parts + [f"{self.kept} unchanged"])
 
 
 @dataclass
@@ -43,125 +102,229 @@ class DocumentIndex:
     source: SourceText
     passages: list[Passage]
     vectors: np.ndarray  # [passages, dimension] float32, unit rows
-    lexical_path: Path  # the BM25 index of the passages' sentences (rows in order: sentence_texts())
+    key: int  # its id in the index file
+    first_row: int  # the BM25 row of its first sentence; its sentences follow in passage order
 
     def passage_text(self, passage: Passage) -> str:
         return self.source.text[passage.start:passage.end]
 
-    def sentence_texts(self) -> list[str]:
-        return [self.source.text[start:end] for passage in self.passages for start, end in passage.sentences]
+
+def document_path(source: SourceText) -> str:
+    """The name a document is indexed under: its resolved path."""
+    return str(Path(source.path).resolve())
 
 
-def _settings(embedder, max_tokens: int, min_tokens: int) -> dict:
-    return {"cache_format": CACHE_FORMAT, "passage_format": PASSAGE_FORMAT, "model": embedder.key,
-            "max_tokens": max_tokens, "min_tokens": min_tokens}
+def corpus_folder(named_by: Sequence[str], settings: IndexSettings, root: Path | None = None) -> Path:
+    """The folder of the index of the corpus named by the paths `named_by` (files and folders)."""
+    paths = sorted({str(Path(path).resolve()) for path in named_by})
+    key = hashlib.sha256(json.dumps({"paths": paths, **settings.to_json()}, sort_keys=True).encode()).hexdigest()
+    return (cache_dir() / "ask" if root is None else root) / "corpus" / key[:32]
 
 
-def cache_folder(source: SourceText, settings: dict, root: Path | None = None) -> Path:
-    key = hashlib.sha256(json.dumps({"sha256": source.sha256, **settings}, sort_keys=True).encode()).hexdigest()
-    return (cache_dir() / "ask" if root is None else root) / key[:32]
+@contextlib.contextmanager
+def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    connection.execute("COMMIT")
 
 
-def _load(folder: Path, source: SourceText, settings: dict) -> tuple[DocumentIndex, dict] | None:
-    """The cached index and its meta.json, None when there is none; raises one of UNUSABLE when its
-    dense part is damaged or stale."""
-    import faiss
-
-    meta_path = folder / META_FILE
-    if not meta_path.exists():
-        return None
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    if not isinstance(meta, dict):
-        raise ValueError(f"{META_FILE} is not an object")
-    if meta.get("settings") != settings or meta.get("sha256") != source.sha256:
-        raise ValueError("made with other settings or for other content")
-    data = (folder / DENSE_FILE).read_bytes()
-    if hashlib.sha256(data).hexdigest() != meta.get("index_sha256"):
-        raise ValueError(f"{DENSE_FILE} does not match its recorded hash")
-    index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
-    passages = [Passage(start, end, tuple(tuple(s) for s in sentences)) for start, end, sentences in meta["passages"]]
-    if index.ntotal != len(passages) or not all(0 <= p.start < p.end <= len(source.text) for p in passages):
-        raise ValueError("passages do not fit the document")
-    return DocumentIndex(source, passages, index.reconstruct_n(0, index.ntotal), folder / LEXICAL_FILE), meta
+def _is_damage(error: Exception) -> bool:
+    """Whether `error` says the file is not a sound index (and not that another process holds it)."""
+    if isinstance(error, DamagedIndex):
+        return True
+    return isinstance(error, sqlite3.DatabaseError) and "locked" not in str(error)
 
 
-def _check_lexical(document: DocumentIndex, meta: dict) -> None:
-    """Raises one of UNUSABLE unless the folder's lexical index is the one meta.json records."""
-    lexical = meta.get("lexical")
-    if not isinstance(lexical, dict):
-        raise ValueError(f"no {LEXICAL_FILE} recorded")
-    if lexical.get("format") != LEXICAL_FORMAT:
-        raise ValueError(f"{LEXICAL_FILE} has format {lexical.get('format')}, this version reads {LEXICAL_FORMAT}")
-    if hashlib.sha256(document.lexical_path.read_bytes()).hexdigest() != lexical.get("sha256"):
-        raise ValueError(f"{LEXICAL_FILE} does not match its recorded hash")
-    LexicalIndex.open(document.lexical_path, sum(len(p.sentences) for p in document.passages)).close()
+class CorpusStore:
+    """The index file of one corpus: `update` makes it hold the documents given, `open` also returns
+    them as a CorpusIndex, read from one snapshot of the file."""
 
+    def __init__(self, folder: Path, settings: IndexSettings):
+        self.folder, self.settings = Path(folder), settings
+        self.path = self.folder / INDEX_FILE
+        self.committed = 0  # documents this process has indexed and committed (what an interruption keeps)
 
-def _meta(document: DocumentIndex, settings: dict, index_sha256: str) -> dict:
-    lexical_sha256 = hashlib.sha256(document.lexical_path.read_bytes()).hexdigest()
-    return {"settings": settings, "sha256": document.source.sha256, "path": document.source.path,
-            "index_sha256": index_sha256, "lexical": {"format": LEXICAL_FORMAT, "sha256": lexical_sha256},
-            "passages": [[p.start, p.end, [list(s) for s in p.sentences]] for p in document.passages]}
-
-
-def _save_lexical(document: DocumentIndex) -> None:
-    write_lexical_index(document.lexical_path, document.sentence_texts())
-
-
-def _save(folder: Path, document: DocumentIndex, settings: dict) -> None:
-    import faiss
-
-    index = faiss.IndexFlatIP(document.vectors.shape[1])
-    index.add(document.vectors)
-    data = faiss.serialize_index(index).tobytes()
-    atomic_write_bytes(folder / DENSE_FILE, data)
-    _save_lexical(document)
-    # meta.json last: a folder with a meta.json names index files that are already complete.
-    atomic_write_json(folder / META_FILE, _meta(document, settings, hashlib.sha256(data).hexdigest()), indent=None)
-
-
-def index_documents(sources: Sequence[SourceText], embedder, *, max_tokens: int = MAX_TOKENS,
-                    min_tokens: int = MIN_TOKENS, cache_root: Path | None = None,
-                    progress: bool = True) -> list[DocumentIndex]:
-    """One DocumentIndex per source: from the cache when it holds a sound one, else embedded now
-    (with a progress bar on stderr) and cached."""
-    from tqdm.auto import tqdm
-
-    settings = _settings(embedder, max_tokens, min_tokens)
-    indexes: list[DocumentIndex | None] = []
-    missing = []
-    for source in sources:
-        folder = cache_folder(source, settings, cache_root)
-        try:
-            found = _load(folder, source, settings)
-        except UNUSABLE as error:
-            warnings.warn(f"{source.path}: cached index in {folder} is unusable ({error}); rebuilding it",
-                          stacklevel=2)
-            found = None
-        if found is not None:
-            document, meta = found
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / LOCK_FILE, "a+b") as lock:
             try:
-                _check_lexical(document, meta)
-            except UNUSABLE as error:
-                warnings.warn(f"{source.path}: cached lexical index in {folder} is unusable ({error}); "
-                              "rebuilding it", stacklevel=2)
-                _save_lexical(document)
-                atomic_write_json(folder / META_FILE, _meta(document, settings, meta["index_sha256"]), indent=None)
-            found = document
-        indexes.append(found)
-        if found is None:
-            missing.append(len(indexes) - 1)
-    if missing:
-        split = {i: split_passages(sources[i].text, embedder.count_tokens, max_tokens, min_tokens) for i in missing}
-        total = sum(len(passages) for passages in split.values())
-        with tqdm(total=total, desc="indexing", unit=" passages", file=sys.stderr, disable=not progress) as bar:
-            for i in missing:
-                source, passages = sources[i], split[i]
-                folder = cache_folder(source, settings, cache_root)
-                vectors = embedder.embed([source.text[p.start:p.end] for p in passages], progress=bar)
-                indexes[i] = DocumentIndex(source, passages, vectors, folder / LEXICAL_FILE)
-                _save(folder, indexes[i], settings)
-    return indexes
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                warnings.warn(f"{self.folder}: another process is updating this corpus index; waiting for it",
+                              stacklevel=2)
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            yield  # the lock goes with the file's closing
+
+    def _connect(self) -> sqlite3.Connection:
+        """The index file, created when missing; DamagedIndex or sqlite3.DatabaseError when it is not sound."""
+        connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=600)
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not tables:
+                with _transaction(connection):
+                    for statement in SCHEMA:
+                        connection.execute(statement)
+                    create_table(connection)
+                    connection.executemany("INSERT INTO meta VALUES (?, ?)",
+                                           [("settings", json.dumps(self.settings.to_json(), sort_keys=True)),
+                                            ("next_row", "0")])
+            settings = connection.execute("SELECT value FROM meta WHERE name = 'settings'").fetchone()
+            if settings is None or settings[0] != json.dumps(self.settings.to_json(), sort_keys=True):
+                raise DamagedIndex(f"made with other settings ({None if settings is None else settings[0]})")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _remove(self, error: Exception) -> None:
+        warnings.warn(f"{self.path}: the corpus index is unusable ({error}); rebuilding it", stacklevel=2)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+    def update(self, sources: Sequence[SourceText], embedder, *, progress: bool = True,
+               on_indexed: Callable[[SourceText, int], None] | None = None) -> IndexChanges:
+        """Makes the file hold `sources` (see the module docstring); `on_indexed(source, passages)` is
+        called as each document is committed."""
+        with self._locked():
+            connection, changes = self._sound_connection(
+                lambda connection: self._update(connection, sources, embedder, progress, on_indexed))
+            connection.close()
+        return changes
+
+    def open(self, sources: Sequence[SourceText], embedder, *, progress: bool = True,
+             on_indexed: Callable[[SourceText, int], None] | None = None) -> "CorpusIndex":
+        """`update`, then the documents as they are in the file now, read from one snapshot that the
+        returned CorpusIndex keeps for its life (another process's later update does not change it)."""
+        def updated_and_read(connection: sqlite3.Connection) -> CorpusIndex:
+            changes = self._update(connection, sources, embedder, progress, on_indexed)
+            connection.execute("BEGIN")
+            return CorpusIndex(connection, sources, changes, embedder.dimension)
+
+        with self._locked():
+            return self._sound_connection(updated_and_read)[1]
+
+    def _sound_connection(self, work: Callable[[sqlite3.Connection], Any]) -> tuple[sqlite3.Connection, Any]:
+        """The connection `work` ran on and what it returned; a damaged file is removed (with a warning)
+        and `work` run again on a new one."""
+        for attempt in (1, 2):
+            connection = None
+            try:
+                connection = self._connect()
+                return connection, work(connection)
+            except (sqlite3.DatabaseError, DamagedIndex) as error:
+                if connection is not None:
+                    connection.close()
+                if attempt == 2 or not _is_damage(error):
+                    raise
+                self._remove(error)
+            except BaseException:
+                if connection is not None:
+                    connection.close()
+                raise
+
+    def _update(self, connection: sqlite3.Connection, sources: Sequence[SourceText], embedder, progress: bool,
+                on_indexed: Callable[[SourceText, int], None] | None) -> IndexChanges:
+        indexed = {path: (key, sha256, first_row, rows) for key, path, sha256, first_row, rows in
+                   connection.execute("SELECT id, path, sha256, first_row, sentences FROM documents")}
+        wanted = {document_path(source): source for source in sources}
+        stale = [path for path, (_, sha256, _, _) in indexed.items()
+                 if path not in wanted or wanted[path].sha256 != sha256]
+        kept = indexed.keys() - set(stale)
+        missing = [source for path, source in wanted.items() if path not in kept]
+        if stale:
+            with _transaction(connection):
+                for path in stale:
+                    key, _, first_row, rows = indexed[path]
+                    connection.execute("DELETE FROM documents WHERE id = ?", (key,))
+                    connection.execute("DELETE FROM sentence_vectors WHERE document = ?", (key,))
+                    delete_rows(connection, first_row, rows)
+        dropped = tuple(path for path in stale if path not in wanted)
+        for path in dropped:
+            warnings.warn(f"{path}: indexed before, and no longer among the documents (removed or unreadable): "
+                          "dropped from the index", stacklevel=2)
+        if missing:
+            self._index(connection, missing, embedder, progress, on_indexed)
+        return IndexChanges(tuple(source.path for source in missing if document_path(source) not in indexed),
+                            tuple(source.path for source in missing if document_path(source) in indexed),
+                            dropped, len(wanted) - len(missing))
+
+    def _index(self, connection: sqlite3.Connection, sources: Sequence[SourceText], embedder, progress: bool,
+               on_indexed: Callable[[SourceText, int], None] | None) -> None:
+        """Indexes `sources` in chunks of about CHUNK_TEXTS texts, each committed whole, with a progress
+        bar of files, words and words a second on stderr."""
+        from tqdm.auto import tqdm
+
+        started, words = time.perf_counter(), 0
+        with tqdm(total=len(sources), desc="indexing", unit=" files", file=sys.stderr, disable=not progress) as bar:
+            pending, texts = [], 0
+            for number, source in enumerate(sources):
+                passages = split_passages(source.text, embedder.count_tokens, self.settings.max_tokens,
+                                          self.settings.min_tokens)
+                pending.append((source, passages))
+                texts += len(passages) + sum(len(passage.sentences) for passage in passages)
+                if texts < CHUNK_TEXTS and number < len(sources) - 1:
+                    continue
+                _save(connection, pending, embedder)
+                self.committed += len(pending)
+                for done, done_passages in pending:
+                    words += len(done.text.split())
+                    if on_indexed is not None:
+                        on_indexed(done, len(done_passages))
+                bar.set_postfix_str(f"{words:,} words, {words / (time.perf_counter() - started):,.0f} words/s",
+                                    refresh=False)
+                bar.update(len(pending))
+                pending, texts = [], 0
+
+
+def _save(connection: sqlite3.Connection, documents: Sequence[tuple[SourceText, list[Passage]]], embedder) -> None:
+    """Embeds the passages and sentences of `documents` and writes them in one transaction."""
+    passage_texts = [source.text[p.start:p.end] for source, passages in documents for p in passages]
+    sentence_texts = [source.text[start:end] for source, passages in documents for p in passages
+                      for start, end in p.sentences]
+    vectors = embedder.embed(passage_texts + sentence_texts)
+    passage_vectors, sentence_vectors = vectors[:len(passage_texts)], vectors[len(passage_texts):]
+    with _transaction(connection):
+        [next_row] = connection.execute("SELECT value FROM meta WHERE name = 'next_row'").fetchone()
+        first_row, passage_at, sentence_at = int(next_row), 0, 0
+        for source, passages in documents:
+            sentences = sum(len(passage.sentences) for passage in passages)
+            cursor = connection.execute(
+                "INSERT INTO documents (path, sha256, passages, first_row, sentences, passage_vectors) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (document_path(source), source.sha256,
+                 json.dumps([[p.start, p.end, [list(s) for s in p.sentences]] for p in passages]), first_row,
+                 sentences, passage_vectors[passage_at:passage_at + len(passages)].tobytes()))
+            connection.execute("INSERT INTO sentence_vectors VALUES (?, ?)",
+                               (cursor.lastrowid, sentence_vectors[sentence_at:sentence_at + sentences].tobytes()))
+            add_rows(connection, first_row, sentence_texts[sentence_at:sentence_at + sentences])
+            first_row, sentence_at = first_row + sentences, sentence_at + sentences
+            passage_at += len(passages)
+        connection.execute("UPDATE meta SET value = ? WHERE name = 'next_row'", (str(first_row),))
+
+
+def index_corpus(sources: Sequence[SourceText], embedder, *, named_by: Sequence[str] | None = None,
+                 cache_root: Path | None = None, progress: bool = True, max_tokens: int = MAX_TOKENS,
+                 min_tokens: int = MIN_TOKENS, on_indexed: Callable[[SourceText, int], None] | None = None
+                 ) -> "CorpusIndex":
+    """The CorpusIndex of `sources`, from the index of the corpus named by `named_by` (the paths the
+    user gave; None: the sources' own paths), brought up to date first (`CorpusStore.update`)."""
+    return corpus_store(sources, embedder, named_by=named_by, cache_root=cache_root, max_tokens=max_tokens,
+                        min_tokens=min_tokens).open(sources, embedder, progress=progress, on_indexed=on_indexed)
+
+
+def corpus_store(sources: Sequence[SourceText], embedder, *, named_by: Sequence[str] | None = None,
+                 cache_root: Path | None = None, max_tokens: int = MAX_TOKENS,
+                 min_tokens: int = MIN_TOKENS) -> CorpusStore:
+    """The CorpusStore of the corpus named by `named_by` (None: the paths of `sources`)."""
+    settings = IndexSettings(embedder.key, max_tokens, min_tokens)
+    named = [source.path for source in sources] if named_by is None else list(named_by)
+    return CorpusStore(corpus_folder(named, settings, cache_root), settings)
 
 
 @dataclass(frozen=True)
@@ -185,26 +348,47 @@ class Hit:
 
 
 class CorpusIndex:
-    """The passages of several documents in one faiss index and their sentences in one BM25 index.
-    One document's BM25 index is its cached file; several documents' sentences are indexed together
-    in memory (BM25's word statistics are over the whole corpus, so scores compare across documents)."""
+    """The documents of one session as an index file's snapshot holds them: their passages' vectors in
+    one faiss index (documents in the order given), their sentences' BM25 table (the file's, over
+    exactly these documents) and their sentence vectors, read per document when first needed."""
 
-    def __init__(self, documents: Sequence[DocumentIndex]):
+    def __init__(self, connection: sqlite3.Connection, sources: Sequence[SourceText], changes: IndexChanges,
+                 dimension: int):
+        """`connection`: inside the read transaction whose snapshot the corpus keeps."""
         import faiss
 
-        self.documents = list(documents)
+        self.connection, self.changes = connection, changes
+        stored = {path: (key, passages, first_row, vectors) for key, path, passages, first_row, vectors in
+                  connection.execute("SELECT id, path, passages, first_row, passage_vectors FROM documents")}
+        self.documents = []
+        for source in sources:
+            found = stored.get(document_path(source))
+            if found is None:
+                raise DamagedIndex(f"{source.path} is not in the index")
+            key, passages_json, first_row, blob = found
+            try:
+                passages = [Passage(start, end, tuple((s, e) for s, e in sentences))
+                            for start, end, sentences in json.loads(passages_json)]
+            except (ValueError, TypeError) as error:
+                raise DamagedIndex(f"the passages of {source.path} are unreadable ({error})") from None
+            vectors = np.frombuffer(blob, dtype=np.float32)
+            if (vectors.size != len(passages) * dimension
+                    or not all(0 <= p.start < p.end <= len(source.text) for p in passages)):
+                raise DamagedIndex(f"the passages of {source.path} do not fit it")
+            self.documents.append(DocumentIndex(source, passages, vectors.reshape(len(passages), dimension), key,
+                                                first_row))
         self.locations = [(d, p) for d, document in enumerate(self.documents) for p in range(len(document.passages))]
-        dimension = self.documents[0].vectors.shape[1] if self.documents else 1
         self.index = faiss.IndexFlatIP(dimension)
         if self.locations:
             self.index.add(np.concatenate([document.vectors for document in self.documents]))
-        # The passage of each BM25 row (sentence), rows in file order.
-        self.sentence_locations = [(d, p) for d, p in self.locations for _ in self.documents[d].passages[p].sentences]
-        if len(self.documents) == 1:
-            self.lexical = LexicalIndex.open(self.documents[0].lexical_path, len(self.sentence_locations))
-        else:
-            self.lexical = LexicalIndex.in_memory(text for document in self.documents
-                                                  for text in document.sentence_texts())
+        self.lexical = LexicalIndex(connection)
+        # A BM25 row -> its document (by first row) and that document's sentence -> its passage.
+        order = sorted(range(len(self.documents)), key=lambda d: self.documents[d].first_row)
+        self._first_rows = [self.documents[d].first_row for d in order]
+        self._by_first_row = order
+        self._sentence_passages = [[p for p, passage in enumerate(document.passages) for _ in passage.sentences]
+                                   for document in self.documents]
+        self._sentence_vectors: dict[int, np.ndarray] = {}
 
     def search(self, vectors: np.ndarray, k: int) -> list[list[Hit]]:
         """The k nearest passages to each query vector, best first (scores: cosines)."""
@@ -215,15 +399,53 @@ class CorpusIndex:
         return [[Hit(*self.locations[i], float(s)) for s, i in zip(row_scores, row_ids) if i >= 0]
                 for row_scores, row_ids in zip(scores, ids)]
 
+    def _sentence_at(self, row: int) -> tuple[int, int] | None:
+        """(document, its sentence) of a BM25 row; None for a row of no document of this corpus."""
+        place = bisect.bisect_right(self._first_rows, row) - 1
+        if place < 0:
+            return None
+        d = self._by_first_row[place]
+        sentence = row - self.documents[d].first_row
+        return (d, sentence) if sentence < len(self._sentence_passages[d]) else None
+
+    def _ranked_sentences(self, text: str) -> Iterator[tuple[int, int, float]]:
+        """(document, sentence, BM25 score) of the rows sharing a word with `text`, best first; equal
+        scores in the order of the documents and their sentences (whatever rows the file gave them)."""
+        tied: list[tuple[int, int, float]] = []
+        for row, score in self.lexical.search(text):
+            found = self._sentence_at(row)
+            if found is None:
+                continue
+            if tied and score != tied[0][2]:
+                yield from sorted(tied)
+                tied = []
+            tied.append((*found, score))
+        yield from sorted(tied)
+
     def search_text(self, text: str, k: int) -> list[Hit]:
         """The k best passages for `text` by the BM25 score of their best sentence, best first; only
         passages sharing a word with it."""
         best: dict[tuple[int, int], float] = {}
-        for row, score in self.lexical.search(text):
+        for d, sentence, score in self._ranked_sentences(text):
             if len(best) == k:
                 break
-            best.setdefault(self.sentence_locations[row], score)
+            best.setdefault((d, self._sentence_passages[d][sentence]), score)
         return [Hit(d, p, score) for (d, p), score in best.items()]
+
+    def sentence_vectors(self, hit: Hit) -> np.ndarray:
+        """The unit vectors of the sentences of the hit's passage, [sentences, dimension]."""
+        document = self.documents[hit.document]
+        vectors = self._sentence_vectors.get(hit.document)
+        if vectors is None:
+            row = self.connection.execute("SELECT vectors FROM sentence_vectors WHERE document = ?",
+                                          (document.key,)).fetchone()
+            vectors = np.frombuffer(row[0] if row else b"", dtype=np.float32)
+            sentences = len(self._sentence_passages[hit.document])
+            if vectors.size != sentences * self.index.d:
+                raise DamagedIndex(f"the sentence vectors of {document.source.path} do not fit it")
+            vectors = self._sentence_vectors[hit.document] = vectors.reshape(sentences, self.index.d)
+        first = sum(len(passage.sentences) for passage in document.passages[:hit.passage])
+        return vectors[first:first + len(document.passages[hit.passage].sentences)]
 
     def cosine(self, vector: np.ndarray, hit: Hit) -> float:
         return float(self.documents[hit.document].vectors[hit.passage] @ vector)

@@ -18,19 +18,19 @@ outweigh a relation word), each a quoted FTS5 string joined with OR: no word of 
 FTS5 syntax, and a question with no word the documents contain matches nothing (an empty ranking,
 never an error). The index keeps every word; only queries drop stop words.
 
-The index of one document lives in its `ask` cache folder (`longdoc.ask.index`) as one SQLite file,
-built in a temporary file of that folder and renamed over the target when complete.
+The rows of a whole corpus live in one table of its index file (`longdoc.ask.index`), numbered by
+that file: `add_rows` and `delete_rows` change them inside the caller's transaction. The table keeps
+the sentences' text (SQLite's FTS5 deletes a row of a table without its content only from 3.43 on),
+so a changed document's rows are replaced without its old text, and BM25's word statistics are
+always those of the documents indexed.
 """
 
-import os
 import re
 import sqlite3
-import tempfile
-from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
-LEXICAL_FORMAT = 1  # bump when the table or its tokenizer change: cached indexes are keyed by it
+LEXICAL_FORMAT = 2  # bump when the table or its tokenizer change: cached indexes are keyed by it
 _WORD = re.compile(r"\w+")
 STOP_WORDS = frozenset("a an and are as at be but by for if in into is it no not of on or such that the their then "
                        "there these they this to was will with".split())
@@ -43,42 +43,32 @@ def match_expression(text: str) -> str:
     return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
 
 
-def _create(connection: sqlite3.Connection, texts: Iterable[str]) -> None:
-    # Contentless (content=''): the texts stay in the documents; the file holds the index only.
-    connection.execute(f"CREATE VIRTUAL TABLE sentences USING fts5(body, content='', tokenize='{TOKENIZER}')")
-    connection.executemany("INSERT INTO sentences(rowid, body) VALUES (?, ?)", enumerate(texts))
-    connection.commit()
+def create_table(connection: sqlite3.Connection) -> None:
+    connection.execute(f"CREATE VIRTUAL TABLE sentences USING fts5(body, tokenize='{TOKENIZER}')")
+
+
+def add_rows(connection: sqlite3.Connection, first_row: int, texts: Iterable[str]) -> None:
+    """The sentences `texts` as rows first_row, first_row + 1, ..."""
+    connection.executemany("INSERT INTO sentences(rowid, body) VALUES (?, ?)", enumerate(texts, start=first_row))
+
+
+def delete_rows(connection: sqlite3.Connection, first_row: int, rows: int) -> None:
+    connection.execute("DELETE FROM sentences WHERE rowid >= ? AND rowid < ?", (first_row, first_row + rows))
 
 
 class LexicalIndex:
-    """BM25 over rows numbered 0, 1, ... (one row per sentence)."""
+    """BM25 over the `sentences` table of a connection (one row per sentence)."""
 
     def __init__(self, connection: sqlite3.Connection):
         self.connection = connection
 
     @classmethod
     def in_memory(cls, texts: Iterable[str]) -> "LexicalIndex":
+        """The sentences `texts` as rows 0, 1, ... of a table in memory."""
         connection = sqlite3.connect(":memory:", check_same_thread=False)
-        _create(connection, texts)
+        create_table(connection)
+        add_rows(connection, 0, texts)
         return cls(connection)
-
-    @classmethod
-    def open(cls, path: Path, rows: int) -> "LexicalIndex":
-        """The index file at `path`, read-only; ValueError when it is not an index of `rows` rows."""
-        connection = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro&immutable=1", uri=True,
-                                     check_same_thread=False)
-        try:
-            found = connection.execute("SELECT count(*) FROM sentences_docsize").fetchone()[0]
-        except sqlite3.DatabaseError as error:
-            connection.close()
-            raise ValueError(f"not a lexical index ({error})") from None
-        if found != rows:
-            connection.close()
-            raise ValueError(f"the lexical index has {found} sentences, the document {rows}")
-        return cls(connection)
-
-    def close(self) -> None:
-        self.connection.close()
 
     def search(self, text: str) -> Iterator[tuple[int, float]]:
         """The rows sharing a word with `text`, best first: (row, BM25 score), fetched as they are read."""
@@ -90,23 +80,3 @@ class LexicalIndex:
                                                   "MATCH ? ORDER BY bm25(sentences)", (expression,)):
             yield row, -score
 
-
-def write_lexical_index(path: Path, texts: Sequence[str]) -> None:
-    """The index of the sentences `texts` (row i: texts[i]) at `path`, written whole or not at all."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(descriptor)
-    try:
-        connection = sqlite3.connect(temporary)
-        try:
-            connection.execute("PRAGMA journal_mode = OFF")  # a fresh file: nothing to roll back
-            _create(connection, texts)
-        finally:
-            connection.close()
-        with open(temporary, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

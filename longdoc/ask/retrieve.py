@@ -132,24 +132,15 @@ def _found_by(key: tuple[int, int], hops: list[tuple[int, dict[str, list[Hit]]]]
 class SentenceEvidence:
     """The sentences of the passages read, ranked by how much they speak of a question (cosine with
     it): the best is the question's evidence (the no-answer rule of `longdoc.ask.session`), and the
-    answers of sentence mode. Sentence vectors are computed once per passage and kept (the second
-    hop's bridges use them too)."""
+    answers of sentence mode. The sentence vectors are the corpus index's, embedded when their
+    document was indexed (the second hop's bridges use them too)."""
 
-    def __init__(self, corpus: CorpusIndex, embedder):
-        self.corpus, self.embedder = corpus, embedder
-        self.vectors = {}  # (document, passage) -> its sentences' unit vectors, [sentences, dimension]
+    def __init__(self, corpus: CorpusIndex):
+        self.corpus = corpus
 
     def sentence_vectors(self, hits: list[Hit]) -> list[np.ndarray]:
-        """Each hit's sentence vectors, [sentences, dimension]; the missing ones embedded in one batch."""
-        missing = list(dict.fromkeys(_key(hit) for hit in hits if _key(hit) not in self.vectors))
-        spans = [self.corpus.documents[d].passages[p].sentences for d, p in missing]
-        vectors = self.embedder.embed([self.corpus.documents[d].source.text[start:end]
-                                       for (d, _), sentences in zip(missing, spans) for start, end in sentences])
-        first = 0
-        for key, sentences in zip(missing, spans):
-            self.vectors[key] = vectors[first:first + len(sentences)]
-            first += len(sentences)
-        return [self.vectors[_key(hit)] for hit in hits]
+        """Each hit's sentence vectors, [sentences, dimension]."""
+        return [self.corpus.sentence_vectors(hit) for hit in hits]
 
     def ranked(self, question_vector: np.ndarray, hits: list[Hit]) -> list[tuple[float, Hit, tuple[int, int]]]:
         """(cosine with the question, whose unit vector is `question_vector`, hit, character span) for every

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from longdoc.ask.documents import SourceText
-from longdoc.ask.index import CorpusIndex, Hit, index_documents
+from longdoc.ask.index import Hit, index_corpus
 from longdoc.ask.answers import Answer, Location, locate
 from longdoc.ask.retrieve import MOST_PASSAGES, RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.errors import DeviceMemoryError, InputError, ModelFolderError, OptionError
@@ -123,12 +123,13 @@ class AskSession:
     def __init__(self, sources: Sequence[SourceText], reader_folder: ModelFolder | None = None, *,
                  passages: int = PASSAGES_READ, second_hop: bool = True, progress: bool = True,
                  cache_root: Path | None = None, placement: ReaderPlacement = ReaderPlacement(),
-                 tasks: TaskLookup | None = None):
+                 tasks: TaskLookup | None = None, named_by: Sequence[str] | None = None):
         """`reader_folder`: the reader's model folder as read once (longdoc.model_folder.read_model_folder);
         None: no reader, sentence mode. `placement`: where and how the reader runs; the MiniLM embedder
         stays on the CPU in float32: the cached indexes hold its vectors. `tasks`: where the task of a
         trained task model is found (the registry, `longdoc.tasks.REGISTRY`); not needed for a lifted QA
-        reader or none."""
+        reader or none. `named_by`: the paths the user named the documents by (files and folders), which
+        key the corpus index (longdoc.ask.index); None: the documents' own paths."""
         from longdoc.ask.embedding import SentenceEmbedder
         from longdoc.model.inference import place_model
 
@@ -142,10 +143,10 @@ class AskSession:
         self.mode = "sentence" if self.model is None else "span"
         self.sources = list(sources)
         self.embedder = SentenceEmbedder()
-        self.corpus = CorpusIndex(index_documents(self.sources, self.embedder, cache_root=cache_root,
-                                                  progress=progress))
+        self.corpus = index_corpus(self.sources, self.embedder, named_by=named_by, cache_root=cache_root,
+                                   progress=progress)
         self.passages = passages
-        self.evidence = SentenceEvidence(self.corpus, self.embedder)
+        self.evidence = SentenceEvidence(self.corpus)
         self.retriever = Retriever(self.corpus, self.embedder, self.evidence)
         self.second_hop = second_hop
         # Retrieval is for what the reader cannot read at once: documents that fit its input (beside

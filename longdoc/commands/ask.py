@@ -169,7 +169,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     session = AskSession(sources, folder, passages=args.passages, second_hop=args.second_hop,
                          progress=args.progress, placement=ReaderPlacement(device, dtype, args.attention, runtime),
-                         tasks=REGISTRY)
+                         tasks=REGISTRY, named_by=args.paths)
+    changes = session.corpus.changes.describe()
+    if changes is not None and args.progress:
+        print(f"longdoc ask: index updated: {changes}", file=sys.stderr)
     if session.mode == "sentence":
         print(f"longdoc ask: {SENTENCE_MODE_NOTE}", file=sys.stderr)
     else:  # which reader answers: the one given, never one found elsewhere

@@ -89,7 +89,8 @@ def _ask_service(args):
         print(f"longdoc serve: error: {error}", file=sys.stderr)
     if not sources:
         raise InputError("no readable document to serve")
-    return AskService(sources, args.model, placement=ReaderPlacement(device, dtype, args.attention), tasks=REGISTRY)
+    return AskService(sources, args.model, placement=ReaderPlacement(device, dtype, args.attention), tasks=REGISTRY,
+                      named_by=args.paths)
 
 
 def run(args) -> int:

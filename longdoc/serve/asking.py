@@ -3,10 +3,10 @@ that answers every question in turn.
 
 The documents are those `longdoc ask` reads (`longdoc.ask.documents.load_sources`), less any file
 that a symbolic link inside a given folder brings in from outside it: the server serves the
-documents it was given and nothing else. Indexing runs once, in the background, one document at a
-time, so that the page can show its progress; the passage indexes land in `longdoc ask`'s cache,
-where the session then finds them. The reader (`--model`) and the MiniLM embedder are loaded once,
-in the session.
+documents it was given and nothing else. Indexing runs once, in the background, so that the page
+can show its progress as documents are committed; it updates the corpus index that `longdoc ask` and
+`longdoc index` with the same paths use (`longdoc.ask.index`), where the session then finds them.
+The reader (`--model`) and the MiniLM embedder are loaded once, in the session.
 
 One worker thread runs everything that touches the models: indexing, then each question in the
 order the requests came (a queue), so no model ever runs in two threads at once. Each question
@@ -50,13 +50,17 @@ def served_sources(paths: Sequence) -> tuple[list[SourceText], list[SourceError]
 
 class AskService:
     def __init__(self, sources: Sequence[SourceText], model_dir=None, *,
-                 placement: ReaderPlacement = ReaderPlacement(), tasks=None, log=None):
+                 placement: ReaderPlacement = ReaderPlacement(), tasks=None, log=None,
+                 named_by: Sequence[str] | None = None):
         """`placement`: where and how the reader runs (longdoc.ask.session.ReaderPlacement); `tasks`: the
         registry a trained task model's task is found in (longdoc.ask.session.AskSession); `log`: where
-        the indexing's progress lines go (sys.stderr as it is when the service starts)."""
+        the indexing's progress lines go (sys.stderr as it is when the service starts); `named_by`: the
+        paths the documents were named by, which key the corpus index that `longdoc ask` and
+        `longdoc index` with the same paths use (None: the documents' own paths)."""
         self.sources = list(sources)
         self.tasks = tasks
         self.model_dir = model_dir
+        self.named_by = named_by
         self.placement = placement
         self.log = sys.stderr if log is None else log
         self.documents = [{"file": source.path, "bytes": os.path.getsize(source.path), "characters": len(source.text),
@@ -70,24 +74,31 @@ class AskService:
 
     def _start(self) -> None:
         from longdoc.ask.embedding import SentenceEmbedder
-        from longdoc.ask.index import index_documents
+        from longdoc.ask.index import corpus_store
         from longdoc.ask.session import AskSession
         from longdoc.model_folder import read_model_folder
 
         try:
             embedder = SentenceEmbedder()
-            for number, source in enumerate(self.sources):
-                self.documents[number]["state"] = "indexing"
-                [index] = index_documents([source], embedder, progress=False)
-                self.documents[number].update(state="indexed", passages=len(index.passages))
+            numbers = {source.path: number for number, source in enumerate(self.sources)}
+            for document in self.documents:
+                document["state"] = "indexing"
+
+            def indexed(source: SourceText, passages: int) -> None:
+                self.documents[numbers[source.path]].update(state="indexed", passages=passages)
+
+            changes = corpus_store(self.sources, embedder, named_by=self.named_by).update(
+                self.sources, embedder, progress=False, on_indexed=indexed)
             del embedder  # the session loads its own
             self.state = "loading the reader" if self.model_dir is not None else "loading"
             folder = None if self.model_dir is None else read_model_folder(self.model_dir)
             self.session = AskSession(self.sources, folder, progress=False, placement=self.placement,
-                                      tasks=self.tasks)
+                                      tasks=self.tasks, named_by=self.named_by)
+            for document, indexed_document in zip(self.documents, self.session.corpus.documents):
+                document.update(state="indexed", passages=len(indexed_document.passages))
             self.state = "ready"
-            print(f"longdoc serve: {len(self.sources)} documents indexed; answering in {self.session.mode} mode",
-                  file=self.log, flush=True)
+            print(f"longdoc serve: {len(self.sources)} documents indexed ({changes.describe() or 'none changed'}); "
+                  f"answering in {self.session.mode} mode", file=self.log, flush=True)
         except Exception as error:  # shown on the page and told by every question, never a dead server
             self.state, self.error = "failed", f"{type(error).__name__}: {error}"
             print(f"longdoc serve: error: could not start answering: {self.error}", file=self.log, flush=True)

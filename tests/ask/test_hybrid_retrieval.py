@@ -1,17 +1,15 @@
-"""Hybrid retrieval over real MiniLM embeddings and the real BM25 index: the lexical part of the cache
-(built, reused, rebuilt alone with a warning when missing or damaged), what `ask --json` says about
-why a passage was read, and the edges: no word of the question in the documents, a one-sentence
-corpus."""
+"""Hybrid retrieval over real MiniLM embeddings and the real BM25 index: the lexical rows in the
+corpus index (written once, reused), what `ask --json` says about why a passage was read, and the
+edges: no word of the question in the documents, a one-sentence corpus."""
 
 import hashlib
 import json
-import os
 
 import pytest
 
 from benchmarks.readers import make_fact_questions
 from longdoc.ask.documents import SourceText
-from longdoc.ask.index import LEXICAL_FILE, META_FILE, CorpusIndex, index_documents
+from longdoc.ask.index import INDEX_FILE, LOCK_FILE, index_corpus
 from longdoc.ask.retrieve import RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.cli import main
 from tests.ask.conftest import CountingEmbedder
@@ -28,41 +26,29 @@ def source(text: str, path: str = "doc.txt") -> SourceText:
 
 
 def _retriever(document, embedder, cache, indexing_embedder=None):
-    corpus = CorpusIndex(index_documents([source(document.context)], indexing_embedder or embedder, cache_root=cache,
-                                         progress=False))
-    return corpus, Retriever(corpus, embedder, SentenceEvidence(corpus, embedder))
+    corpus = index_corpus([source(document.context)], indexing_embedder or embedder, cache_root=cache, progress=False)
+    return corpus, Retriever(corpus, embedder, SentenceEvidence(corpus))
 
 
 def _holding(corpus, hits, offset):
     return [hit for hit in hits if corpus.passage(hit).start <= offset < corpus.passage(hit).end]
 
 
-def test_the_lexical_index_is_cached_reused_and_rebuilt_alone_when_missing_or_damaged(embedder, document, tmp_path):
+def test_the_lexical_rows_are_written_once_and_reused(embedder, document, tmp_path):
     counting = CountingEmbedder(embedder)
-    index_documents([source(document.context)], counting, cache_root=tmp_path, progress=False)
-    [folder] = list(tmp_path.iterdir())
+    corpus, retriever = _retriever(document, embedder, tmp_path, counting)
+    [folder] = list((tmp_path / "corpus").iterdir())
     embedded = counting.embedded
-    lexical = folder / LEXICAL_FILE
-    meta = json.loads((folder / META_FILE).read_text())
-    assert meta["lexical"]["sha256"] == hashlib.sha256(lexical.read_bytes()).hexdigest()
-    written = lexical.stat().st_mtime_ns
-
-    corpus, retriever = _retriever(document, embedder, tmp_path, counting)  # reused: nothing embedded or written
-    assert counting.embedded == embedded and lexical.stat().st_mtime_ns == written
+    rows = corpus.connection.execute("SELECT count(*) FROM sentences").fetchone()[0]
+    assert rows == sum(len(passage.sentences) for passage in corpus.documents[0].passages)
     question = "Where was {} born?".format(document.facts[0][0])
     expected = [hit.passage for hit in _retrieve(retriever, question, RetrievalOptions(retrieval="bm25"))]
-    assert _holding(corpus, [hit for hit in corpus.search_text(question, 1)], document.answer_start)
+    assert _holding(corpus, corpus.search_text(question, 1), document.answer_start)
+    written = (folder / INDEX_FILE).stat().st_mtime_ns
 
-    for damage in (lambda: lexical.write_bytes(lexical.read_bytes()[:-100] + b"\0" * 100), lexical.unlink,
-                   lambda: (folder / META_FILE).write_text(json.dumps({**meta, "lexical": None}))):
-        damage()
-        with pytest.warns(UserWarning, match="cached lexical index in .* is unusable .*; rebuilding it"):
-            corpus, retriever = _retriever(document, embedder, tmp_path, counting)
-        assert counting.embedded == embedded  # the dense part was sound: not embedded again
-        assert [hit.passage for hit in _retrieve(retriever, question, RetrievalOptions(retrieval="bm25"))] == expected
-    assert sorted(path.name for path in folder.iterdir()) == sorted(["index.faiss", LEXICAL_FILE, META_FILE])
-    meta = json.loads((folder / META_FILE).read_text())
-    assert meta["lexical"]["sha256"] == hashlib.sha256(lexical.read_bytes()).hexdigest()
+    corpus, retriever = _retriever(document, embedder, tmp_path, counting)  # reused: nothing embedded or written
+    assert counting.embedded == embedded and (folder / INDEX_FILE).stat().st_mtime_ns == written
+    assert [hit.passage for hit in _retrieve(retriever, question, RetrievalOptions(retrieval="bm25"))] == expected
 
 
 @pytest.mark.slow  # 82 retrievals
@@ -127,9 +113,9 @@ def test_a_corpus_of_one_sentence(tmp_path, capsys, monkeypatch):
         assert [(a["text"], a["start"], a["end"]) for a in result["answers"]] == [
             ("Mara Quell was born in Tallinnford.", 0, 35)]
         assert [(p["start"], p["end"]) for p in result["passages"]] == [(0, 35)]
-    [folder] = list((tmp_path / "cache" / "ask").iterdir())
-    assert sorted(p.name for p in folder.iterdir()) == sorted(["index.faiss", LEXICAL_FILE, META_FILE])
-    assert not [name for name in os.listdir(folder) if name.endswith(".tmp")]
+    [folder] = list((tmp_path / "cache" / "ask" / "corpus").iterdir())
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(INDEX_FILE + "-")) == sorted(
+        [INDEX_FILE, LOCK_FILE])
 
 
 def _retrieve(retriever, question, options):

@@ -1,16 +1,17 @@
-"""Embeddings (as sentence-transformers computes them), the on-disk index cache (reused, refreshed
-on change, rebuilt when damaged) and retrieval with the second hop over a long document."""
+"""Embeddings (as sentence-transformers computes them), the corpus index (reused, updated file by
+file, rebuilt when damaged) and retrieval with the second hop over a long document."""
 
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from longdoc.ask.documents import SourceText
-from longdoc.ask.index import CorpusIndex, index_documents
+from longdoc.ask.index import INDEX_FILE, IndexChanges, index_corpus
 from longdoc.ask.retrieve import RETRIEVERS, RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.tasks.multihop.generator import make_examples
-from tests.ask.conftest import CountingEmbedder
+from tests.ask.conftest import CountingEmbedder, indexed_texts
 
 
 def source(text: str, path: str = "doc.txt") -> SourceText:
@@ -49,31 +50,45 @@ def test_embeddings_and_wordpiece_counts_are_transformers_bertmodels_to_the_bit(
                                             tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
-def test_cache_is_reused_refreshed_on_change_and_rebuilt_when_damaged(embedder, tmp_path):
+def test_the_corpus_index_is_reused_updated_file_by_file_and_rebuilt_when_damaged(embedder, tmp_path):
     counting = CountingEmbedder(embedder)
-    text = "First paragraph about rivers.\n\nSecond paragraph about mountains. It has two sentences."
-    [first] = index_documents([source(text)], counting, cache_root=tmp_path, progress=False)
-    # (the short first paragraph joins the second: one passage)
-    assert counting.embedded == len(first.passages) == 1
-    [folder] = list(tmp_path.iterdir())
-    [again] = index_documents([source(text)], counting, cache_root=tmp_path, progress=False)
-    assert counting.embedded == 1 and again.passages == first.passages
-    np.testing.assert_array_equal(again.vectors, first.vectors)
+    rivers = source("First paragraph about rivers.\n\nSecond paragraph about mountains. It has two sentences.",
+                    "rivers.txt")
+    bridges = source("Mara Quell paints bridges. She sells them in Ortorhaven.", "bridges.txt")
 
-    index_documents([source(text + " Changed.")], counting, cache_root=tmp_path, progress=False)
-    assert counting.embedded == 2
+    def index(sources):
+        return index_corpus(sources, counting, named_by=["docs"], cache_root=tmp_path, progress=False)
 
-    (folder / "index.faiss").write_bytes(b"garbage")
-    with pytest.warns(UserWarning, match="cached index .* is unusable .*hash.*rebuilding"):
-        [rebuilt] = index_documents([source(text)], counting, cache_root=tmp_path, progress=False)
-    assert counting.embedded == 3
-    np.testing.assert_allclose(rebuilt.vectors, first.vectors, atol=1e-6)
-    (folder / "meta.json").write_text("{not json", encoding="utf-8")
-    with pytest.warns(UserWarning, match="unusable"):
-        index_documents([source(text)], counting, cache_root=tmp_path, progress=False)
-    assert counting.embedded == 4
-    index_documents([source(text)], counting, cache_root=tmp_path, progress=False)
-    assert counting.embedded == 4
+    first = index([rivers, bridges])
+    # (the short first paragraph joins the second: one passage of three sentences)
+    assert [len(document.passages) for document in first.documents] == [1, 1]
+    assert counting.embedded == indexed_texts(first.documents) == 2 + 3 + 2
+    assert first.changes == IndexChanges(added=("rivers.txt", "bridges.txt"))
+    [folder] = list((tmp_path / "corpus").iterdir())
+    again = index([rivers, bridges])
+    assert counting.embedded == 7 and again.changes == IndexChanges(kept=2)
+    np.testing.assert_array_equal(again.documents[0].vectors, first.documents[0].vectors)
+    assert again.documents[0].passages == first.documents[0].passages
+
+    changed = source(bridges.text + " Changed.", "bridges.txt")
+    updated = index([rivers, changed])  # only the changed file is embedded again
+    assert counting.embedded == 7 + 1 + 3 and updated.changes == IndexChanges(changed=("bridges.txt",), kept=1)
+    with pytest.warns(UserWarning, match="rivers.txt: indexed before, and no longer among the documents .*dropped"):
+        dropped = index([changed])
+    assert counting.embedded == 11 and dropped.changes == IndexChanges(dropped=(str(Path("rivers.txt").resolve()),),
+                                                                       kept=1)
+    assert [document.source.path for document in dropped.documents] == ["bridges.txt"]
+    assert len(dropped.search_text("rivers mountains paints", 10)) == 1  # the dropped file's rows are gone
+
+    (folder / INDEX_FILE).write_bytes(b"garbage" * 1000)
+    for suffix in ("-wal", "-shm"):
+        (folder / (INDEX_FILE + suffix)).unlink(missing_ok=True)
+    with pytest.warns(UserWarning, match=f"{INDEX_FILE}: the corpus index is unusable .*; rebuilding it"):
+        rebuilt = index([rivers, changed])
+    assert counting.embedded == 11 + 7 + 1
+    np.testing.assert_allclose(rebuilt.documents[0].vectors, first.documents[0].vectors, atol=1e-6)
+    index([rivers, changed])
+    assert counting.embedded == 19
 
 
 def test_the_passage_at_the_far_end_of_a_long_document_is_retrieved(embedder, tmp_path):
@@ -87,8 +102,8 @@ def test_the_passage_at_the_far_end_of_a_long_document_is_retrieved(embedder, tm
     text = "\n\n".join(["Quinoa Brightwell works for Pyraxis Foundry."] + filler
                        + ["Pyraxis Foundry is based in Ostmouth Harbour."])
     assert sum(embedder.count_tokens([text])) > 20 * 512
-    corpus = CorpusIndex(index_documents([source(text)], embedder, cache_root=tmp_path, progress=False))
-    retriever = Retriever(corpus, embedder, SentenceEvidence(corpus, embedder))
+    corpus = index_corpus([source(text)], embedder, cache_root=tmp_path, progress=False)
+    retriever = Retriever(corpus, embedder, SentenceEvidence(corpus))
     question = "Which city is Pyraxis Foundry based in?"
     for retrieval in ("minilm", "bm25", "hybrid"):
         for second_hop in (False, True):

@@ -1,12 +1,10 @@
 """The BM25 index (SQLite FTS5): queries that are never FTS5 syntax, the ranking of a named fact among
-same-relation facts, and files written whole or not at all."""
+same-relation facts, and rows replaced as a changed document's are."""
 
 import sqlite3
 
-import pytest
-
 from longdoc.ask import lexical
-from longdoc.ask.lexical import LexicalIndex, match_expression, write_lexical_index
+from longdoc.ask.lexical import LexicalIndex, match_expression
 
 SENTENCES = ["Mara Quell visited Ortorhaven in 1978.", "Ivo Brand was born in Tallinnford.",
              "Mara Quell wrote a letter to Ivo Brand.", "Mara Quell was born in Zelrohaven.",
@@ -40,26 +38,16 @@ def test_the_sentence_naming_the_person_with_the_relation_ranks_first():
     assert next(with_the.search("What is the place of birth of Mara Quell? She was born"))[0] == 3
 
 
-def test_an_index_file_is_written_whole_and_read_back(tmp_path):
-    path = tmp_path / "cache" / "lexical.sqlite"
-    write_lexical_index(path, SENTENCES)
-    index = LexicalIndex.open(path, len(SENTENCES))
-    assert next(index.search("Lena Vorn"))[0] == 4
-    assert [p.name for p in path.parent.iterdir()] == ["lexical.sqlite"]
-    with pytest.raises(ValueError, match="has 14 sentences, the document 5"):
-        LexicalIndex.open(path, 5)
-    path.write_bytes(b"not a database at all" * 100)
-    with pytest.raises(ValueError, match="not a lexical index"):
-        LexicalIndex.open(path, len(SENTENCES))
-
-
-def test_a_write_that_fails_leaves_neither_the_file_nor_a_temporary(tmp_path, monkeypatch):
-    def failing(connection, texts):
-        connection.execute("CREATE TABLE half (x)")
-        raise sqlite3.OperationalError("database or disk is full")
-
-    monkeypatch.setattr(lexical, "_create", failing)
-    path = tmp_path / "lexical.sqlite"
-    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
-        write_lexical_index(path, SENTENCES)
-    assert list(tmp_path.iterdir()) == []
+def test_rows_deleted_and_added_score_as_a_table_built_fresh_with_the_rows_left():
+    # A changed document's rows are deleted and its new ones added at other row numbers: BM25's word
+    # statistics must then be those of the rows the table holds, as if it had been built with them.
+    updated = sqlite3.connect(":memory:")
+    lexical.create_table(updated)
+    lexical.add_rows(updated, 0, SENTENCES[:7])
+    lexical.add_rows(updated, 7, ["Mara Quell was born in Mariwick and in Ortorhaven.", "Born, born, born."])
+    lexical.add_rows(updated, 9, SENTENCES[7:])
+    lexical.delete_rows(updated, 7, 2)
+    fresh = LexicalIndex.in_memory(SENTENCES)
+    for question in ("Where was Mara Quell born?", "Who sold a boat in 1903?", "born Mariwick"):
+        found = [(row if row < 7 else row - 2, score) for row, score in LexicalIndex(updated).search(question)]
+        assert found == list(fresh.search(question))

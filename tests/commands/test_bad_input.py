@@ -179,9 +179,10 @@ def test_ctrl_c_during_export_leaves_no_folder(wikihop_model, tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_while_ask_indexes_keeps_the_documents_indexed_so_far(tmp_path):
-    """Stopped while saving the second of three documents' indexes: the first stays in the cache, and
-    the next run indexes only the other two."""
+    """Two documents indexed, a third added, and ask stopped while saving it: the two stay in the
+    corpus index, and the next run indexes only the third."""
     import os
+    import sqlite3
 
     from longdoc.model.cache import ENVIRONMENT_VARIABLE, cache_dir
 
@@ -190,16 +191,24 @@ def test_ctrl_c_while_ask_indexes_keeps_the_documents_indexed_so_far(tmp_path):
     (cache / "lifted").symlink_to(cache_dir() / "lifted", target_is_directory=True)  # the MiniLM, not lifted again
     documents = tmp_path / "docs"
     documents.mkdir()
-    for number, text in enumerate(["Mara Quell paints bridges.", "Orbix Group sells lamps.", "Ilse keeps a lighthouse."]):
+    for number, text in enumerate(["Mara Quell paints bridges.", "Orbix Group sells lamps."]):
         (documents / f"{number}.txt").write_text(text + "\n", encoding="utf-8")
     environment = {**os.environ, ENVIRONMENT_VARIABLE: str(cache)}
     argv = ["--quiet", "ask", "--question", "Who paints bridges?", str(documents)]
-    result = _interrupted_at("longdoc.ask.index:_save", argv, call=2, env=environment)
+    assert _interrupted_at("longdoc.ask.index:_save", argv, call=2, env=environment).returncode == 0  # one save
+
+    def indexed() -> int:
+        [index] = cache.glob("ask/corpus/*/index.sqlite")
+        with sqlite3.connect(index) as connection:
+            return connection.execute("SELECT count(*) FROM documents").fetchone()[0]
+
+    (documents / "2.txt").write_text("Ilse keeps a lighthouse.\n", encoding="utf-8")
+    result = _interrupted_at("longdoc.ask.index:_save", argv, call=1, env=environment)
     assert result.returncode == 130, result.stderr
     assert result.stderr.splitlines()[-1] == ("longdoc ask: interrupted; the documents indexed so far are kept in the "
                                               "index cache; asking again starts from them")
     assert "Traceback" not in result.stderr
-    assert len(list(cache.glob("ask/*/meta.json"))) == 1
-    again = _interrupted_at("longdoc.ask.index:_save", argv, call=3, env=environment)  # two left: no interrupt
+    assert indexed() == 2
+    again = _interrupted_at("longdoc.ask.index:_save", argv, call=2, env=environment)  # one save: no interrupt
     assert again.returncode == 0, again.stderr
-    assert len(list(cache.glob("ask/*/meta.json"))) == 3
+    assert indexed() == 3

@@ -1,0 +1,46 @@
+"""`longdoc index PATH...`: builds or updates the corpus index that `longdoc ask PATH...` and
+`longdoc serve PATH...` answer from (longdoc.ask.index), with a progress bar of files, words and
+words a second.
+
+Only what changed is indexed: new and changed files, in chunks each committed whole, so a run
+stopped by Ctrl-C or killed keeps the chunks committed, and running it again goes on from there.
+A path that cannot be read gets a one-line error and exit status 2, after the others are indexed.
+"""
+
+import argparse
+import sys
+
+from longdoc.ask.documents import SUPPORTED_SUFFIXES
+from longdoc.commands import INTERRUPTED_STATUS
+from longdoc.errors import InputError
+
+HELP = (f"index documents ({', '.join(SUPPORTED_SUFFIXES)}, folders) for `longdoc ask` and `longdoc serve` "
+        "with the same paths: only new and changed files are indexed")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="*", metavar="PATH", help=f"files ({', '.join(SUPPORTED_SUFFIXES)}) and folders")
+
+
+def run(args: argparse.Namespace) -> int:
+    from longdoc.ask.documents import load_sources
+    from longdoc.ask.embedding import SentenceEmbedder
+    from longdoc.ask.index import corpus_store
+
+    if not args.paths:
+        raise InputError("give the documents to index: longdoc index PATH...")
+    sources, errors = load_sources(args.paths)
+    for error in errors:
+        print(f"longdoc index: error: {error}", file=sys.stderr)
+    if not sources:
+        return 2
+    embedder = SentenceEmbedder()
+    store = corpus_store(sources, embedder, named_by=args.paths)
+    try:
+        changes = store.update(sources, embedder, progress=args.progress)
+    except KeyboardInterrupt:
+        print(f"longdoc index: interrupted; {store.committed} of the files indexed by this run are kept in "
+              f"{store.path}; running it again goes on from them", file=sys.stderr)
+        return INTERRUPTED_STATUS
+    print(f"longdoc index: {len(sources)} files in {store.path}: {changes.describe() or 'nothing changed'}")
+    return 2 if errors else 0

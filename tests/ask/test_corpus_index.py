@@ -1,0 +1,181 @@
+"""The corpus index as users meet it: updated file by file to the answers a fresh index gives,
+`longdoc index` stopped by kill -9 or Ctrl-C and run again to the contents of an uninterrupted run,
+two processes indexing one corpus at once, and a file deleted between indexing and asking."""
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.readers import make_fact_questions
+from longdoc.ask import index as index_module
+from longdoc.ask.documents import SourceText
+from longdoc.ask.index import INDEX_FILE, IndexChanges, index_corpus
+from longdoc.ask.retrieve import RetrievalOptions, Retriever, SentenceEvidence
+from longdoc.cli import main
+from tests.ask.conftest import CountingEmbedder, indexed_texts
+
+
+def source(text: str, path: str) -> SourceText:
+    return SourceText(path, text, hashlib.sha256(text.encode()).hexdigest(), False)
+
+
+def _answers(corpus, embedder, questions):
+    """Per question and retrieval: the passages read (with their scores and rankings) and the evidence ranking."""
+    retriever = Retriever(corpus, embedder, SentenceEvidence(corpus))
+    evidence = SentenceEvidence(corpus)
+    found = []
+    for question in questions:
+        vector = retriever.question_vector(question)
+        for retrieval in ("hybrid", "bm25", "minilm"):
+            hits = retriever.retrieve(question, vector, RetrievalOptions(retrieval, passages=6))
+            found.append([(corpus.documents[hit.document].source.path, hit.passage, hit.score, hit.found_by)
+                          for hit in hits])
+            found.append([(score, corpus.documents[hit.document].source.path, span)
+                          for score, hit, span in evidence.ranked(vector, hits)])
+    return found
+
+
+def test_an_index_updated_file_by_file_answers_as_a_fresh_one(embedder, tmp_path, monkeypatch):
+    # One document a chunk, so that a document's vectors are the same floats however it came to be indexed.
+    monkeypatch.setattr(index_module, "CHUNK_TEXTS", 1)
+    facts = make_fact_questions(4, seed=11, words=300, distractors=6)
+    sources = [source(fact.context, f"facts{number}.txt") for number, fact in enumerate(facts)]
+    changed = source(facts[1].context + "\n\nOrla Fenwick was born in Quarrytown.", "facts1.txt")
+    added = source("Ivo Brand was born in Tallinnford. He sold boats.", "added.txt")
+    counting = CountingEmbedder(embedder)
+    updated = tmp_path / "updated"
+    index_corpus(sources, counting, named_by=["docs"], cache_root=updated, progress=False)
+    before = counting.embedded
+    final = [sources[0], changed, sources[3], added]  # facts2 removed, facts1 changed, added.txt new
+    with pytest.warns(UserWarning, match="facts2.txt: indexed before.*dropped from the index"):
+        incremental = index_corpus(final, counting, named_by=["docs"], cache_root=updated, progress=False)
+    assert incremental.changes == IndexChanges(added=("added.txt",), changed=("facts1.txt",),
+                                               dropped=(str(Path("facts2.txt").resolve()),), kept=2)
+    fresh = index_corpus(final, embedder, named_by=["docs"], cache_root=tmp_path / "fresh", progress=False)
+    # Only the changed and the new file were embedded: their passages and sentences.
+    assert counting.embedded - before == indexed_texts(fresh.documents[1::2])
+    questions = [f"Where was {fact.facts[0][0]} born?" for fact in facts] + [
+        "Where was Orla Fenwick born?", "Who sold boats?", "Which city is mentioned?"]
+    assert _answers(incremental, embedder, questions) == _answers(fresh, embedder, questions)
+    for question in questions:  # BM25 over exactly the documents asked: the same scores
+        assert incremental.search_text(question, 50) == fresh.search_text(question, 50)
+
+
+# `longdoc index` with chunks of about 6 texts (two of these documents), stopped by SIGNAL (or not: "none")
+# as the AFTER-th document's BM25 rows are written, inside its chunk's transaction.
+INDEXING = """
+import os, signal, sys
+import longdoc.ask.index as index
+index.CHUNK_TEXTS = 6
+stop, after = sys.argv[1], int(sys.argv[2])
+real, calls = index.add_rows, [0]
+def add_rows(*args):
+    real(*args)
+    calls[0] += 1
+    if calls[0] == after and stop != "none":
+        os.kill(os.getpid(), getattr(signal, stop))
+index.add_rows = add_rows
+from longdoc.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def _documents(folder: Path, count: int = 12) -> Path:
+    folder.mkdir(parents=True)
+    for number in range(count):
+        (folder / f"note{number:02}.txt").write_text(
+            f"Person {number} lives in town {number}. They keep {number} goats. The goats are white.\n",
+            encoding="utf-8")
+    return folder
+
+
+def _index(documents: Path, cache: Path, stop: str = "none", after: int = 0, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", INDEXING, stop, str(after), "index", str(documents)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "LONGDOC_CACHE": str(cache)}, **kwargs)
+
+
+def _finished(process: subprocess.Popen) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=300)
+    return process.returncode, out, err
+
+
+def _contents(cache: Path) -> dict:
+    [path] = cache.glob(f"ask/corpus/*/{INDEX_FILE}")
+    with sqlite3.connect(path) as connection:
+        return {table: connection.execute(f"SELECT {columns} FROM {table} ORDER BY 1").fetchall()
+                for table, columns in (("meta", "*"), ("documents", "*"), ("sentence_vectors", "*"),
+                                       ("sentences", "rowid, body"))}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The documents and the contents of their index written by one uninterrupted `longdoc index`."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    documents = _documents(root / "docs")
+    status, out, err = _finished(_index(documents, root / "cache"))
+    assert status == 0, err
+    assert "12 files indexed (12 new, 0 changed), 0 unchanged" in out
+    contents = _contents(root / "cache")
+    assert len(contents["documents"]) == 12 and len(contents["sentences"]) == 36
+    return documents, contents
+
+
+@pytest.mark.parametrize("stop", ["SIGKILL", "SIGINT"])
+def test_an_indexing_killed_or_interrupted_and_run_again_ends_as_an_uninterrupted_one(uninterrupted, tmp_path,
+                                                                                    stop):
+    documents, expected = uninterrupted
+    cache = tmp_path / "cache"
+    # Stopped inside the third chunk, after its first document's rows: two chunks (four files) committed.
+    status, out, err = _finished(_index(documents, cache, stop, after=5))
+    if stop == "SIGKILL":
+        assert status == -9
+    else:
+        assert status == 130 and "Traceback" not in err
+        assert err.splitlines()[-1] == (f"longdoc index: interrupted; 4 of the files indexed by this run are kept in "
+                                        f"{next(cache.glob('ask/corpus/*/' + INDEX_FILE))}; running it again goes "
+                                        "on from them")
+    assert len(_contents(cache)["documents"]) == 4
+    status, out, err = _finished(_index(documents, cache))
+    assert status == 0, err
+    assert "8 files indexed (8 new, 0 changed), 4 unchanged" in out  # nothing indexed twice
+    assert _contents(cache) == expected
+
+
+def test_two_processes_indexing_one_corpus_take_turns(uninterrupted, tmp_path):
+    documents, expected = uninterrupted
+    cache = tmp_path / "cache"
+    first = _index(documents, cache)
+    second = _index(documents, cache)
+    results = [_finished(first), _finished(second)]
+    assert [status for status, _, _ in results] == [0, 0], [err for _, _, err in results]
+    outs = sorted(out for _, out, _ in results)
+    assert "12 files indexed (12 new, 0 changed), 0 unchanged" in outs[0] and "nothing changed" in outs[1]
+    assert _contents(cache) == expected
+
+
+def test_a_file_deleted_between_indexing_and_asking_is_dropped_with_a_warning(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    documents = _documents(tmp_path / "docs", count=3)
+    assert main(["index", str(documents)]) == 0
+    (documents / "note01.txt").unlink()
+    (documents / "note02.txt").write_text("Person 2 moved to Ortorhaven.\n", encoding="utf-8")
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match=f"^{documents / 'note01.txt'}: indexed before, and no longer among the "
+                                         "documents .*: dropped from the index$"):
+        assert main(["ask", "--json", "--question", "Where does Person 2 live?", str(documents)]) == 0
+    captured = capsys.readouterr()
+    assert "longdoc ask: index updated: 1 file indexed (0 new, 1 changed), 1 dropped, 1 unchanged" in captured.err
+    result = json.loads(captured.out)
+    assert [document["file"] for document in result["documents"]] == [str(documents / "note00.txt"),
+                                                                       str(documents / "note02.txt")]
+    text = (documents / "note02.txt").read_text(encoding="utf-8")
+    [answer] = result["answers"]
+    assert answer["file"] == str(documents / "note02.txt")
+    assert text[answer["start"]:answer["end"]] == answer["text"] == "Person 2 moved to Ortorhaven."
