@@ -65,3 +65,36 @@ def gather_objects(info: ProcessInfo, value) -> list:
     gathered = [None] * info.world_size
     dist.all_gather_object(gathered, value)
     return gathered
+
+
+def gather_to_main(info: ProcessInfo, value) -> list | None:
+    """`value` from every process, in rank order, in the main process (None in the others)."""
+    if not info.distributed:
+        return [value]
+    gathered = [None] * info.world_size if info.is_main else None
+    dist.gather_object(value, gathered, dst=0)
+    return gathered
+
+
+class SharedCounters:
+    """Counters that every process adds to and any process reads without waiting for the others:
+    keys in the store of torchrun's rendezvous, under `name` (a collective would make each process
+    wait for the slowest one at every count)."""
+
+    def __init__(self, info: ProcessInfo, name: str):
+        self._local: dict[str, int] = {}
+        self._store = None
+        if info.distributed:
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                                  wait_for_workers=False)
+            self._store = dist.PrefixStore(name, store)
+
+    def add(self, key: str, amount: int) -> int:
+        """Add `amount` to the counter `key`; its value after."""
+        if self._store is not None:
+            return self._store.add(key, amount)
+        self._local[key] = self._local.get(key, 0) + amount
+        return self._local[key]
+
+    def read(self, key: str) -> int:
+        return self.add(key, 0)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from longdoc.model import inference
+from longdoc.commands import INTERRUPTED_STATUS
 from longdoc.errors import InputError
 from longdoc.commands.model_flags import add_compile_argument, add_placement_arguments, add_runtime_argument
 from longdoc.export.serving import load_task_model, resolve_runtime
@@ -53,6 +54,19 @@ class _WindowCounter:
         self.hook.remove()
 
 
+def _interrupted(processes, out: Path) -> int:
+    """Ctrl-C under torchrun: the main process says what is kept (the packs saved so far, which the
+    same command reuses)."""
+    from longdoc.data.shared_prediction import shards_folder
+
+    if processes.is_main:
+        folder = shards_folder(out)
+        kept = (f"the predictions completed so far are kept in {folder}; the same command continues from them"
+                if any(folder.glob("*.pt")) else "nothing written")
+        print(f"longdoc predict: interrupted; {kept}", file=sys.stderr)
+    return INTERRUPTED_STATUS
+
+
 def run(args) -> int:
     from longdoc.data.shared_prediction import (PredictionRun, model_fingerprint, predict_in_processes,
                                                 sha256_of_data, shards_folder)
@@ -90,9 +104,12 @@ def run(args) -> int:
         if processes is not None:
             prediction_run = PredictionRun(args.task, sha256_of_data(args.data), model_fingerprint(args.model),
                                            args.batch_size, device.type, str(dtype).removeprefix("torch."), runtime)
-            shared = predict_in_processes(task.load("decode").predict, model, args.data, args.out, run=prediction_run,
-                                          processes=processes, progress=args.progress, tokenizer=tokenizer,
-                                          options=None, batch_size=args.batch_size)
+            try:
+                shared = predict_in_processes(task.load("decode").predict, model, args.data, args.out,
+                                              run=prediction_run, processes=processes, progress=args.progress,
+                                              tokenizer=tokenizer, options=None, batch_size=args.batch_size)
+            except KeyboardInterrupt:
+                return _interrupted(processes, args.out)
             predicted, windows = shared.predicted, shared.windows
         else:
             predicted = task.load("decode").predict(model, args.data, args.out, tokenizer=tokenizer, options=None,
@@ -103,11 +120,12 @@ def run(args) -> int:
         stop_processes(processes)
         if not processes.is_main:  # the main process tells
             return 0
-        print("processes: " + ", ".join(f"{rank}: {share.windows} windows in {share.seconds:.1f} s"
-                                        for rank, share in enumerate(shared.shares)), file=sys.stderr)
-        if shared.reused_windows:
-            print(f"reused {shared.reused_windows} of {windows} windows predicted by an interrupted run "
-                  f"({shards_folder(args.out)})", file=sys.stderr)
+        print("processes: " + ", ".join(f"{rank}: {share.examples} examples ({share.windows} windows) in "
+                                        f"{share.seconds:.1f} s" for rank, share in enumerate(shared.shares)),
+              file=sys.stderr)
+        if shared.reused_examples:
+            print(f"reused {shared.reused_examples} of {shared.examples} examples ({shared.reused_windows} of "
+                  f"{windows} windows) predicted by an interrupted run ({shards_folder(args.out)})", file=sys.stderr)
     path, examples = predicted.path, predicted.examples
     summary = {"predictions": str(path), "scores": None if predicted.scores is None else str(predicted.scores),
                "task": args.task, "examples": examples, "windows": windows,

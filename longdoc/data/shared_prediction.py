@@ -1,25 +1,32 @@
 """`torchrun ... longdoc predict`: one task's prediction shared out among torchrun's processes, one
 official file, byte-identical to a single process's.
 
-Every process runs the task's `predict` (longdoc.data.task: it reads the data and builds the
-windows, as a single process does) on `SharedRowsModel`, which stands for the task model. Where the
-task's `predict` asks the model for the outputs of its windows (`forward_rows`), each process runs
-its share of the very batches one process would run (`length_batches` over the same rows), saves
-each batch's outputs as it completes it, and the processes then exchange them, so that every
-process decodes the same outputs; the main process writes the official file and the scores side
-file, the others write theirs into the shards folder, which is removed at the end.
+Every process runs the task's `predict` (longdoc.data.task) on `SharedRowsModel`, which stands for
+the task model. Where the task scores its examples (`score_examples`, which hands each chunk of
+examples to the model's `score_chunk`), the examples are shared out by example: each process builds
+the windows of every N-th example to count them, the examples are packed (`example_packs`: the
+windows of a pack are batched among themselves, the way one process batches them, so a pack's
+floats are one process's bytes), and the packs are shared out by their cost (rows x padded length),
+the dearest first, each to the process with the least work so far; a pack, and so an example's
+windows, is never split. Each process builds the windows of its own packs only, runs them, saves
+each pack's outputs as it completes it, and sends its examples' windows and outputs to the main
+process, which decodes every example with the task's decoder and writes the official file and the
+scores side file; the others decode nothing and write theirs into the shards folder, which is
+removed at the end. (A task that asks for its windows' outputs itself, as WikiHop does with its one
+window per example, has its rows shared out the same way by `forward_rows`.)
 
-Batches, not examples, are what is shared out: a window's floats depend on the batch it is run in
-(its padding and the batch's shape give other sums in the last bits; measured on the CPU: the
-scores files of one process at --batch-size 8 and 3 differ), so only the single process's batches
-give its bytes. A batch may hold windows of several examples (they are sorted by length), and an
-example's windows may fall in two batches. Batches are shared by their cost (rows x padded
-length), the dearest first, each to the process with the least work so far.
+Progress: every process adds the examples and windows it completes to counters in torchrun's
+store (`SharedCounters`); the main process shows them on the one progress bar.
 
-Resuming: each batch's outputs are written atomically to OUT.shards/ beside --out as soon as they
+Bad input: a process that meets a bad example (one the task refuses, or outputs that are not
+finite) stops, and the processes agree, at the next exchange, on the first such example, which each
+of them refuses (one line, exit 2); nothing is written but the packs saved before.
+
+Resuming: each pack's outputs are written atomically to OUT.shards/ beside --out as soon as they
 are complete (`OutputShards`), under the run they belong to (`PredictionRun`: data, model, batch
-size, placement). Rerunning the same command, with any number of processes, reuses them and runs
-only the batches that are missing; a shards folder of another run is refused, not mixed in.
+size, placement). Packs do not depend on the number of processes, so rerunning the same command,
+with any number of processes, reuses them and runs only the packs that are missing; a shards folder
+of another run is refused, not mixed in.
 """
 
 import hashlib
@@ -28,6 +35,8 @@ import json
 import os
 import shutil
 import time
+import uuid
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -36,13 +45,18 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from longdoc.data.examples import StructuredExample
+from longdoc.data.features import Features
+from longdoc.data.prediction import (ChunkTask, Pack, Progress, WindowScores, example_packs, pack_outputs, pack_rows,
+                                     refuse_non_finite, window_lengths)
 from longdoc.errors import InputError
 from longdoc.io import atomic_write_bytes, atomic_write_json, hash_file
-from longdoc.model.task_model import length_batches
-from longdoc.distributed import ProcessInfo, barrier, gather_objects
+from longdoc.distributed import ProcessInfo, SharedCounters, barrier, gather_objects, gather_to_main
 
 SHARDS_SUFFIX = ".shards"
 RUN_FILE = "run.json"
+# How often the main process reads the others' progress while it waits for them.
+PROGRESS_SECONDS = 0.2
 
 
 def shards_folder(out_path: str | os.PathLike) -> Path:
@@ -86,8 +100,9 @@ class PredictionRun:
 
 @dataclass(frozen=True)
 class ProcessShare:
-    """What one process ran: its windows and the seconds the model took on them."""
+    """What one process ran: its examples, their windows and the seconds the model took on them."""
 
+    examples: int
     windows: int
     seconds: float
 
@@ -95,37 +110,40 @@ class ProcessShare:
 @dataclass(frozen=True)
 class SharedPrediction:
     """What `predict_in_processes` did: the task's PredictionFile (its paths those of the main
-    process's files), the windows this run reused from an interrupted one's shards, and each
-    process's share, in rank order (how even the sharing was)."""
+    process's files), the examples and windows of every process (reused ones included), those this
+    run reused from an interrupted one's shards, and each process's share, in rank order (how even
+    the sharing was)."""
 
     predicted: Any  # longdoc.data.prediction.PredictionFile
+    examples: int
+    windows: int
+    reused_examples: int
     reused_windows: int
-    windows: int  # of every process, reused ones included
     shares: list[ProcessShare]
 
 
 class OutputShards:
-    """The saved outputs of a run's batches, one file per batch: CALL-BATCH.pt, CALL counting the
-    task's requests for outputs (NQ asks once per chunk of examples) and BATCH the batch's number
-    among that request's `length_batches`."""
+    """The saved outputs of a run's packs, one file per pack: CALL-PACK.pt, CALL counting the task's
+    requests for outputs (NQ asks once per chunk of examples) and PACK the pack's number among that
+    request's packs; a file holds the outputs of the pack's windows, in `pack_rows` order."""
 
     def __init__(self, folder: Path):
         self.folder = folder
 
-    def _path(self, call: int, batch: int) -> Path:
-        return self.folder / f"{call:06d}-{batch:06d}.pt"
+    def _path(self, call: int, pack: int) -> Path:
+        return self.folder / f"{call:06d}-{pack:06d}.pt"
 
     def saved(self, call: int) -> set[int]:
         prefix = f"{call:06d}-"
         return {int(path.stem[len(prefix):]) for path in self.folder.glob(f"{prefix}*.pt")}
 
-    def save(self, call: int, batch: int, outputs: list[dict[str, Tensor]]) -> None:
+    def save(self, call: int, pack: int, outputs: list[dict[str, Tensor]]) -> None:
         buffer = io.BytesIO()
         torch.save(outputs, buffer)
-        atomic_write_bytes(self._path(call, batch), buffer.getvalue())
+        atomic_write_bytes(self._path(call, pack), buffer.getvalue())
 
-    def load(self, call: int, batch: int) -> list[dict[str, Tensor]]:
-        return torch.load(self._path(call, batch), weights_only=True)
+    def load(self, call: int, pack: int) -> list[dict[str, Tensor]]:
+        return torch.load(self._path(call, pack), weights_only=True)
 
 
 def share_by_cost(costs: dict[int, int], processes: int) -> list[list[int]]:
@@ -139,51 +157,168 @@ def share_by_cost(costs: dict[int, int], processes: int) -> list[list[int]]:
     return [sorted(share) for share in shares]
 
 
+# A bad example a process met: (its index among the examples of the request, the error's words).
+Problem = tuple[int, str] | None
+
+
+def _refuse_first(problems: Sequence[Problem]) -> None:
+    """InputError, in every process, for the first bad example any process met (the one a single
+    process meets first)."""
+    met = [problem for problem in problems if problem is not None]
+    if met:
+        raise InputError(min(met)[1])
+
+
 class SharedRowsModel:
-    """A task model whose `forward_rows` is shared among torchrun's processes (see the module
-    docstring); everything else is the model's own."""
+    """A task model whose scoring is shared among torchrun's processes (see the module docstring);
+    everything else is the model's own."""
 
     def __init__(self, model, processes: ProcessInfo, shards: OutputShards):
         self.model, self.processes, self.shards = model, processes, shards
-        self.calls = self.windows = self.reused_windows = self.own_windows = 0
+        # One name per run for its counters: the store outlives a run that torchrun restarts.
+        self.counters = SharedCounters(processes, f"longdoc-predict/{gather_objects(processes, uuid.uuid4().hex)[0]}/")
+        self.calls = self.examples = self.windows = self.reused_examples = self.reused_windows = 0
+        self.own_examples = self.own_windows = 0
         self.own_seconds = 0.0
 
     def __getattr__(self, name: str):
         return getattr(self.model, name)
 
+    def score_chunk(self, chunk: list[StructuredExample], task: ChunkTask, progress: Progress
+                    ) -> list[tuple[StructuredExample, list[WindowScores]]]:
+        """The examples of `chunk` with their windows' scores, in order, in the main process (nothing
+        in the others); as longdoc.data.prediction scores a chunk in one process."""
+        processes, call = self.processes, self._next_call()
+        # Each process counts the windows of every world_size-th example.
+        windows: dict[int, list[Features]] = {}
+        problem: Problem = None
+        for e in range(processes.rank, len(chunk), processes.world_size):
+            try:
+                windows[e] = task.windows(chunk[e])
+            except InputError as error:
+                problem = (e, str(error))
+                break
+        counted = gather_objects(processes, ({e: window_lengths(w) for e, w in windows.items()}, problem))
+        _refuse_first([problem for _, problem in counted])
+        lengths = [[] for _ in chunk]
+        for counts, _ in counted:
+            for e, example_lengths in counts.items():
+                lengths[e] = example_lengths
+        packs = example_packs(lengths, task.batch_size)
+        mine, loaded = self._placement(call, packs, progress)
+        kept = {e for p in mine + loaded for e in packs[p].examples}
+        windows = {e: example_windows for e, example_windows in windows.items() if e in kept}
+        with warnings.catch_warnings():  # their warnings were given when they were counted
+            warnings.simplefilter("ignore")
+            windows.update({e: task.windows(chunk[e]) for e in sorted(kept - windows.keys())})
+        counts = [len(example_lengths) for example_lengths in lengths]
+
+        def run_pack(pack: Pack) -> list[dict[str, Tensor]]:
+            rows = {e: [task.inputs(chunk[e], features) for features in windows[e]] for e in pack.examples}
+            return self.model.forward_rows(pack_rows(pack, rows), task.collate, task.batch_size, progress=False)
+
+        def check(pack: Pack, outputs: list[dict[str, Tensor]]) -> Problem:
+            for e, example_outputs in pack_outputs(pack, counts, outputs):
+                try:
+                    for output in example_outputs:
+                        refuse_non_finite(chunk[e].id, output)
+                except InputError as error:
+                    return e, str(error)
+            return None
+
+        outputs = self._run_packs(call, packs, mine, run_pack, check, progress)
+        outputs.update({p: self.shards.load(call, p) for p in loaded})
+        scored = {e: [WindowScores(features, output) for features, output in zip(windows[e], example_outputs)]
+                  for p, pack_outputs_ in outputs.items()
+                  for e, example_outputs in pack_outputs(packs[p], counts, pack_outputs_)}
+        del windows, outputs
+        gathered = gather_to_main(processes, scored)
+        if gathered is None:
+            return []
+        for part in gathered[1:]:
+            scored.update(part)
+        return [(example, scored[e]) for e, example in enumerate(chunk)]
+
     def forward_rows(self, rows: Sequence[dict[str, Any]], collate: Callable, batch_size: int, progress: bool = True,
                      desc: str = "predicting") -> list[dict[str, Tensor]]:
-        """The model's outputs for each row, in the rows' order, in every process (as TaskModel.forward_rows)."""
-        call, processes = self.calls, self.processes
+        """The model's outputs for each row (one example's one window), in the rows' order, in the main
+        process (none in the others), as TaskModel.forward_rows gives them in one process."""
+        call = self._next_call()
+        packs = example_packs([[len(row["long_input_ids"])] for row in rows], batch_size)
+        with tqdm(total=len(rows), desc=desc, unit=" examples", disable=not progress) as bar:
+            shown = Progress(bar)
+            mine, loaded = self._placement(call, packs, shown)
+            outputs = self._run_packs(
+                call, packs, mine, lambda pack: self.model.forward_rows([rows[e] for e in pack.examples], collate,
+                                                                        batch_size, progress=False),
+                lambda pack, outputs: None, shown)
+        outputs.update({p: self.shards.load(call, p) for p in loaded})
+        gathered = gather_to_main(self.processes, outputs)
+        if gathered is None:
+            return []
+        results: list[dict[str, Tensor] | None] = [None] * len(rows)
+        for part in gathered:
+            for p, pack_outputs_ in part.items():
+                for e, output in zip(packs[p].examples, pack_outputs_):
+                    results[e] = output
+        return results
+
+    def _next_call(self) -> int:
         self.calls += 1
-        batches = length_batches([len(row["long_input_ids"]) for row in rows], batch_size)
-        # A batch saved by an earlier run is loaded by the first process that sees its file.
+        return self.calls - 1
+
+    def _placement(self, call: int, packs: list[Pack], progress: Progress) -> tuple[list[int], list[int]]:
+        """(the packs this process runs, the saved packs it loads): a pack saved by an earlier run is
+        loaded by the first process that sees its file, the others are shared out by cost."""
+        processes = self.processes
         loader: dict[int, int] = {}
         for rank, saved in enumerate(gather_objects(processes, self.shards.saved(call))):
-            for batch in saved:
-                loader.setdefault(batch, rank)
-        costs = {b: len(indices) * max(len(rows[i]["long_input_ids"]) for i in indices)
-                 for b, indices in enumerate(batches) if b not in loader}
-        mine = share_by_cost(costs, processes.world_size)[processes.rank]
-        outputs = {b: self.shards.load(call, b) for b, rank in loader.items() if rank == processes.rank}
-        with tqdm(total=sum(len(batches[b]) for b in mine), desc=f"{desc} (process 0 of {processes.world_size})",
-                  unit=" windows", disable=not progress) as bar:
-            for b in mine:
+            for p in saved:
+                loader.setdefault(p, rank)
+        reused = [packs[p] for p in loader]
+        self.examples += sum(len(pack.examples) for pack in packs)
+        self.windows += sum(pack.windows for pack in packs)
+        self.reused_examples += sum(len(pack.examples) for pack in reused)
+        self.reused_windows += sum(pack.windows for pack in reused)
+        if processes.is_main:
+            self._count(sum(len(pack.examples) for pack in reused), sum(pack.windows for pack in reused), progress)
+        mine = share_by_cost({p: pack.cost for p, pack in enumerate(packs) if p not in loader},
+                             processes.world_size)[processes.rank]
+        return mine, sorted(p for p, rank in loader.items() if rank == processes.rank)
+
+    def _count(self, examples: int, windows: int, progress: Progress) -> None:
+        """Add to the counters every process shares; the main process shows them."""
+        examples = self.counters.add("examples", examples)
+        windows = self.counters.add("windows", windows)
+        if self.processes.is_main:
+            progress.show(examples, windows)
+
+    def _run_packs(self, call: int, packs: list[Pack], mine: list[int], run_pack: Callable[[Pack], list],
+                   check: Callable[[Pack, list], Problem], progress: Progress) -> dict[int, list[dict[str, Tensor]]]:
+        """The outputs of this process's packs, by pack, each saved as it is completed; stopped at the
+        first bad example, which every process then refuses."""
+        outputs, problem = {}, None
+        try:
+            for p in mine:
                 started = time.perf_counter()
-                outputs[b] = self.model.forward_rows([rows[i] for i in batches[b]], collate, batch_size,
-                                                     progress=False)
+                pack_outputs_ = run_pack(packs[p])
                 self.own_seconds += time.perf_counter() - started
-                self.own_windows += len(batches[b])
-                self.shards.save(call, b, outputs[b])
-                bar.update(len(batches[b]))
-        results: list[dict[str, Tensor] | None] = [None] * len(rows)
-        for share in gather_objects(processes, outputs):
-            for b, batch_outputs in share.items():
-                for index, output in zip(batches[b], batch_outputs):
-                    results[index] = output
-        self.windows += len(rows)
-        self.reused_windows += sum(len(batches[b]) for b in loader)
-        return results
+                problem = check(packs[p], pack_outputs_)
+                if problem is not None:
+                    break
+                self.shards.save(call, p, pack_outputs_)
+                outputs[p] = pack_outputs_
+                self.own_examples += len(packs[p].examples)
+                self.own_windows += packs[p].windows
+                self._count(len(packs[p].examples), packs[p].windows, progress)
+        finally:
+            self.counters.add(f"{call}/finished", 1)
+        if self.processes.is_main:  # the others' progress, until they are done
+            while self.counters.read(f"{call}/finished") < self.processes.world_size:
+                time.sleep(PROGRESS_SECONDS)
+                self._count(0, 0, progress)
+        _refuse_first(gather_objects(self.processes, problem))
+        return outputs
 
 
 def _agree_on_run(processes: ProcessInfo, run: PredictionRun, data_path: Path, out_path: Path) -> None:
@@ -245,7 +380,7 @@ def predict_in_processes(predict: Callable, model, data_path: Path, out_path: Pa
     _agree_on_run(processes, run, data_path, out_path)
     shards = _open_shards(processes, run, out_path)
     shared = SharedRowsModel(model, processes, shards)
-    # The other processes decode the same outputs; their copy of the files goes where it is removed.
+    # The other processes decode nothing; their (empty) copy of the files goes where it is removed.
     target = out_path if processes.is_main else shards.folder / f"process-{processes.rank}" / out_path.name
     target.parent.mkdir(exist_ok=True)
     # Every process's folder made before any can fail and the main one remove the shards folder: a
@@ -258,7 +393,9 @@ def predict_in_processes(predict: Callable, model, data_path: Path, out_path: Pa
         if processes.is_main and not any(shards.folder.glob("*.pt")):  # nothing saved: leave nothing behind
             shutil.rmtree(shards.folder, ignore_errors=True)
         raise
-    shares = gather_objects(processes, ProcessShare(shared.own_windows, shared.own_seconds))  # also a barrier
-    # Each process removes the folder as it sees it (on a shared disk, one of them does it).
+    shares = gather_objects(processes, ProcessShare(shared.own_examples, shared.own_windows, shared.own_seconds))
+    # Each process removes the folder as it sees it (on a shared disk, one of them does it), once
+    # every process is done with it (the gather above is also a barrier).
     shutil.rmtree(shards.folder, ignore_errors=True)
-    return SharedPrediction(predicted, shared.reused_windows, shared.windows, shares)
+    return SharedPrediction(predicted, shared.examples, shared.windows, shared.reused_examples, shared.reused_windows,
+                            shares)

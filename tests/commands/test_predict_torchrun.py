@@ -109,7 +109,7 @@ def test_a_process_killed_halfway_then_the_same_command_reuses_and_ends_byte_ide
     run = subprocess.Popen(torchrun(2, argv), cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 180
-    while len(list(shards_folder(out).glob("*.pt"))) < 100:  # of 640 windows, one per batch
+    while len(list(shards_folder(out).glob("*.pt"))) < 20:  # of 53 examples, one per pack at batch size 1
         assert run.poll() is None, run.stderr.read()
         assert time.monotonic() < deadline
         time.sleep(0.05)
@@ -117,12 +117,45 @@ def test_a_process_killed_halfway_then_the_same_command_reuses_and_ends_byte_ide
     assert run.wait(timeout=120) != 0
     assert not out.exists()
     saved = len(list(shards_folder(out).glob("*.pt")))
+    assert saved < 53
 
-    rerun = subprocess.run(torchrun(resumed_with, argv), cwd=ROOT, env=child_env(), capture_output=True, text=True,
-                           timeout=300)
+    # Resumed with its progress bar shown: one bar, the main process's, counting every process's work.
+    rerun = subprocess.run(torchrun(resumed_with, argv[1:]), cwd=ROOT, env=child_env(), capture_output=True,
+                           text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert f"reused {saved} of 640 windows predicted by an interrupted run" in rerun.stderr
+    assert f"reused {saved} of 53 examples (" in rerun.stderr
+    assert " of 640 windows) predicted by an interrupted run" in rerun.stderr
+    assert rerun.stderr.count("predict:   0%") == 1
+    assert "53/53" in rerun.stderr and "640 windows" in rerun.stderr
     assert_same_files(tmp_path / "one" / "pred.json", out)
+
+
+def test_a_bad_example_in_one_process_share_stops_every_process_naming_it(models, shared_data, tmp_path, capsys):
+    """A model whose embedding of 'zebra' overflows (finite weights, so loading accepts them) gives
+    NaN outputs on the one example whose question has the word: only the process that runs that
+    example meets them."""
+    model = get_task("hotpotqa").load("model").from_pretrained(models / "hotpotqa")
+    with torch.no_grad():
+        model.encoder.embeddings.word_embeddings.weight[default_tokenizer().convert_tokens_to_ids("zebra")] = 3e38
+    model.save_pretrained(tmp_path / "model")
+    default_tokenizer().save_pretrained(tmp_path / "model")
+    examples = json.loads((shared_data / HOTPOTQA_GOLD).read_text(encoding="utf-8"))[:8]
+    examples[5]["question"] = "zebra " + examples[5]["question"]
+    data = tmp_path / "bad.json"
+    data.write_text(json.dumps(examples), encoding="utf-8")
+    out = tmp_path / "pred.json"
+    argv = predict_argv("hotpotqa", tmp_path / "model", data, out)
+    torch.set_num_threads(1)
+    capsys.readouterr()
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()  # what one process says
+    assert error.startswith(f"longdoc predict: error: example {examples[5]['_id']!r}: the model's ")
+    run = subprocess.run(torchrun(2, argv), cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert_every_process_ended_with(run, error)
+    # Each process met the error itself (torchrun's summary gives each one's; the second may be stopped
+    # by torchrun after it wrote it).
+    assert run.stderr.count(f"traceback : {error}\n") == 2
+    assert not out.exists()
 
 
 def test_bad_data_stops_every_process_with_one_line_and_writes_nothing(models, shared_data, tmp_path):
