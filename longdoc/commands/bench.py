@@ -9,6 +9,7 @@ from longdoc.commands.model_flags import add_attention_argument, add_compile_arg
 from longdoc.errors import InputError
 
 HELP = "time and measure the memory of the encoder next to Longformer, BigBird and BERT"
+PROFILE_LENGTHS = (4096,)
 
 
 def _lengths(text: str) -> tuple:
@@ -39,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batched", action="store_true",
         help="instead: examples/s of our forward at batch sizes 1, 4, 16 and 512, 2048, 4096 tokens, in this process",
+    )
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="instead: where a forward and a forward+backward spend their time (projections, each softmax, "
+        "feed-forward, layer norms, glue), ms and share, for ours(res) and BERT with SDPA in this process, at "
+        "each --lengths (default 4096)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     parser.add_argument("--lengths", type=_lengths, help="comma-separated long-token lengths (default 1024,...,16384)")
@@ -77,10 +84,10 @@ def settings_from_arguments(args: argparse.Namespace):
     from longdoc.bench.settings import FULL_LENGTHS, OURS_PLAIN, OURS_RESIDUAL, OURS_RESIDUAL_TALKING, PEERS, Shape
     from longdoc.cpu_memory import KEEP, allocator_environment, resolve_allocator
 
-    in_process = args.plain or args.batched
+    in_process = args.plain or args.batched or args.profile
     if in_process and args.allocator:
-        raise InputError("--allocator sets the fresh processes' allocator; --plain and --batched run in this process, "
-                         "under what importing longdoc sets (LONGDOC_ALLOCATOR=keep or system)")
+        raise InputError("--allocator sets the fresh processes' allocator; --plain, --batched and --profile run in this "
+                         "process, under what importing longdoc sets (LONGDOC_ALLOCATOR=keep or system)")
     try:
         allocator = KEEP if in_process else resolve_allocator(args.allocator or "auto")
         allocator_environment(allocator)
@@ -131,11 +138,29 @@ def measure(args: argparse.Namespace):
     return (run_plain if args.plain else run_benchmark)(settings_from_arguments(args), progress=_print_progress)
 
 
+def _profile(args: argparse.Namespace) -> int:
+    from longdoc.bench.profile import describe_machine, profile_json, profiled_variants, render_profile, run_profile
+
+    if args.batched or args.plain:
+        raise InputError("--profile runs on its own: not with --plain or --batched")
+    settings = settings_from_arguments(args)
+    machine = describe_machine(settings)
+    reports = []
+    for length in args.lengths or PROFILE_LENGTHS:
+        profiles = run_profile(settings, length, profiled_variants(settings))
+        reports.append(profile_json(profiles, length, settings, machine) if args.json
+                       else render_profile(profiles, length, settings, machine))
+    print(json.dumps(reports, indent=2) if args.json else "\n\n".join(reports))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from longdoc.bench import render_table, to_json
     from longdoc.bench.plain import BATCH_LENGTHS, render_batched, run_batched
 
     check_device(args)
+    if args.profile:
+        return _profile(args)
     if args.batched:
         settings = settings_from_arguments(args)
         rows = run_batched(settings, lengths=args.lengths or BATCH_LENGTHS, progress=lambda row: print(

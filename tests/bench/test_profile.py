@@ -1,0 +1,80 @@
+"""`longdoc bench --profile` (longdoc.bench.profile): one forward and one forward+backward of ours and
+of BERT with SDPA split by part of the model, the parts summing to the step's time; the labels are
+there while profiling only."""
+
+import pytest
+from longdoc.bench import BenchSettings, Shape
+from longdoc.bench.models import build_runner
+from longdoc.bench.profile import (
+    FEED_FORWARD, GLOBAL_SOFTMAX, GLUE, LAYER_NORMS, LONG_SOFTMAX, PARTS, PROJECTIONS, SDPA, _attention_backend,
+    labelled, module_parts, profiled_variants, render_profile, run_profile,
+)
+from longdoc.bench.settings import BERT, FORWARD, REFERENCE, TRAIN, Job
+
+TINY = Shape(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, local_radius=4, global_tokens=16,
+             vocab_size=100)
+LENGTH = 96
+
+
+@pytest.fixture(scope="module")
+def profiles():
+    settings = BenchSettings(shape=TINY, repeats=1, threads=1)
+    return {(p.model, p.mode): p for p in run_profile(settings, LENGTH, profiled_variants(settings))}
+
+
+def test_the_parts_sum_to_the_steps_time(profiles):
+    assert set(profiles) == {(model, mode) for model in (REFERENCE.name, BERT) for mode in (FORWARD, TRAIN)}
+    for (model, mode), step in profiles.items():
+        assert list(step.parts_ms) == list(PARTS)
+        # The step's wall time against the operators' self times: only the profiler's own entry and
+        # exit lie outside them.
+        assert sum(step.parts_ms.values()) == pytest.approx(step.total_ms, rel=0.1, abs=2.0), (model, mode)
+
+
+def test_each_model_has_its_parts(profiles):
+    for mode in (FORWARD, TRAIN):
+        ours, bert = profiles[REFERENCE.name, mode].parts_ms, profiles[BERT, mode].parts_ms
+        for part in (PROJECTIONS, LONG_SOFTMAX, GLOBAL_SOFTMAX, FEED_FORWARD, LAYER_NORMS):
+            assert ours[part] > 0, (mode, part)
+        assert ours[SDPA] == 0
+        for part in (PROJECTIONS, SDPA, FEED_FORWARD, LAYER_NORMS):
+            assert bert[part] > 0, (mode, part)
+        assert bert[LONG_SOFTMAX] == bert[GLOBAL_SOFTMAX] == 0
+    # The backward's operators go to the parts whose forward made their nodes, not to the glue: the
+    # backward of the long softmax's kernel is the long softmax's.
+    forward, train = profiles[REFERENCE.name, FORWARD].parts_ms, profiles[REFERENCE.name, TRAIN].parts_ms
+    assert train[LONG_SOFTMAX] > forward[LONG_SOFTMAX]
+    assert train[GLUE] < 0.6 * profiles[REFERENCE.name, TRAIN].total_ms
+
+
+def test_the_table_names_every_part_and_the_total(profiles):
+    settings = BenchSettings(shape=TINY, repeats=1, threads=1)
+    table = render_profile(list(profiles.values()), LENGTH, settings, "a CPU")
+    for part in (PROJECTIONS, LONG_SOFTMAX, GLOBAL_SOFTMAX, SDPA, FEED_FORWARD, LAYER_NORMS, GLUE, "total"):
+        assert any(line.startswith(part) for line in table.splitlines()), part
+    assert "ours(res) fwd+bwd" in table and "bert fwd" in table
+
+
+def test_the_labels_are_there_while_profiling_only():
+    runner = build_runner(Job(BenchSettings(shape=TINY, plain_process=True), REFERENCE, LENGTH, FORWARD))
+    model = runner.model
+    parts = module_parts(model)
+    assert any(part == PROJECTIONS and name.startswith("encoder.layers.0.attention.") for name, part in parts.items())
+    assert not any(name.startswith("encoder.layers.0.long_feed_forward.") for name in parts)  # inside the feed-forward
+    backend = _attention_backend(model)
+    attend = backend.attend
+    hooks = lambda: sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())
+    before = hooks()
+    with labelled(model):
+        assert hooks() == before + 2 * len(parts)
+        assert backend.attend is not attend
+    assert hooks() == before and backend.attend is attend
+
+
+def test_profile_refuses_plain_and_batched_in_one_line(capsys):
+    from longdoc.cli import main
+
+    for other in ("--plain", "--batched"):
+        assert main(["bench", "--profile", other]) == 2
+        assert capsys.readouterr().err == ("longdoc bench: error: --profile runs on its own: not with --plain or "
+                                           "--batched\n")
