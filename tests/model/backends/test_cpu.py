@@ -3,6 +3,11 @@ reference and against the eager backend on CPU float32: outputs with and without
 gradients, dropout, the long keys hard g2l lets it skip. (The float64 tests in test_attention.py run
 the eager backend; tests/model/backends/test_backends.py holds every backend to the references.)"""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -238,7 +243,7 @@ def test_a_nan_score_reaches_the_output_as_in_the_eager_path(kernel, monkeypatch
 
 @pytest.fixture
 def own_products(kernel):
-    """A function that turns the kernel's own AVX-512 products on or off (True if they are on);
+    """A function that turns the kernel's own AVX-512 or AVX2 products on or off (True if they are on);
     the process's choice is restored afterwards."""
     from longdoc.model import linear
 
@@ -252,7 +257,7 @@ def own_products(kernel):
 @pytest.mark.parametrize("talking_heads", [False, True])
 def test_own_products_equal_dense_reference_and_blas(kernel, own_products, head_size, talking_heads):
     if not own_products(True):
-        pytest.skip("the kernel was built without AVX-512: its own products are not compiled")
+        pytest.skip("the kernel was built with neither AVX-512 nor AVX2: its own products are not compiled")
     # Blocks of 14 queries (radius 13): a 12-row tile and a 2-row rest; 31 keys: a 32-column tile's mask.
     overrides = dict(hidden_size=2 * head_size, num_attention_heads=2, local_radius=13, max_relative_distance=4,
                      relative_vocab_size=12, residual_attention=True, talking_heads=talking_heads)
@@ -275,3 +280,26 @@ def test_own_products_equal_dense_reference_and_blas(kernel, own_products, head_
     assert own_grads.keys() == blas_grads.keys()
     for name in own_grads:
         torch.testing.assert_close(own_grads[name], blas_grads[name], atol=1e-4, rtol=1e-4, msg=name)
+
+
+@pytest.mark.slow
+def test_the_avx2_build_equals_the_dense_reference_too():
+    # The kernels follow the instruction set torch dispatches to, so on an AVX-512 machine (CI's) the
+    # AVX2 build runs only where ATEN_CPU_CAPABILITY=avx2 says so: this file's reference checks again,
+    # in a process that does, with its own products on and off.
+    if not torch.cpu._is_avx2_supported():
+        pytest.skip("this CPU has no AVX2")
+    script = (
+        "import sys, pytest, torch\n"
+        "from longdoc.model.kernels import cpu\n"
+        "assert torch.backends.cpu.get_cpu_capability() == 'AVX2', torch.backends.cpu.get_cpu_capability()\n"
+        "assert '-mavx2' in cpu._compile_flags() and '-mavx512f' not in cpu._compile_flags(), cpu._compile_flags()\n"
+        "assert cpu.compiled() is not None, cpu.failure()\n"
+        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-rs', {__file__!r}, '-k', "
+        "'(dense_reference or dense_gradients or own_products) and not avx2']))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2"},
+                         cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=3600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    summary = run.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "skipped" not in summary and "deselected" in summary, summary

@@ -1,10 +1,13 @@
 """The C++ kernels themselves (longdoc.model.kernels.cpu): their entry points take their operands
-record's fields by name and say which operand is wrong; a build that fails warns once and leaves
-the eager backend; a build lock left by a killed build is removed; the products follow the process's
+record's fields by name and say which operand is wrong; a build that fails (a compiler without the
+flags) or an ATEN_CPU_CAPABILITY the CPU lacks warns once and leaves the eager backend; a build lock left by a killed build is removed; the products follow the process's
 GEMM setting; a built module is loaded from the cache by content."""
 
 import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -44,6 +47,59 @@ def test_a_kernel_that_cannot_be_built_warns_once_and_the_eager_path_serves(monk
         kernels._build.cache_clear()
 
 
+def test_a_capability_the_cpu_lacks_leaves_the_eager_path_with_one_warning(monkeypatch, without_triton_interpreter):
+    # torch takes ATEN_CPU_CAPABILITY at its word (avx512 on an AVX2 CPU): kernels built for that level
+    # would stop the process on their first instruction, so they are not built.
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in kernels._CPU_HAS:
+        pytest.skip(f"torch dispatches to {capability} here: the kernels use no vector instructions")
+    monkeypatch.setitem(kernels._CPU_HAS, capability, lambda: False)  # a CPU without it
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability.lower())
+    kernels._build.cache_clear()
+    try:
+        model = make_model(tiny_config()).float()
+        inputs = make_inputs(2, 13, 4, padding=True, structure=True)
+        why = f"ATEN_CPU_CAPABILITY={capability.lower()} asks for {capability}, which this CPU lacks"
+        with pytest.warns(UserWarning, match=rf"could not be built \({why}\); using the eager PyTorch path"):
+            served = model(**inputs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no second warning
+            model(**inputs)
+        assert kernels.failure() == why
+        model.set_attention_backend("eager")
+        torch.testing.assert_close(served.long_hidden_state, model(**inputs).long_hidden_state, atol=0, rtol=0)
+    finally:
+        kernels._build.cache_clear()
+
+
+@pytest.mark.slow
+def test_a_compiler_that_fails_leaves_the_eager_path_with_one_warning(tmp_path):
+    # A compiler that does not know the kernels' flags (CXX names the compiler torch's build runs).
+    from torch.utils import cpp_extension
+
+    compiler = tmp_path / "c++"
+    compiler.write_text("#!/bin/sh\n"
+                        "case \"$*\" in *version*) echo 'c++ (GCC) 12.2.0'; exit 0;; esac\n"  # torch asks first
+                        "echo \"c++: error: unrecognized command-line option '-mavx2'\" >&2\n"
+                        "exit 1\n")
+    compiler.chmod(0o755)
+    script = ("from tests.model.conftest import make_inputs, tiny_config\n"
+              "from tests.model.test_attention import make_model\n"
+              "model = make_model(tiny_config()).float()\n"
+              "inputs = make_inputs(2, 13, 4, padding=True, structure=True)\n"
+              "first, second = model(**inputs), model(**inputs)\n"
+              "print(bool(first.long_hidden_state.isfinite().all()))\n")
+    env = {**os.environ, "CXX": str(compiler), "LONGDOC_CACHE": str(tmp_path / "cache"), "LONGDOC_KERNELS": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    run = subprocess.run([sys.executable, "-c", script], env=env, cwd=Path(__file__).resolve().parents[3],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.split() == ["True"], run.stderr[-3000:]
+    warned = [line for line in run.stderr.splitlines() if "attention kernels could not be built" in line]
+    assert len(warned) == 1, run.stderr[-3000:]
+    if cpp_extension.is_ninja_available():  # (without ninja, torch's build stops before the compiler)
+        assert "unrecognized command-line option '-mavx2'" in warned[0], warned[0]
+
+
 def test_a_built_kernel_is_loaded_from_the_cache_as_it_is(kernel, monkeypatch):
     # The cache is keyed by the sources' contents, flags and torch: a checkout in another folder (or a
     # reinstall) loads the module built from the same sources, without ninja, which would build it
@@ -68,10 +124,7 @@ def test_a_built_kernel_is_loaded_from_the_cache_as_it_is(kernel, monkeypatch):
 @pytest.mark.parametrize("setting", ["blas", "onednn"])
 def test_the_kernel_takes_its_products_from_the_process_gemm_setting(kernel, setting):
     # A fresh process (the kernel reads the setting once, when it is loaded): its own products with
-    # LONGDOC_GEMM=onednn where the build has AVX-512, BLAS's with LONGDOC_GEMM=blas.
-    import subprocess
-    import sys
-
+    # LONGDOC_GEMM=onednn where the build has AVX-512 or AVX2, BLAS's with LONGDOC_GEMM=blas.
     from longdoc.model import linear
 
     if setting == "onednn" and not linear._onednn_available():
@@ -80,8 +133,8 @@ def test_the_kernel_takes_its_products_from_the_process_gemm_setting(kernel, set
     env = {**os.environ, linear.ENVIRONMENT_VARIABLE: setting}
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    built_with_avx512 = "-mavx512f" in kernels._compile_flags()
-    assert run.stdout.split()[-1] == str(setting == "onednn" and built_with_avx512)
+    built_with_vectors = any(flag in kernels._compile_flags() for flag in ("-mavx512f", "-mavx2"))
+    assert run.stdout.split()[-1] == str(setting == "onednn" and built_with_vectors)
 
 
 def one_softmax(**changes) -> dict:

@@ -7,12 +7,15 @@ the `cpu` attention backend (longdoc.model.backends.cpu). The sources, one file 
 - forward.cpp, backward.cpp: the plain and the talking-heads softmax, each way;
 - products.h, products.cpp: their small products (q k^T, weights @ values) on BLAS's sgemm, or,
   where longdoc.model.linear chose oneDNN (LONGDOC_GEMM; by default on x86 CPUs not made by Intel,
-  where MKL keeps to AVX2), on the kernels' own AVX-512 code;
+  where MKL keeps to AVX2), on the kernels' own AVX-512 or AVX2 code;
+- vectors.h: the vector operations of that code and of the softmax's rows, for either instruction set;
 - binding.cpp: the Python module, whose entry points take their record's fields as keyword arguments.
 They are compiled with torch's C++ extension tools (a C++ compiler and ninja; both are on most
 Linux machines, and `pip install ninja` adds ninja) the first time a process needs them, into
 $LONGDOC_CACHE/kernels (default ~/.cache/longdoc/kernels), one folder per sources' contents, flags
-and torch version. A built module is loaded from there as it is, without ninja, so every checkout
+and torch version. They are built for the instruction set torch dispatches to (AVX-512, AVX2 or
+neither), so ATEN_CPU_CAPABILITY=avx2 runs and measures the AVX2 build on an AVX-512 CPU; where the
+variable asks for a level the CPU lacks (torch takes it at its word), they are not built. A built module is loaded from there as it is, without ninja, so every checkout
 of the same sources (another folder, a reinstall) shares one build.
 
 LONGDOC_KERNELS=0 keeps the `auto` backend from choosing them (and from building them): the attention
@@ -39,7 +42,7 @@ from longdoc.model.cache import cache_dir
 ENVIRONMENT_VARIABLE = "LONGDOC_KERNELS"
 FOLDER = Path(__file__).parent
 SOURCES = tuple(FOLDER / name for name in ("forward.cpp", "backward.cpp", "products.cpp", "binding.cpp"))
-HEADERS = tuple(FOLDER / name for name in ("attention.h", "products.h"))
+HEADERS = tuple(FOLDER / name for name in ("attention.h", "products.h", "vectors.h"))
 _FAILURE_MARKS = ("error:", "not found", "No such file", "Permission denied")
 # torch's build lock (a file in the build folder) is removed by the process that made it; one that
 # was killed while building leaves it behind, and every later process would wait on it forever. A
@@ -55,11 +58,26 @@ def enabled() -> bool:
 def _compile_flags() -> list[str]:
     flags = ["-O3", "-fno-trapping-math", "-fopenmp"]  # no traps assumed: the exp loop vectorises
     capability = torch.backends.cpu.get_cpu_capability()  # what torch itself dispatches to on this CPU
-    if capability == "AVX512":  # (faster than AVX2 on the long softmax, and products.cpp's own products need it)
+    if capability == "AVX512":  # (faster than AVX2 on the softmaxes, forward and backward)
         flags += ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mfma", "-mprefer-vector-width=512"]
     elif capability == "AVX2":
         flags += ["-mavx2", "-mfma"]
     return flags
+
+
+# Whether the CPU has an instruction set, by the name torch.backends.cpu.get_cpu_capability() gives it.
+_CPU_HAS = {"AVX512": torch.cpu._is_avx512_supported, "AVX2": torch.cpu._is_avx2_supported}
+
+
+def unsupported_capability() -> str | None:
+    """Why the kernels are not built for the instruction set torch dispatches to: where
+    ATEN_CPU_CAPABILITY asks for one this CPU lacks (their code would stop the process on its first
+    instruction); None otherwise."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    has = _CPU_HAS.get(capability)
+    if has is None or has():
+        return None
+    return f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '')} asks for {capability}, which this CPU lacks"
 
 
 def clear_stale_lock(build_directory: Path) -> bool:
@@ -121,6 +139,9 @@ def build_location() -> tuple[Path, str]:
 def _build():
     """(the compiled module, None), or (None, why) after one warning when it cannot be built."""
     build_directory, name = build_location()
+    unsupported = unsupported_capability()
+    if unsupported is not None:
+        return _unbuilt(unsupported)
     built = _built_module_path()
     if built is None:
         print(f"longdoc: compiling the attention kernels into {build_directory} (once; about a minute)",
@@ -140,10 +161,15 @@ def _build():
         lines = str(error).strip().splitlines() or [type(error).__name__]
         # The compiler's or the shell's own words, not the command line ninja echoes first.
         reason = next((line for line in lines if any(mark in line for mark in _FAILURE_MARKS)), lines[-1])
-        warnings.warn(f"longdoc: the attention kernels could not be built ({reason.strip()}); using the eager "
-                      f"PyTorch path (slower on CPU; {ENVIRONMENT_VARIABLE}=0 skips the attempt)", stacklevel=3)
-        return None, reason.strip()
-    # The attention's small products on the kernels' own AVX-512 code where the linear layers leave
-    # BLAS for oneDNN: on CPUs where MKL keeps to its AVX2 code (a no-op in a build without AVX-512).
+        return _unbuilt(reason.strip())
+    # The attention's small products on the kernels' own code where the linear layers leave BLAS for
+    # oneDNN: on CPUs where MKL keeps to its AVX2 code (a no-op in a build with neither AVX-512 nor AVX2).
     module.use_own_products(on=linear.backend() == linear.ONEDNN)
     return module, None
+
+
+def _unbuilt(reason: str) -> tuple[None, str]:
+    """(None, reason) after the one warning that says why the eager path serves."""
+    warnings.warn(f"longdoc: the attention kernels could not be built ({reason}); using the eager PyTorch path "
+                  f"(slower on CPU; {ENVIRONMENT_VARIABLE}=0 skips the attempt)", stacklevel=4)
+    return None, reason

@@ -102,7 +102,7 @@ void bind(py::module_& module, const char* name, void (*entry)(const Operands&),
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("use_own_products", &kernels::use_own_products,
-             "q k^T and weights @ values on products.cpp's AVX-512 code, not BLAS; returns whether in effect",
+             "q k^T and weights @ values on products.cpp's AVX-512 or AVX2 code, not BLAS; returns whether in effect",
              py::arg("on"));
   module.def("uses_own_products", &kernels::uses_own_products, "Whether use_own_products(True) is in effect");
   const auto talking_backward = Keywords<Backward>().field("summed", &Backward::summed)
