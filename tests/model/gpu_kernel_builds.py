@@ -31,13 +31,26 @@ from longdoc.model.kernels.gpu import softmax as gpu_softmax
 from tests.model.one_softmax import Case, operands
 
 H100 = GPUTarget("cuda", 90, 32)
-# (case, dtype, drop probability): the layer's usual ones in bfloat16, the heaviest in float32
+# (case, dtype, drop probability): the layer's usual ones in bfloat16 and float16 at ETC-base's and
+# MiniLM's head sizes (64, 32), windows whose blocks take tiles of 32 (radius 84) and of 16
+# queries (radius 79), rows of 256 keys or more (the widest key tiles); the heaviest in float32.
 CONFIGURATIONS = [
-    (Case("long", length=300, radius=84, hard=False, head_size=64), torch.bfloat16, 0.1),  # 32 x 32 tiles
+    (Case("long", length=300, radius=84, hard=False, head_size=64), torch.bfloat16, 0.1),
+    (Case("global", length=300, radius=84, num_globals=16, hard=False, head_size=64), torch.bfloat16, 0.1),
+    (Case("long", length=300, radius=79, num_globals=16, hard=False, head_size=32, relative=False), torch.float16,
+     0.0),
     (Case("global", residual=False, head_size=64), torch.float32, 0.0),
     (Case("long", talking=True, head_size=64), torch.bfloat16, 0.1),
     (Case("global", talking=True, residual=False, head_size=64), torch.float32, 0.0),
 ]
+
+
+def must_not_spill(build: dict) -> bool:
+    """Whether a build is one whose values must all stay in registers: the kernels without talking
+    heads in bfloat16 and float16 (what training under autocast and bfloat16 prediction run). Those
+    of talking heads hold [h, 16, d] tiles of all heads, more than the registers take; float32's
+    exact products on the CUDA cores take more registers than the tensor cores' (both printed)."""
+    return not build["kernel"].startswith("talking_heads") and build["dtype"] != "float32"
 
 
 class TargetOnly:
@@ -65,27 +78,35 @@ def resources(kernel) -> dict:
 
 
 def main() -> int:
+    """Builds every kernel of CONFIGURATIONS, prints each build; exit status 1 where one that must
+    not spill (must_not_spill) does."""
     driver.set_active(TargetOnly())
     built = {}
+    dtype = None  # (the configuration's, which the kernels' flags do not name)
 
     def build_instead_of_launching(kernel_function, grid):
         def launch(*args, **kwargs):
             kernel = kernel_function.warmup(*args, grid=grid, **kwargs)
             flags = {name: value for name, value in kwargs.items() if name.isupper()}
-            key = json.dumps([kernel_function.fn.__name__, flags], sort_keys=True)
+            key = json.dumps([kernel_function.fn.__name__, dtype, flags], sort_keys=True)
             if key not in built:
-                built[key] = dict(kernel=kernel_function.fn.__name__, flags=flags, shared=kernel.metadata.shared,
-                                  warps=kernel.metadata.num_warps, **resources(kernel))
+                built[key] = dict(kernel=kernel_function.fn.__name__, dtype=dtype, flags=flags,
+                                  shared=kernel.metadata.shared, warps=kernel.metadata.num_warps, **resources(kernel))
                 print(json.dumps(built[key]), flush=True)
         return launch
 
     JITFunction.__getitem__ = build_instead_of_launching
     gpu_softmax._check_device = lambda tensor: None  # (CPU tensors: only their dtypes and strides matter here)
-    for case, dtype, drop_probability in CONFIGURATIONS:
+    for case, dtype_, drop_probability in CONFIGURATIONS:
+        dtype = str(dtype_).removeprefix("torch.")
         ops = operands(case).with_dropout(drop_probability)
-        context, summed = TritonSoftmax.apply(*ops.inputs(dtype, "cpu"), ops.settings_for(dtype, "cpu"))
+        context, summed = TritonSoftmax.apply(*ops.inputs(dtype_, "cpu"), ops.settings_for(dtype_, "cpu"))
         (context.float().sum() + (0 if summed is None else summed.float().sum())).backward()
-    return 0
+    spilled = [build for build in built.values() if must_not_spill(build) and build["stack"] != 0]
+    for build in spilled:
+        print(f"gpu_kernel_builds: {build['kernel']} ({build['dtype']}, {build['flags']}) spills registers: "
+              f"{build['stack']} bytes of stack", file=sys.stderr)
+    return 1 if spilled else 0
 
 
 if __name__ == "__main__":

@@ -15,13 +15,16 @@ the other stream (or of a cross projection). Per pair:
 The kernels (forward.py, backward.py; shared tiles in tiles.py; the named records they take and
 pass between their helpers in records.py):
 - attention_forward: a program per (batch x head, tile of queries), heads of a tile side by side so
-  that the ids and mask rows they share come from the cache. It walks its first piece's keys (for a
-  windowed tile, from the block before its first query's to the block after its last one's; each
-  pair's column in the row is computed, the pairs outside a query's window skipped), then the
-  second piece's, in tiles of keys, with the online softmax of flash attention: q.k on the tensor
-  cores, the relative term gathered from the row's R terms by the pair's id, the carried score
-  added, the sum stored, the running max and sum updated, the weights' tile times the values
-  accumulated. Nothing [Nq, N] is written but the summed scores, and only when they are carried.
+  that the ids and mask rows they share come from the cache. A windowed softmax's tiles each hold
+  queries of one block (a block of 85 queries: three tiles of 32), which share their window: the
+  tile walks exactly its 3b keys, whose columns in the rows are those of the keys, so each row of
+  scores is read and written in contiguous runs and no pair outside the window is computed. Then
+  the second piece's keys, in tiles of keys, with the online softmax of flash attention (two to
+  four key tiles a piece at ETC's sizes): q.k on the tensor cores, the relative term gathered from
+  the row's R terms by the pair's id, the carried score added, the sum stored, the logits kept in
+  base 2 (log2(e) folded into the scale and the mask, the numerators exp2 of their differences), the
+  running max and sum updated, the weights' tile times the values accumulated. Nothing [Nq, N] is
+  written but the summed scores, and only when they are carried.
 - talking_heads_forward: the heads are mixed per pair, so a program holds a tile of queries of all
   heads ([h, 16, 16] tiles; h padded to 16, the least a tl.dot takes). Two passes over the keys:
   the row statistics of the mixed logits (pre @ summed, one GEMM over the tile's pairs), then the
@@ -40,12 +43,13 @@ pass between their helpers in records.py):
 - dropout: Philox keyed on a seed from torch's generator and counted by the weight's place, so the
   backward draws the same mask again instead of storing one.
 
-Tiles (softmax.tiles_for): 32 queries x 32 keys where a softmax has enough of them, 16 (the least a
-tl.dot takes) otherwise; talking heads 16 x 16 pairs of all heads, padded to 16. Head sizes are
-padded to a power of two of at least 16. Small problems (the tests') follow the same rules as real
-ones, so Triton's interpreter runs the code the GPU compiles; tests/model/gpu_kernel_builds.py
-builds them for an H100 (sm_90) with Triton's compiler, which checks what the interpreter cannot
-(valid GPU programs, shared memory per block) and reports their registers and spills. Operands in
+Tiles (softmax.tiles_for): 32 queries x 64 keys (bfloat16, float16 at head sizes up to 64; 32 keys
+otherwise) where a softmax has enough of them, 16 (the least a tl.dot takes) otherwise; talking heads
+16 x 16 pairs of all heads, padded to 16. Head sizes are padded to a power of two of at least 16.
+Small problems (the tests') follow the same rules as real ones, so Triton's interpreter runs the
+code the GPU compiles; tests/model/gpu_kernel_builds.py builds them for an H100 (sm_90) with
+Triton's compiler, which checks what the interpreter cannot (valid GPU programs, shared memory per
+block) and their registers: no build without talking heads in bfloat16 or float16 spills. Operands in
 bfloat16, float16 or float32, read in place (q, k, v where the projection wrote them; the context
 where the output projection reads it); everything is accumulated in float32, and float32 operands
 multiply exactly (no TF32: as torch's matmul by default).
@@ -61,8 +65,10 @@ bytes for 10d multiply-adds); without residual attention it is bound like flash 
 d = 64, by the exponentials and the tensor cores together. Talking heads add 2h multiply-adds per
 pair and head for the mixes (GEMMs with K = h, small for the tensor cores) and hold [h, 16, d]
 tiles, more than the registers take (their sm_90 builds spill): expect them to be the slowest.
-Measured on an H200 (docs/benchmarks.md, "On a GPU"), they move the traffic above far below the
-memory's rate and are slower than the eager backend without talking heads: not yet tuned.
+Measured on an H200 (docs/benchmarks.md, "On a GPU") before the tiles of blocks and 64 keys, they
+moved the traffic above far below the memory's rate and were slower than the eager backend without
+talking heads; docs/gpu/kernel.md says what the present design should move and how the device
+check measures it.
 """
 
 from longdoc.model.kernels.gpu.softmax import (

@@ -29,7 +29,7 @@ def _plain_piece_backward(grad_query, query, grad_out, delta, row_max, row_sum, 
     piece's part."""
     tile = program.tile
     grad_summed, grad_scores = grad_pairs
-    piece = piece_of(operands.pieces, program, sizes, PIECE, BLOCK_M, WINDOWED)
+    piece = piece_of(operands.pieces, program, sizes, PIECE, WINDOWED)
     grad_keys, grad_values = piece_heads(grad_pieces[PIECE], program.batch, program.head)
     for start in range(piece.low, piece.high, BLOCK_N):
         keys = pair_tile(start, tile, sizes, piece, pairs, PIECE, BLOCK_N, WINDOWED, HAS_RELATIVE)
@@ -74,7 +74,7 @@ def attention_backward(operands, summed, grad_summed, grad_scores, grad_context,
     (delta [B, h, Nq]: the rows' sum of grad_context * context, computed by the caller), written;
     then grad_q = query_scale grad @ k (stored: the program holds the queries' every key) and,
     added atomically, grad_k += query_scale grad^T @ q, grad_v += dropout(p)^T @ grad_context."""
-    program, tile_mask, pairs, own_rows = one_head_program(operands, summed, sizes, BLOCK_M, D)
+    program, tile_mask, pairs, own_rows = one_head_program(operands, summed, sizes, BLOCK_M, D, WINDOWED)
     batch, head, tile = program.batch, program.head, program.tile
     query = tl.load(head_rows(operands.query, batch, head, tile.rows[:, None]) + tile.dims[None, :], mask=tile_mask,
                     other=0.0)  # [M, D]
@@ -114,7 +114,7 @@ def _talking_piece_backward(
     each at d = 64) would take more than a block has."""
     tile, head_ok = program.tile, program.head_ok
     grad_summed, grad_scores = grad_pairs
-    piece = piece_of(operands.pieces, program, sizes, PIECE, BLOCK_M, WINDOWED)
+    piece = piece_of(operands.pieces, program, sizes, PIECE, WINDOWED)
     grad_keys, grad_values = piece_heads(grad_pieces[PIECE], program.batch, program.head)
     for start in range(piece.low, piece.high, BLOCK_N):
         keys = pair_tile(start, tile, sizes, piece, pairs, PIECE, BLOCK_N, WINDOWED, HAS_RELATIVE)
@@ -182,7 +182,7 @@ def talking_heads_backward(operands, summed, grad_summed, grad_scores, grad_cont
     grad_pre += scale grad_X S^T, grad_post += grad_W P^T over the tile's pairs (this program's sums,
     into `grad_mixes` (records.Mixes) [programs, HEADS, HEADS]), and q, k, v's gradients as in
     attention_backward (second pass)."""
-    program, tile_mask, pairs, own_rows = all_heads_program(operands, summed, sizes, HEADS, BLOCK_M, D)
+    program, tile_mask, pairs, own_rows = all_heads_program(operands, summed, sizes, HEADS, BLOCK_M, D, WINDOWED)
     batch, head, tile = program.batch, program.head, program.tile
     query_at = head_rows(operands.query, batch, head, tile.rows[:, None]) + tile.dims[None, :]  # [HEADS, M, D]
     grad_out_at = head_rows(grad_context, batch, head, tile.rows[:, None]) + tile.dims[None, :]  # [HEADS, M, D]

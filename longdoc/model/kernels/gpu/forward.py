@@ -26,7 +26,7 @@ def _plain_piece(acc, row_max, row_sum, query, program, operands, pairs, sizes, 
     second), a tile of BLOCK_N keys at a time. `program`: one_head_program's; `pairs`: the rows of
     its pairs (records.PairRows, [M, 1])."""
     tile = program.tile
-    piece = piece_of(operands.pieces, program, sizes, PIECE, BLOCK_M, WINDOWED)
+    piece = piece_of(operands.pieces, program, sizes, PIECE, WINDOWED)
     for start in range(piece.low, piece.high, BLOCK_N):
         keys = pair_tile(start, tile, sizes, piece, pairs, PIECE, BLOCK_N, WINDOWED, HAS_RELATIVE)
         scores = summed_scores(query, tl.load(piece.keys + keys.at, mask=keys.key_ok, other=0.0),  # [M, N]
@@ -55,7 +55,7 @@ def attention_forward(operands, summed, context, statistics, sizes, scales, drop
     tile run next to each other, and read its rows of ids and mask from the cache) over its
     first piece of keys (window or all), then the second: summed scores (written if WRITE_SUMMED),
     online softmax, dropout, context = weights @ values; the rows' max and sum for the backward."""
-    program, tile_mask, pairs, _ = one_head_program(operands, summed, sizes, BLOCK_M, D)
+    program, tile_mask, pairs, _ = one_head_program(operands, summed, sizes, BLOCK_M, D, WINDOWED)
     batch, head, tile = program.batch, program.head, program.tile
     query = tl.load(head_rows(operands.query, batch, head, tile.rows[:, None]) + tile.dims[None, :], mask=tile_mask,
                     other=0.0)  # [M, D]
@@ -88,7 +88,7 @@ def _talking_piece(acc, row_max, row_sum, query_at, tile_mask, program, operands
     first pass (the mixed logits' row statistics); otherwise the second (the summed scores written,
     weights mixed by `post`, dropout, context)."""
     tile, head_ok = program.tile, program.head_ok
-    piece = piece_of(operands.pieces, program, sizes, PIECE, BLOCK_M, WINDOWED)
+    piece = piece_of(operands.pieces, program, sizes, PIECE, WINDOWED)
     for start in range(piece.low, piece.high, BLOCK_N):
         keys = pair_tile(start, tile, sizes, piece, pairs, PIECE, BLOCK_N, WINDOWED, HAS_RELATIVE)
         key_ok = head_ok & keys.key_ok  # [HEADS, N, D]
@@ -130,7 +130,7 @@ def talking_heads_forward(operands, summed, context, statistics, mixes, sizes, s
     (float32, zero-padded; `mixes`: records.Mixes), and the statistics of the mixed logits' rows;
     then the summed scores again (written if WRITE_SUMMED), the normalised weights, mixed by `post`,
     dropout, context = weights @ values per head."""
-    program, tile_mask, pairs, _ = all_heads_program(operands, summed, sizes, HEADS, BLOCK_M, D)
+    program, tile_mask, pairs, _ = all_heads_program(operands, summed, sizes, HEADS, BLOCK_M, D, WINDOWED)
     batch, head, tile = program.batch, program.head, program.tile
     query_at = head_rows(operands.query, batch, head, tile.rows[:, None]) + tile.dims[None, :]  # [HEADS, M, D]
     _, mix_values = head_mixes(mixes, HEADS)

@@ -139,8 +139,9 @@ class PieceKeys(NamedTuple):
 
 class KeyTile(NamedTuple):
     """A tile of keys of a piece and its pairs with the tile of queries: the keys [N], the offsets of
-    their rows [N, D] and which exist; the pairs' columns in the rows of scores and which are pairs
-    of the softmax, their relative ids and their mask bias (float32), all [M, N]."""
+    their rows [N, D] and which exist; the pairs' columns in the rows of scores ([1, N]: every query
+    of a tile has the same), which are pairs of the softmax, their relative ids and their mask bias
+    (float32), [M, N]."""
 
     index: Any
     at: Any

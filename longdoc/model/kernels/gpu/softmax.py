@@ -96,16 +96,21 @@ class Tiles:
         return options
 
 
-def tiles_for(num_queries: int, width: int, head_size: int, heads: int, talking: bool) -> Tiles:
-    """The tiles of one softmax. Without talking heads: 32 queries (where there are 256 or more;
-    else 16, so that a small softmax still makes many programs) x 32 keys (where rows have 256 or
-    more; else 16) with 8 warps, 16 x 16 with 4.
+def tiles_for(num_queries: int, width: int, window: int, head_size: int, heads: int, talking: bool,
+              dtype: torch.dtype) -> Tiles:
+    """The tiles of one softmax: 32 queries (where there are 256 or more; else 16, so that a small
+    softmax still makes many programs) x 64 keys (bfloat16 and float16 operands at head sizes up to
+    64; 32 otherwise) where rows have 256 or more (else 16), with 8 warps where a tile has 1024
+    pairs or more, else 4. With a window of blocks of `window` queries, the tiles cover a block each
+    (query_tile_count), 32 or 16 of its queries, whichever leaves fewer rows past its end (32 on a
+    tie): its queries share their window of keys, so that a tile reads each key of it once, no pair
+    outside it, and its pairs' columns are those of its keys.
 
-    16 is the least a tl.dot takes; 32 x 32 tiles are the largest whose sm_90 builds
-    (tests/model/gpu_kernel_builds.py) keep every value in registers for bf16 and fp16 at head
-    sizes 64 and 128, with Triton 3.6 and 3.9: at 64 x 64 the per-pair ids, mask and carried
-    scores, on top of flash attention's tiles, spill. (float32 operands, multiplied exactly on the
-    CUDA cores, spill a little at head size 64 with Triton 3.9 and more at 128.)
+    16 is the least a tl.dot takes; the tiles are the largest whose sm_90 builds
+    (tests/model/gpu_kernel_builds.py) keep every value in registers for bfloat16 and float16 at head
+    sizes 32 and 64, with Triton 3.6 and 3.9: at 32 x 128 and 64 x 64 the per-pair ids, mask and
+    carried scores, on top of flash attention's tiles, spill. (float32 operands, multiplied exactly
+    on the CUDA cores, spill a little at 32 x 32 and head size 64, and more at 128.)
 
     With talking heads a program holds all heads of 16 x 16 pairs (its [h, 16, 16] tiles and
     [h, 16, d] context), in one stage: pipelining the loads of its [h, 16, d] tiles in Triton's
@@ -113,9 +118,21 @@ def tiles_for(num_queries: int, width: int, head_size: int, heads: int, talking:
     head_dim = max(16, _next_power_of_2(head_size))
     if talking:
         return Tiles(16, 16, head_dim, max(16, _next_power_of_2(heads)), num_warps=8, num_stages=1)
-    block_m = 32 if num_queries >= 256 else 16
-    block_n = 32 if width >= 256 else 16
-    return Tiles(block_m, block_n, head_dim, 1, num_warps=8 if block_m * block_n >= 32 * 32 else 4)
+    if window:
+        block_m = min((32, 16), key=lambda rows: -(-window // rows) * rows)
+    else:
+        block_m = 32 if num_queries >= 256 else 16
+    wide = dtype.itemsize == 2 and head_dim <= 64
+    block_n = (64 if wide else 32) if width >= 256 else 16
+    return Tiles(block_m, block_n, head_dim, 1, num_warps=8 if block_m * block_n >= 1024 else 4)
+
+
+def query_tile_count(num_queries: int, window: int, block_m: int) -> int:
+    """How many tiles of block_m queries a softmax has: with a window of blocks of `window` queries,
+    each block's own (query_tile in tiles.py)."""
+    if window:
+        return math.ceil(num_queries / window) * math.ceil(window / block_m)
+    return math.ceil(num_queries / block_m)
 
 
 def _next_power_of_2(n: int) -> int:
@@ -272,7 +289,7 @@ def run_forward(operands: SoftmaxTensors, pre: Tensor | None, post: Tensor | Non
     _check_device(o.query)  # (first: the kernels' modules, imported outside the interpreter, are compiled ones)
     forward, _ = _kernels()
     talking = pre is not None
-    tiles = tiles_for(o.num_queries, o.width, o.head_size, o.heads, talking)
+    tiles = tiles_for(o.num_queries, o.width, o.window, o.head_size, o.heads, talking, o.query.dtype)
     context = o.query.new_empty(o.batch, o.num_queries, o.heads, o.head_size)
     statistics = RowStatistics(*torch.empty(2, o.batch, o.heads, o.num_queries, dtype=torch.float32,
                                             device=o.query.device))
@@ -283,7 +300,7 @@ def run_forward(operands: SoftmaxTensors, pre: Tensor | None, post: Tensor | Non
                  WRITE_SUMMED=summed_out is not None, DROPOUT=dropout.active, PRECISION=_precision(o.query.dtype),
                  **tiles.launch_options())
     settings = [o.sizes(), o.scales(scale), dropout.record()]
-    query_tiles = math.ceil(o.num_queries / tiles.block_m)
+    query_tiles = query_tile_count(o.num_queries, o.window, tiles.block_m)
     if talking:
         forward.talking_heads_forward[(query_tiles, o.batch)](*arguments, _mixes(pre, post, tiles.heads), *settings,
                                                               HEADS=tiles.heads, **flags)
@@ -326,7 +343,7 @@ def run_backward(operands: SoftmaxTensors, gradients: HeadGradients, pre: Tensor
     _, backward = _kernels()
     o = operands
     talking = pre is not None
-    tiles = tiles_for(o.num_queries, o.width, o.head_size, o.heads, talking)
+    tiles = tiles_for(o.num_queries, o.width, o.window, o.head_size, o.heads, talking, o.query.dtype)
     device = o.query.device
     grad_scores = torch.empty(o.scores_shape, dtype=o.query.dtype, device=device) if want_scores else None
     grad_out = grad_context.transpose(1, 2)  # [B, h, Nq, d]
@@ -334,7 +351,7 @@ def run_backward(operands: SoftmaxTensors, gradients: HeadGradients, pre: Tensor
         o.operands(), *[o.mask if tensor is None else tensor for tensor in (summed, grad_summed, grad_scores)],
         _head_rows(grad_out),
     ]
-    query_tiles = math.ceil(o.num_queries / tiles.block_m)
+    query_tiles = query_tile_count(o.num_queries, o.window, tiles.block_m)
     flags = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, D=tiles.head_dim, WINDOWED=o.window > 0,
                  HAS_RELATIVE=o.relative is not None, HAS_CARRIED=o.carried is not None,
                  SUMMED_SAVED=summed is not None, HAS_GRAD_SUMMED=grad_summed is not None,

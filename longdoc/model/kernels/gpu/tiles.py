@@ -13,11 +13,13 @@ import triton.language as tl
 from longdoc.model.kernels.gpu.records import Dropout, KeyTile, Mixes, PairRows, PieceKeys, Program, QueryTile
 
 LOG2E = tl.constexpr(1.4426950408889634)
-# The running maximum of a row starts below every logit a row can have (a masked one is about
-# -1.7e38: half float32's or bfloat16's minimum, plus a score), so that a tile holding none of the
-# row's pairs (their logits are -inf) leaves it as it is and adds exp2(-inf) = 0; and far enough
-# from float32's limit (3.4e38) that (maximum - logit) * log2(e) stays finite.
-INITIAL_MAX = tl.constexpr(-2.0e38)
+# The softmax's logits are kept in base 2 (log2(e) folded into the scale and the mask: exp2 of their
+# differences are the weights' numerators), and the rows' statistics with them. A row's running
+# maximum starts below every logit a row can have (a masked one is about -2.5e38: half float32's
+# or bfloat16's minimum times log2(e), plus a score), so that a tile holding none of the row's
+# pairs (their logits are -inf) leaves it as it is and adds exp2(-inf) = 0; and far enough from
+# float32's limit (3.4e38) that logit - maximum stays finite.
+INITIAL_MAX = tl.constexpr(-3.0e38)
 
 
 @triton.jit
@@ -31,12 +33,22 @@ def loop_probe(out, low):
 
 
 @triton.jit
-def query_tile(tile, num_queries, head_size, BLOCK_M: tl.constexpr, D: tl.constexpr):
-    """Tile `tile` of BLOCK_M queries (QueryTile)."""
-    row_start = tile * BLOCK_M
-    rows = row_start + tl.arange(0, BLOCK_M)  # [M]
+def query_tile(tile, sizes, BLOCK_M: tl.constexpr, D: tl.constexpr, WINDOWED: tl.constexpr):
+    """Tile `tile` of BLOCK_M queries (QueryTile). Windowed, the tiles of a block of `window` queries
+    start at the block's first query and cover it (the last one's rows past it do not exist), so
+    that every query of a tile has the same window of keys; otherwise tile t holds queries
+    t BLOCK_M .. (t + 1) BLOCK_M - 1."""
+    offsets = tl.arange(0, BLOCK_M)  # [M]
+    if WINDOWED:
+        tiles_per_block = tl.cdiv(sizes.window, BLOCK_M)
+        within = (tile % tiles_per_block) * BLOCK_M
+        row_start = (tile // tiles_per_block) * sizes.window + within
+        row_ok = (within + offsets < sizes.window) & (row_start + offsets < sizes.num_queries)
+    else:
+        row_start = tile * BLOCK_M
+        row_ok = row_start + offsets < sizes.num_queries
     dims = tl.arange(0, D)  # [D]
-    return QueryTile(row_start, rows, rows < num_queries, dims, dims < head_size)
+    return QueryTile(row_start, row_start + offsets, row_ok, dims, dims < sizes.head_size)
 
 
 @triton.jit
@@ -80,13 +92,13 @@ def _pair_rows(operands, summed, batch, head, rows, own_rows, num_queries, width
 
 
 @triton.jit
-def one_head_program(operands, summed, sizes, BLOCK_M: tl.constexpr, D: tl.constexpr):
+def one_head_program(operands, summed, sizes, BLOCK_M: tl.constexpr, D: tl.constexpr, WINDOWED: tl.constexpr):
     """A program of one head's tile of queries (program ids: batch * heads + head, tile): its
     records.Program (one head, which exists), the mask of its [M, D] tiles, the rows of its pairs
     (records.PairRows) and the offsets of its rows in per-head scores ([M, 1])."""
     stream = tl.program_id(0)
     batch, head = (stream // sizes.heads).to(tl.int64), (stream % sizes.heads).to(tl.int64)
-    tile = query_tile(tl.program_id(1), sizes.num_queries, sizes.head_size, BLOCK_M, D)
+    tile = query_tile(tl.program_id(1), sizes, BLOCK_M, D, WINDOWED)
     own_rows = score_rows(stream.to(tl.int64), tile.rows[:, None], sizes.num_queries, sizes.width)  # [M, 1]
     pairs = _pair_rows(operands, summed, batch, head, tile.rows, own_rows, sizes.num_queries, sizes.width)
     return (Program(batch, head, True, stream, tile), tile.row_ok[:, None] & tile.dim_ok[None, :], pairs,
@@ -94,13 +106,14 @@ def one_head_program(operands, summed, sizes, BLOCK_M: tl.constexpr, D: tl.const
 
 
 @triton.jit
-def all_heads_program(operands, summed, sizes, HEADS: tl.constexpr, BLOCK_M: tl.constexpr, D: tl.constexpr):
+def all_heads_program(operands, summed, sizes, HEADS: tl.constexpr, BLOCK_M: tl.constexpr, D: tl.constexpr,
+                      WINDOWED: tl.constexpr):
     """A program of all heads of a tile of queries (talking heads; program ids: tile, batch), the
     heads padded to HEADS: its records.Program (heads [HEADS, 1, 1]), the mask of its [HEADS, M, D]
     tiles, the rows of its pairs (records.PairRows) and the offsets of its rows in per-head scores
     ([HEADS, M, 1])."""
     batch = tl.program_id(1).to(tl.int64)
-    tile = query_tile(tl.program_id(0), sizes.num_queries, sizes.head_size, BLOCK_M, D)
+    tile = query_tile(tl.program_id(0), sizes, BLOCK_M, D, WINDOWED)
     head_index = tl.arange(0, HEADS)[:, None, None]  # [HEADS, 1, 1]
     heads_ok = head_index < sizes.heads
     head = head_index.to(tl.int64)
@@ -128,18 +141,16 @@ def head_mixes(mixes, HEADS: tl.constexpr):
 
 
 @triton.jit
-def piece_of(pieces, program, sizes, PIECE: tl.constexpr, BLOCK_M: tl.constexpr, WINDOWED: tl.constexpr):
+def piece_of(pieces, program, sizes, PIECE: tl.constexpr, WINDOWED: tl.constexpr):
     """Piece PIECE of the keys (0: the queries' own, in a window if WINDOWED; 1: the other
     stream's) as the program's tile of queries reads it (records.PieceKeys). With a window of
-    blocks of `window` queries, it reads from the block before the tile's first query's to the
-    block after its last one's (beyond [0, num_keys) is the window's zero padding); otherwise all."""
+    blocks of `window` queries, the tile's block i reads keys (i - 1) b .. (i + 2) b - 1 (beyond
+    [0, num_keys) is the window's zero padding); otherwise all."""
     piece = pieces[PIECE]
     keys, values = piece_heads(piece, program.batch, program.head)
-    row_start, window = program.tile.row_start, sizes.window
     if WINDOWED and PIECE == 0:
-        last = tl.minimum(row_start + BLOCK_M, sizes.num_queries) - 1
-        low = (row_start // window - 1) * window
-        high = (last // window + 2) * window
+        low = (program.tile.row_start // sizes.window - 1) * sizes.window
+        high = low + sizes.first_width
     else:
         low = 0
         high = piece.num_keys
@@ -151,18 +162,19 @@ def pair_tile(start, tile, sizes, piece, pairs, PIECE: tl.constexpr, BLOCK_N: tl
               WINDOWED: tl.constexpr, HAS_RELATIVE: tl.constexpr):
     """The tile of BLOCK_N keys of piece PIECE (records.PieceKeys) from `start` and its pairs with
     the tile of queries (records.KeyTile; their relative ids are the columns without HAS_RELATIVE),
-    read from the rows of `pairs` (records.PairRows). Windowed, query p of block i has columns
+    read from the rows of `pairs` (records.PairRows). Windowed, the queries of block i have columns
     0..3b-1 for keys (i - 1) b .. (i + 2) b - 1 (those outside [0, num_keys) are the zero padding);
     otherwise key j of the first piece has column j, of the second first_width + j."""
-    rows, row_ok = tile.rows, tile.row_ok
     keys = start + tl.arange(0, BLOCK_N)  # [N]
     key_ok = (keys >= 0) & (keys < piece.num_keys)
     if WINDOWED and PIECE == 0:
-        columns = keys[None, :] - (rows[:, None] // sizes.window - 1) * sizes.window  # [M, N]
-        valid = (columns >= 0) & (columns < sizes.first_width) & row_ok[:, None]
+        # (the tile's queries share one window: piece.low is its first key, column 0)
+        columns = keys - piece.low
+        valid = (columns < sizes.first_width)[None, :] & tile.row_ok[:, None]  # [M, N]
     else:
-        columns = PIECE * sizes.first_width + keys[None, :] + 0 * rows[:, None]  # [M, N]
-        valid = key_ok[None, :] & row_ok[:, None]
+        columns = PIECE * sizes.first_width + keys
+        valid = key_ok[None, :] & tile.row_ok[:, None]
+    columns = columns[None, :]  # [1, N]: the same for every row of the tile
     pair_ids = columns
     if HAS_RELATIVE:
         pair_ids = tl.load(pairs.ids + columns, mask=valid, other=0)
@@ -201,17 +213,19 @@ def saved_or_summed_scores(query, keys, query_scale, ids, relative_rows, carried
 
 @triton.jit
 def masked_logits(scores, mask_bias, valid, scale):
-    """The softmax's input scale * scores + mask_bias, -inf outside the rows' pairs (no weight)."""
-    return tl.where(valid, scale * scores + mask_bias, float("-inf"))
+    """The softmax's input scale * scores + mask_bias in base 2 (times log2(e)), -inf outside the
+    rows' pairs (no weight)."""
+    return tl.where(valid, (scale * LOG2E) * scores + LOG2E * mask_bias, float("-inf"))
 
 
 @triton.jit
 def online_softmax_step(logits, row_max, row_sum):
-    """One tile of the online softmax over the last axis: (its numerators exp(logits - new max),
-    the correction exp(old max - new max) of what was accumulated, the new max, the new sum)."""
+    """One tile of the online softmax over the last axis (logits in base 2): (its numerators
+    exp2(logits - new max), the correction exp2(old max - new max) of what was accumulated, the new
+    max, the new sum)."""
     new_max = tl.maximum(row_max, tl.max(logits, -1))
-    correction = tl.exp2((row_max - new_max) * LOG2E)
-    numerators = tl.exp2((logits - tl.expand_dims(new_max, -1)) * LOG2E)
+    correction = tl.exp2(row_max - new_max)
+    numerators = tl.exp2(logits - tl.expand_dims(new_max, -1))
     return numerators, correction, new_max, row_sum * correction + tl.sum(numerators, -1)
 
 
@@ -219,7 +233,7 @@ def online_softmax_step(logits, row_max, row_sum):
 def normalized_weights(logits, row_max, row_sum):
     """The softmax's weights of a tile from the statistics of its rows (max, sum of numerators; a sum
     of 0 is a row past the queries' end, without pairs)."""
-    numerators = tl.exp2((logits - tl.expand_dims(row_max, -1)) * LOG2E)
+    numerators = tl.exp2(logits - tl.expand_dims(row_max, -1))
     return numerators / tl.expand_dims(tl.where(row_sum > 0, row_sum, 1.0), -1)
 
 
