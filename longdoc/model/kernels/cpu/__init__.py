@@ -55,9 +55,10 @@ def enabled() -> bool:
     return os.environ.get(ENVIRONMENT_VARIABLE, "1") != "0"
 
 
-def _compile_flags() -> list[str]:
+def _compile_flags(capability: str | None = None) -> list[str]:
+    """The flags of a build for `capability` (default: what torch itself dispatches to on this CPU)."""
     flags = ["-O3", "-fno-trapping-math", "-fopenmp"]  # no traps assumed: the exp loop vectorises
-    capability = torch.backends.cpu.get_cpu_capability()  # what torch itself dispatches to on this CPU
+    capability = capability or torch.backends.cpu.get_cpu_capability()
     if capability == "AVX512":  # (faster than AVX2 on the softmaxes, forward and backward)
         flags += ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mfma", "-mprefer-vector-width=512"]
     elif capability == "AVX2":
@@ -120,7 +121,7 @@ def _built_module_path() -> Path | None:
     return next(iter(sorted(directory.glob(f"{name}*.so"))), None)
 
 
-def _load_built(path: Path, name: str):
+def load_built(path: Path, name: str):
     """The extension module at `path` (its init function is named after `name`)."""
     loader = importlib.machinery.ExtensionFileLoader(name, str(path))
     module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path, loader=loader))
@@ -128,9 +129,10 @@ def _load_built(path: Path, name: str):
     return module
 
 
-def build_location() -> tuple[Path, str]:
-    """The build folder and module name of these sources, compile flags and torch version."""
-    key = b"".join(path.read_bytes() for path in SOURCES + HEADERS) + " ".join(_compile_flags()).encode()
+def build_location(capability: str | None = None) -> tuple[Path, str]:
+    """The build folder and module name of these sources, compile flags (those for `capability`,
+    default torch's) and torch version."""
+    key = b"".join(path.read_bytes() for path in SOURCES + HEADERS) + " ".join(_compile_flags(capability)).encode()
     digest = hashlib.sha256(key + torch.__version__.encode()).hexdigest()[:12]
     return cache_dir() / "kernels" / f"attention-{digest}", f"longdoc_attention_{digest}"
 
@@ -148,7 +150,7 @@ def _build():
               file=sys.stderr, flush=True)
     try:
         if built is not None:
-            module = _load_built(built, name)
+            module = load_built(built, name)
         else:
             from torch.utils import cpp_extension
 
