@@ -1,6 +1,7 @@
 """Build the GPU attention's kernels for an H100 (sm_90) with Triton's compiler, without a GPU, and
-print one JSON line per kernel built: its name and flags, the shared memory a block of it takes, its
-registers and the stack its spills use (from the cubin, by the cuobjdump Triton ships).
+print one JSON line per kernel built: its name, dtype and flags, the shared memory a block of it
+takes, its registers and the stack its spills use (from the cubin, by the cuobjdump Triton ships),
+and whether it must not spill (must_not_spill; the exit status is 1 where one of those does).
 
 Run as `python -m tests.model.gpu_kernel_builds` (test_gpu_kernel.py does, in a process of its own:
 the kernels must be imported without TRITON_INTERPRET). TritonSoftmax runs forward and backward on
@@ -90,8 +91,9 @@ def main() -> int:
             flags = {name: value for name, value in kwargs.items() if name.isupper()}
             key = json.dumps([kernel_function.fn.__name__, dtype, flags], sort_keys=True)
             if key not in built:
-                built[key] = dict(kernel=kernel_function.fn.__name__, dtype=dtype, flags=flags,
-                                  shared=kernel.metadata.shared, warps=kernel.metadata.num_warps, **resources(kernel))
+                build = dict(kernel=kernel_function.fn.__name__, dtype=dtype, flags=flags,
+                             shared=kernel.metadata.shared, warps=kernel.metadata.num_warps, **resources(kernel))
+                built[key] = dict(build, must_not_spill=must_not_spill(build))
                 print(json.dumps(built[key]), flush=True)
         return launch
 
@@ -102,7 +104,7 @@ def main() -> int:
         ops = operands(case).with_dropout(drop_probability)
         context, summed = TritonSoftmax.apply(*ops.inputs(dtype_, "cpu"), ops.settings_for(dtype_, "cpu"))
         (context.float().sum() + (0 if summed is None else summed.float().sum())).backward()
-    spilled = [build for build in built.values() if must_not_spill(build) and build["stack"] != 0]
+    spilled = [build for build in built.values() if build["must_not_spill"] and build["stack"] != 0]
     for build in spilled:
         print(f"gpu_kernel_builds: {build['kernel']} ({build['dtype']}, {build['flags']}) spills registers: "
               f"{build['stack']} bytes of stack", file=sys.stderr)

@@ -278,13 +278,11 @@ def sm90_builds() -> list[dict]:
 def test_the_kernels_build_for_an_h100_within_its_shared_memory_without_spills(sm90_builds):
     # Valid sm_90 programs whose blocks fit in shared memory, and (in bfloat16 and float16) whose
     # values stay in registers: a spill's stack traffic would add to the scores' own.
-    from tests.model.gpu_kernel_builds import must_not_spill
-
     assert {build["kernel"] for build in sm90_builds} == {
         "attention_forward", "attention_backward", "talking_heads_forward", "talking_heads_backward"}
     for build in sm90_builds:
         assert build["shared"] <= H100_SHARED_MEMORY, build
-    spill_free = [build for build in sm90_builds if must_not_spill(build)]
+    spill_free = [build for build in sm90_builds if build["must_not_spill"]]
     assert {(build["kernel"], build["dtype"]) for build in spill_free} >= {
         ("attention_forward", "bfloat16"), ("attention_backward", "bfloat16"), ("attention_forward", "float16")}
     for build in spill_free:
