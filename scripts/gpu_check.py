@@ -18,6 +18,9 @@ headed with the GPU's name, torch's and Triton's versions and the date.
                                             forward+backward
   python scripts/gpu_check.py tiles         the same with other tile sizes of the kernels (without
                                             talking heads): time, and the outputs' gap from eager's
+  python scripts/gpu_check.py attention     one layer's attention at 8k and 16k tokens: the gpu and the eager
+                                            backend against BERT's with SDPA, time and peak memory, and the
+                                            kernels' score traffic per second
   python scripts/gpu_check.py tasks [--data DIR] [--tokenizer DIR]
                                             every task's `longdoc train` (2 steps) and `longdoc predict`,
                                             and `longdoc pretrain`, as a user runs them
@@ -426,6 +429,94 @@ def _fresh_carried(operands: list) -> list:
         one.carried.requires_grad)) for one in operands]
 
 
+# --- one layer's attention at long lengths, against BERT's with SDPA -------------------------------
+
+# Bytes the kernels move per pair of a query and a key, per head (docs/gpu/kernel.md): the pair's id
+# (int32) and mask bias (2 bytes), shared by the heads; with residual attention the carried score
+# read and the summed score written; in the backward the summed score and the gradient carried
+# back read, and the summed scores' gradient written (the relative terms' gradient comes from it,
+# with or without residual attention).
+ID_AND_MASK_BYTES = 4 + 2
+
+
+def score_traffic(shape: "SoftmaxShape", residual: bool, train: bool, element: int = 2) -> tuple[int, float]:
+    """(pairs, bytes) of one layer's two softmaxes: query-key pairs of every head, and the bytes
+    the kernels move on them (forward, or forward and backward), scores of `element` bytes."""
+    c = shape.config
+    block = c.local_radius + 1
+    padded = -(-c.long_max_len // block) * block
+    globals_, heads = c.global_max_len, c.num_attention_heads
+    pairs = shape.batch * heads * (padded * (3 * block + globals_) + globals_ * (globals_ + padded))
+    shared = ID_AND_MASK_BYTES / heads
+    forward = shared + (2 * element if residual else 0)
+    backward = shared + (3 * element if residual else element)
+    return pairs, pairs * (forward + (backward if train else 0))
+
+
+ATTENTION_LENGTHS = (8192, 16384)
+
+
+def attention_table(device: torch.device, lengths=ATTENTION_LENGTHS, batch: int = 1,
+                    dtype: torch.dtype = torch.bfloat16, repeats: int = 10, warmups: int = 2,
+                    config: "GlobalLocalConfig | None" = None) -> Table:
+    """One layer's attention at each of `lengths` long tokens (L / 16 globals, ETC-base's heads by
+    default), forward and forward+backward: our two softmaxes (residual attention) on the gpu
+    backend and on the eager one, and BERT's attention over the L tokens with torch's
+    scaled_dot_product_attention (what BERT-SDPA runs): median time, its ratio to SDPA's, peak
+    memory, and for ours the score traffic the kernels move (score_traffic) per second."""
+    config = config or _etc_base()
+    rows = []
+    for length in lengths:
+        sized = copy.deepcopy(config)
+        sized.long_max_len, sized.global_max_len = length, max(1, length // 16)
+        shape = SoftmaxShape(batch, sized)
+        for mode, train in (("forward", False), ("forward+backward", True)):
+            sdpa_seconds, sdpa_mib = _measure_sdpa(shape, device, dtype, train, repeats, warmups)
+            _, traffic = score_traffic(shape, residual=True, train=train, element=dtype.itemsize)
+            for backend in ("gpu", "eager"):
+                seconds, mib = _measure(backend, shape, device, dtype, True, False, train, repeats, warmups)
+                rows.append((length, mode, f"ours, {backend} backend", seconds * 1e3, seconds / sdpa_seconds, mib,
+                             traffic / 1e9, traffic / seconds / 1e12))
+            rows.append((length, mode, "BERT, SDPA", sdpa_seconds * 1e3, 1.0, sdpa_mib, None, None))
+    return Table("attention", "One layer's attention: ours against BERT's with SDPA", (
+        "L", "mode", "attention", "median ms", "time / SDPA", "peak MiB", "score traffic GB", "TB/s"), rows, notes=(
+        f"B={batch}, G=L/16, h={config.num_attention_heads}, d={config.head_size}, r={config.local_radius}, "
+        f"{str(dtype).removeprefix('torch.')}. Ours: the long and the global softmax of one layer with residual "
+        "attention, no talking heads; BERT: torch.nn.functional.scaled_dot_product_attention over the L tokens "
+        f"(h heads of d, no mask). Median of {repeats} after {warmups} warm-up runs; forward without autograd, "
+        "forward+backward with the outputs' gradients given; peak memory above the inputs. Score traffic: the "
+        "bytes the kernels move on the pairs' scores, ids and mask (docs/gpu/kernel.md), the same figure for both "
+        "backends; TB/s: that over the median time."))
+
+
+def _measure_sdpa(shape: "SoftmaxShape", device: torch.device, dtype: torch.dtype, train: bool, repeats: int,
+                  warmups: int) -> tuple[float, float | None]:
+    """(median seconds, peak MiB) of scaled_dot_product_attention over shape's L tokens."""
+    from longdoc.bench.memory import PeakMemory
+    from longdoc.bench.worker import timed
+
+    c = shape.config
+    torch.manual_seed(0)
+    size = (shape.batch, c.num_attention_heads, c.long_max_len, c.head_size)
+    query, key, value = (torch.randn(size, device=device, dtype=dtype).requires_grad_(train) for _ in range(3))
+    gradient = torch.randn(size, device=device, dtype=dtype)
+
+    def step() -> None:
+        with torch.set_grad_enabled(train):
+            context = torch.nn.functional.scaled_dot_product_attention(query, key, value)
+            if train:
+                context.backward(gradient)
+                for tensor in (query, key, value):
+                    tensor.grad = None
+
+    for _ in range(warmups):
+        timed(step, device)
+    seconds = statistics.median(timed(step, device) for _ in range(repeats))
+    with PeakMemory(str(device)) as peak:
+        step()
+    return seconds, peak.peak_mib
+
+
 # --- the GPU kernels' tiles, tried ----------------------------------------------------------------
 
 # (queries, keys per tile, warps, pipelining stages: None for Triton's default) tried for the kernels
@@ -466,8 +557,9 @@ def tiles_table(device: torch.device, shape: SoftmaxShape | None = None, dtype: 
 
 
 def _tiles_with(chosen: Callable, block_m: int, block_n: int, num_warps: int, num_stages: int | None) -> Callable:
-    def tiles_for(num_queries: int, width: int, head_size: int, heads: int, talking: bool):
-        tiles = chosen(num_queries, width, head_size, heads, talking)
+    def tiles_for(num_queries: int, width: int, window: int, head_size: int, heads: int, talking: bool,
+                  dtype: torch.dtype):
+        tiles = chosen(num_queries, width, window, head_size, heads, talking, dtype)
         return tiles if talking else replace(tiles, block_m=block_m, block_n=block_n, num_warps=num_warps,
                                              num_stages=num_stages)
     return tiles_for
@@ -674,7 +766,7 @@ def _windows_per_example(log: Path, examples: int = 53) -> float:
 
 # --- the command line ------------------------------------------------------------------------------
 
-PARTS = ("environment", "tests", "etc", "softmax", "tiles", "tasks", "hotpotqa")
+PARTS = ("environment", "tests", "etc", "softmax", "attention", "tiles", "tasks", "hotpotqa")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -685,7 +777,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="etc: where the model runs (default cuda; cpu: the precisions' cost on the CPU, eager "
                              "backend); every other part runs on a CUDA GPU")
     parser.add_argument("--junit", type=Path, help="tests: pytest's --junitxml file")
-    parser.add_argument("--repeats", type=int, default=10, help="softmax, tiles: timed runs per measurement")
+    parser.add_argument("--repeats", type=int, default=10, help="softmax, attention, tiles: timed runs per "
+                        "measurement")
     parser.add_argument("--data", type=Path, default=REPOSITORY.parent / "shared" / "data",
                         help="tasks, hotpotqa: the data samples (default ../shared/data)")
     parser.add_argument("--tokenizer", type=Path, help="tasks, hotpotqa: a folder with MiniLM's tokenizer files "
@@ -739,6 +832,8 @@ def _run(args, device: torch.device) -> list[Table]:
         if args.part == "tasks":
             return [tasks_table(device, args.data, args.tokenizer, work)]
         return [hotpotqa_table(device, args.data, args.tokenizer, work)]
+    if args.part == "attention":
+        return [attention_table(device, repeats=args.repeats)]
     if args.part == "tiles":
         return [tiles_table(device, repeats=args.repeats)]
     return [softmax_table(device, repeats=args.repeats)]

@@ -19,6 +19,9 @@
 #                   `longdoc pretrain`; each command's output in tasks/*.log
 #   softmax.md      one layer's two softmaxes at ETC-base sizes, gpu against eager backend: time and
 #                   peak memory, forward and forward+backward
+#   attention.md    one layer's attention at 8192 and 16384 tokens (batch 1, ETC-base, bfloat16): the
+#                   gpu and the eager backend against BERT's with SDPA, time and peak memory, and the
+#                   kernels' score traffic per second
 #   bench-minilm.md, bench-base.md
 #                   `longdoc bench --plain --device cuda --dtype bfloat16` at 4096, 8192 and 16384
 #                   against Longformer, BigBird and BERT (SDPA), MiniLM's and ETC-base's shapes, with
@@ -27,9 +30,9 @@
 # The first three run at once; the timed steps after them run alone. Each step has a time limit (a
 # step that runs out of it fails and the others go on). The Python of the tables is
 # scripts/gpu_check.py. JOBS: pytest's worker processes (default 8). STEPS: the steps to run (default
-# tests etc tasks softmax bench hotpotqa; add tiles for the sweep of the kernels' tile sizes, tiles.md,
-# which the default leaves out: it is for tuning them). The C++ CPU kernels are not
-# built (LONGDOC_KERNELS=0): on CUDA the attention runs the GPU kernel.
+# tests etc tasks softmax attention bench hotpotqa; add tiles for the sweep of the kernels' tile
+# sizes, tiles.md, which the default leaves out: it is for tuning them). The C++ CPU kernels are
+# not built (LONGDOC_KERNELS=0): on CUDA the attention runs the GPU kernel.
 set -euo pipefail
 mkdir -p "${OUT:-gpu-check}"  # (OUT and WHEELS: relative to where the script is run from)
 out=$(cd "${OUT:-gpu-check}" && pwd)
@@ -71,7 +74,7 @@ step() { "$@" || { local code=$?; ((status)) || status=$code; }; }
 workers=()
 if "$python" -c "import xdist" 2>/dev/null; then workers=(-n "${JOBS:-8}"); fi
 limited() { local seconds=$1; shift; timeout --kill-after 10 "$seconds" "$@"; }
-wanted() { [[ " ${STEPS:-tests etc tasks softmax bench hotpotqa} " == *" $1 "* ]]; }
+wanted() { [[ " ${STEPS:-tests etc tasks softmax attention bench hotpotqa} " == *" $1 "* ]]; }
 samples=(--data "$data" ${tokenizer:+--tokenizer "$tokenizer"})
 if wanted tests; then
     limited 120 "$python" -m pytest tests/model/test_gpu_kernel.py tests/model/backends -q "${workers[@]}" \
@@ -94,6 +97,7 @@ if wanted tasks; then
 fi
 
 wanted softmax && step limited 60 "${gpu_check[@]}" softmax --repeats 5 --out "$out"
+wanted attention && step limited 60 "${gpu_check[@]}" attention --repeats 5 --out "$out"
 wanted tiles && step limited 150 "${gpu_check[@]}" tiles --repeats 5 --out "$out"
 if wanted bench; then
     for shape in minilm base; do

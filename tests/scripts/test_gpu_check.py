@@ -101,6 +101,42 @@ def test_the_softmax_timing_runs_both_backends_in_every_setting(interpreter_mode
     assert table.notes.startswith("B=1, L=8, G=2, h=2, d=4, r=1, k=1, float32;")
 
 
+def test_the_score_traffic_counts_every_pair_of_both_softmaxes_masks():
+    config = GlobalLocalConfig(hidden_size=8, num_attention_heads=2, long_max_len=10, global_max_len=3,
+                               local_radius=1, max_relative_distance=1)
+    shape = SoftmaxShape(batch=2, config=config)
+    operands, _ = gpu_check.layer_operands(shape, torch.device("cpu"), torch.float32, residual=True, talking=False,
+                                           train=False)
+    # (the masks, [B, 1, ..., N], are the pairs of one head)
+    pairs = sum(one.mask_bias.numel() for one in operands) * config.num_attention_heads
+    assert gpu_check.score_traffic(shape, residual=True, train=False) == (pairs, pairs * (6 / 2 + 4))
+    assert gpu_check.score_traffic(shape, residual=True, train=True) == (pairs, pairs * (6 / 2 + 4 + 6 / 2 + 6))
+    assert gpu_check.score_traffic(shape, residual=False, train=True, element=4) == (pairs, pairs * (6 / 2 + 6 / 2 + 4))
+
+
+@pytest.mark.slow
+def test_the_attention_timing_sets_both_backends_beside_sdpa_at_each_length(interpreter_mode):
+    config = GlobalLocalConfig(hidden_size=8, num_attention_heads=2, long_max_len=16, global_max_len=1,
+                               local_radius=1, max_relative_distance=1)
+    table = gpu_check.attention_table(torch.device("cpu"), lengths=(16, 32), dtype=torch.float32, repeats=1,
+                                      warmups=0, config=config)
+    assert [row[:3] for row in table.rows[:3]] == [
+        (16, "forward", "ours, gpu backend"), (16, "forward", "ours, eager backend"), (16, "forward", "BERT, SDPA")]
+    assert len(table.rows) == 12 and {row[:2] for row in table.rows} == {
+        (length, mode) for length in (16, 32) for mode in ("forward", "forward+backward")}
+    for length, mode, attention, milliseconds, ratio, _, traffic, rate in table.rows:
+        assert milliseconds > 0 and ratio > 0
+        if attention == "BERT, SDPA":
+            assert ratio == 1.0 and traffic is None
+        else:
+            sized = SoftmaxShape(1, GlobalLocalConfig(hidden_size=8, num_attention_heads=2, long_max_len=length,
+                                                      global_max_len=length // 16, local_radius=1,
+                                                      max_relative_distance=1))
+            bytes_moved = gpu_check.score_traffic(sized, True, mode != "forward", element=4)[1]
+            assert traffic == bytes_moved / 1e9 and rate == pytest.approx(bytes_moved / (milliseconds / 1e3) / 1e12)
+    assert table.notes.startswith("B=1, G=L/16, h=2, d=4, r=1, float32.")
+
+
 @pytest.mark.slow
 def test_the_etc_comparison_reports_each_backends_gap_against_its_tolerance(interpreter_mode):
     case = gpu_check.ETC_FIXTURES / "padding"
