@@ -19,17 +19,18 @@ def add_placement_arguments(parser) -> None:
     precision = parser.add_mutually_exclusive_group()
     precision.add_argument("--dtype", choices=DTYPE_NAMES, help="the model's precision (default float32)")
     precision.add_argument("--bf16", dest="dtype", action="store_const", const="bfloat16",
-                           help="the same as --dtype bfloat16")
+                           help="the same as --dtype bfloat16 (on the CPU: where it has bfloat16 instructions, "
+                                "AVX512_BF16 or AMX; refused elsewhere, where it is slower than float32)")
     add_attention_argument(parser)
 
 
 def add_attention_argument(parser) -> None:
     """--attention: the attention backend (predict, ask, serve, analyze, bench)."""
     parser.add_argument("--attention", choices=BACKEND_NAMES,
-                        help="how the attention is computed: auto (the C++ kernels on the CPU in float32, the GPU "
-                             "kernel on CUDA where available, else eager), eager (PyTorch ops), cpu, gpu, dense (a "
-                             "float64 reference, slow); default: the model's own (attention_backend in its config, "
-                             "normally auto)")
+                        help="how the attention is computed: auto (the C++ kernels on the CPU in float32 and "
+                             "bfloat16, the GPU kernel on CUDA where available, else eager), eager (PyTorch ops), cpu, "
+                             "gpu, dense (a float64 reference, slow); default: the model's own (attention_backend in "
+                             "its config, normally auto)")
 
 
 def add_runtime_argument(parser) -> None:

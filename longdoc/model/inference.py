@@ -8,10 +8,12 @@ the model: `TaskModel.forward_rows` moves each batch to the model's device and b
 outputs back to the CPU as float32, so the decoders' arithmetic is the same in every precision.
 
 The default device is the fastest one torch finds: CUDA, else Apple's MPS, else the CPU; the
-default dtype float32. The attention backend (longdoc.model.backends) is the model's own
-(`attention_backend` in its config, normally auto: on the CPU the compiled kernels serve float32, and
-bfloat16 and float16 run the eager backend) unless `--attention` names one; `check_attention` refuses
-one that cannot run on the device in the dtype, naming what can.
+default dtype float32. bfloat16 on the CPU is refused where the CPU has no bfloat16 instructions
+(`cpu_bfloat16_refusal`): there it is slower than float32. The attention backend
+(longdoc.model.backends) is the model's own (`attention_backend` in its config, normally auto: on the
+CPU the compiled kernels serve float32, and bfloat16 through float32 copies; float16 runs the eager
+backend) unless `--attention` names one; `check_attention` refuses one that cannot run on the device
+in the dtype, naming what can.
 
 The flags themselves are the command line's (longdoc.commands.model_flags); torch is imported inside
 the functions, so that the command line can read DTYPE_NAMES and DEVICE_FORMS for `longdoc --help`.
@@ -79,9 +81,21 @@ def resolve_device(name: str | None):
     return torch.device(kind)
 
 
+def cpu_bfloat16_refusal() -> str | None:
+    """Why a model would predict slower on this CPU in bfloat16 than in float32, or None where it is
+    faster: with bfloat16 instructions the products run in bfloat16 and the attention in the float32
+    kernels; without them every bfloat16 product is emulated (docs/benchmarks.md, "Precision on the CPU")."""
+    from longdoc.model import linear
+
+    if linear.bfloat16_instructions():
+        return None
+    return "this CPU has no bfloat16 instructions (AVX512_BF16 or AMX), where bfloat16 runs slower than float32"
+
+
 def resolve_placement(device: str | None, dtype: str | None):
     """(torch.device, torch.dtype) of `--device` and `--dtype` (None: their defaults); InputError
-    when the device is absent or cannot run the dtype."""
+    when the device is absent or cannot run the dtype, or the dtype would be slower than float32 there
+    (bfloat16 on a CPU without its instructions)."""
     import torch
 
     where = resolve_device(device)
@@ -91,6 +105,10 @@ def resolve_placement(device: str | None, dtype: str | None):
     if dtype == "bfloat16" and where.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise InputError(f"--dtype bfloat16: {where} ({torch.cuda.get_device_name(where)}) cannot run bfloat16; "
                          "use --dtype float16 or float32")
+    if dtype == "bfloat16" and where.type == "cpu":
+        why = cpu_bfloat16_refusal()
+        if why is not None:
+            raise InputError(f"--dtype bfloat16 (--bf16): {why}; use float32 (the default)")
     return where, getattr(torch, dtype)
 
 

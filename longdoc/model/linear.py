@@ -1,4 +1,5 @@
-"""The encoder's float32 CPU products on the faster of the GEMMs torch's CPU build carries.
+"""The encoder's CPU products, float32 (and bfloat16 where the CPU has bfloat16 instructions), on the
+faster of the GEMMs torch's CPU build carries.
 
 F.linear calls torch's BLAS, MKL on x86, which keeps to its AVX2 code on CPUs not made by Intel.
 torch also carries oneDNN, which picks its code by instruction set alone, and so runs the encoder's
@@ -11,6 +12,10 @@ and the compiled attention (longdoc.model.kernels.cpu) its small products on its
 instead of BLAS's sgemm. A value that cannot be used gives one warning that says what is used instead.
 `Linear` also applies its activation, fused into oneDNN's product where it can. Under torch.compile
 and export it is nn.Linear.
+
+bfloat16 products run on oneDNN whatever LONGDOC_GEMM says, where the CPU has bfloat16 instructions
+(`bfloat16_instructions()`): torch's own bfloat16 product (F.linear) is oneDNN's too, after copying the
+bias into the output, and without the activation fused.
 """
 
 import functools
@@ -51,6 +56,18 @@ def _onednn_available() -> bool:
 
 
 @functools.cache
+def bfloat16_instructions() -> bool:
+    """Whether this CPU has bfloat16 instructions: AVX512_BF16 or AMX (x86; elsewhere False)."""
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def _onednn_bfloat16() -> bool:
+    """Whether oneDNN runs bfloat16 products with the CPU's instructions (it emulates them on other
+    CPUs, slower than float32)."""
+    return bfloat16_instructions() and _onednn_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+@functools.cache
 def backend() -> str:
     """"onednn" or "blas": where this process's float32 CPU products run (see the module's docstring)."""
     wanted = os.environ.get(ENVIRONMENT_VARIABLE, AUTO).strip().lower() or AUTO
@@ -74,8 +91,13 @@ def _on_onednn(x: Tensor, weight: Tensor) -> bool:
     compiler picks its own GEMMs, and the choice reads the machine)."""
     if torch.compiler.is_compiling():
         return False
-    return (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and x.dim() >= 2
-            and x.numel() > 0 and not torch.is_autocast_enabled("cpu") and backend() == ONEDNN)
+    if x.device.type != "cpu" or x.dtype != weight.dtype or x.dim() < 2 or x.numel() == 0:
+        return False
+    if torch.is_autocast_enabled("cpu"):
+        return False
+    if x.dtype == torch.bfloat16:
+        return _onednn_bfloat16()
+    return x.dtype == torch.float32 and backend() == ONEDNN
 
 
 def _onednn_product(x: Tensor, weight: Tensor, bias: Tensor | None, activation: str | None = None) -> Tensor:

@@ -1,8 +1,11 @@
 """`longdoc predict` and `longdoc ask` with --device/--dtype/--attention, --json and --quiet, through
-`longdoc.cli.main`, with a tiny WikiHop model trained here: a device this machine lacks, or an
-attention backend that cannot run, is one line and exit 2; bfloat16 and float16, and the dense
-attention backend, predict the answers float32 predicts; --json is one object on stdout; --quiet
-hides longdoc's progress bars."""
+`longdoc.cli.main`, with a tiny WikiHop model trained here: a device this machine lacks, an attention
+backend that cannot run, or bfloat16 on a CPU without its instructions (predict, ask, serve, analyze),
+is one line and exit 2; bfloat16 and float16, and the dense attention backend, predict the answers
+float32 predicts; --json is one object on stdout; --quiet hides longdoc's progress bars.
+
+The tests that run bfloat16 on the CPU run it on any CPU (`cpu_bfloat16`): where the commands would
+refuse it they test its outputs all the same, slower."""
 
 import json
 import warnings
@@ -21,10 +24,18 @@ TRAIN = "wikihop/wikihop_train.first22.json"
 DEV = "wikihop/wikihop_dev.first28.json"
 ENCODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, local_radius=16,
                global_max_len=128, long_max_len=256)
-DEV_EXAMPLES = 16  # of the 28: bfloat16 runs the eager attention, many times slower than float32 on an AVX2 CPU
+DEV_EXAMPLES = 16  # of the 28: bfloat16's products are emulated on an AVX2 CPU, many times slower than float32
 SUMMARY_KEYS = {"predictions", "scores", "task", "examples", "windows", "seconds", "examples_per_second", "device", "dtype",
                 "runtime"}
 TQDM_BAR = "100%|"  # a finished tqdm bar
+
+
+@pytest.fixture
+def cpu_bfloat16(monkeypatch):
+    """bfloat16 allowed on this CPU, as on one with bfloat16 instructions."""
+    from longdoc.model import inference
+
+    monkeypatch.setattr(inference, "cpu_bfloat16_refusal", lambda: None)
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +111,9 @@ def test_a_model_whose_weights_are_on_meta_is_refused(untrained, tmp_path, capsy
 @pytest.mark.parametrize("options, message", [
     (("--attention", "gpu"), "--attention gpu: attention backend 'gpu' cannot run on cpu in float32: the GPU kernel "
                              "runs on CUDA tensors only; there "),
-    (("--attention", "cpu", "--bf16"), "--attention cpu: attention backend 'cpu' cannot run on cpu in bfloat16: the "
-                                       "C++ kernels run on the CPU in float32 only; there eager, dense can"),
+    (("--attention", "cpu", "--dtype", "float16"),
+     "--attention cpu: attention backend 'cpu' cannot run on cpu in float16: the C++ kernels run on the CPU in "
+     "float32, and in bfloat16 on float32 copies; there eager, dense can"),
 ])
 def test_an_attention_backend_that_cannot_run_exits_2_with_one_line(untrained, tmp_path, capsys, options, message,
                                                                     without_triton_interpreter):
@@ -109,6 +121,30 @@ def test_an_attention_backend_that_cannot_run_exits_2_with_one_line(untrained, t
     err = capsys.readouterr().err
     assert err.startswith(f"longdoc predict: error: {message}") and err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "pred.json").exists()
+
+
+@pytest.mark.parametrize("command", ["predict", "ask", "serve", "analyze"])
+def test_bfloat16_on_a_cpu_without_its_instructions_exits_2_with_one_line(untrained, tmp_path, capsys, monkeypatch,
+                                                                          command):
+    from longdoc.model import linear
+
+    monkeypatch.setattr(linear, "bfloat16_instructions", lambda: False)
+    model, dev = untrained
+    document = tmp_path / "notes.txt"
+    document.write_text("Orbix Group is based in Tallinnford.\n")
+    arguments = {
+        "predict": ["predict", "wikihop", "--model", str(model), "--data", str(dev), "--out", str(tmp_path / "p.json")],
+        "ask": ["ask", "--question", "Where is Orbix Group based?", str(document)],
+        "serve": ["serve", str(document), "--port", "0"],
+        "analyze": ["analyze", "attention", "--model", str(model), "--data", str(dev), "--out", str(tmp_path / "a")],
+    }[command]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["--quiet", *arguments, "--device", "cpu", "--bf16"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"longdoc {command}: error: --dtype bfloat16 (--bf16): this CPU has no bfloat16 instructions "
+                   "(AVX512_BF16 or AMX), where bfloat16 runs slower than float32; use float32 (the default)\n")
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "a").exists()
 
 
 @pytest.mark.slow
@@ -127,7 +163,7 @@ def test_the_dense_attention_backend_predicts_the_answers_of_the_default(trained
 
 @pytest.mark.slow  # the module's trained model: 40 training steps
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_lower_precisions_predict_the_answers_of_float32(trained, tmp_path, capsys, dtype):
+def test_lower_precisions_predict_the_answers_of_float32(trained, tmp_path, capsys, cpu_bfloat16, dtype):
     assert _predict(trained, tmp_path / "float32.json", "--device", "cpu") == 0
     assert _predict(trained, tmp_path / "lower.json", "--device", "cpu", "--dtype", dtype, "--json") == 0
     assert json.loads(capsys.readouterr().out)["dtype"] == dtype
@@ -140,7 +176,7 @@ def test_lower_precisions_predict_the_answers_of_float32(trained, tmp_path, caps
 
 
 @pytest.mark.slow  # the module's trained model: 40 training steps
-def test_json_is_one_object_on_stdout_and_the_human_line_on_stderr(trained, tmp_path, capsys):
+def test_json_is_one_object_on_stdout_and_the_human_line_on_stderr(trained, tmp_path, capsys, cpu_bfloat16):
     assert _predict(trained, tmp_path / "pred.json", "--json", "--bf16", "--batch-size", "4") == 0
     captured = capsys.readouterr()
     summary = json.loads(captured.out)
@@ -224,7 +260,8 @@ def test_quiet_hides_the_indexing_bar_of_ask(tmp_path, capsys, monkeypatch):
     assert "indexing" not in hidden and TQDM_BAR not in hidden
 
 
-def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp_path, capsys, monkeypatch):
+def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp_path, capsys, monkeypatch,
+                                                                            cpu_bfloat16):
     from longdoc.ask.documents import load_sources
     from longdoc.ask.session import AskSession, ReaderPlacement
     from longdoc.model.inference import resolve_placement

@@ -117,3 +117,38 @@ def test_product_is_the_matrix_product(linear_backend, backend):
     torch.manual_seed(0)
     left, right = torch.randn(33, 20), torch.randn(20, 17)
     torch.testing.assert_close(linear.product(left, right), left @ right)
+
+
+@pytest.mark.parametrize("backend", [linear.ONEDNN, linear.BLAS])
+@pytest.mark.parametrize("activation", [None, "gelu", "relu"])  # (fused into the product)
+def test_bfloat16_products_run_on_onednn_with_the_cpus_instructions_and_round_once(linear_backend, monkeypatch,
+                                                                                  backend, activation):
+    if not (linear.bfloat16_instructions() and linear._onednn_available()):
+        pytest.skip("this CPU has no bfloat16 instructions (AVX512_BF16 or AMX)")
+    linear_backend(backend)  # (LONGDOC_GEMM chooses the float32 products' GEMM only)
+    ran = []
+    product = linear._onednn_product
+    monkeypatch.setattr(linear, "_onednn_product", lambda *args: ran.append(1) or product(*args))
+    torch.manual_seed(0)
+    layer = linear.Linear(96, 80).to(torch.bfloat16)
+    x = torch.randn(3, 40, 96, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = layer(x, activation=activation)
+    assert ran and out.dtype == torch.bfloat16
+    # The float64 product of the bfloat16 operands, rounded once to bfloat16: within half its spacing
+    # (2^-9 relative) and the float32 accumulation's error. A bfloat16 accumulator (up to 0.047 off
+    # here), or the bias added after rounding the product (0.011), fails this.
+    exact = F.linear(x.double(), layer.weight.double(), layer.bias.double())
+    exact = exact if activation is None else ACT2FN[activation](exact)
+    torch.testing.assert_close(out.double(), exact, rtol=2 ** -8, atol=1e-3)
+
+
+def test_bfloat16_products_without_the_instructions_are_torchs(linear_backend, monkeypatch):
+    # Without them oneDNN would emulate bfloat16: F.linear there (and the commands refuse bfloat16 on such CPUs).
+    monkeypatch.setattr(linear, "bfloat16_instructions", lambda: False)
+    linear_backend(linear.ONEDNN)
+    monkeypatch.setattr(linear, "_onednn_product", lambda *args: pytest.fail("oneDNN ran a bfloat16 product"))
+    layer = linear.Linear(8, 4).to(torch.bfloat16)
+    x = torch.randn(2, 8, dtype=torch.bfloat16)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias), atol=0, rtol=0)

@@ -1,6 +1,7 @@
 """Device and dtype resolution (longdoc.model.inference) on a machine without a GPU: every refusal's
-message, by making torch report the devices it would find; models moved in dtype, refused on "meta"
-or with an attention backend that cannot run there; outputs back in float32 whatever the model's dtype."""
+message, by making torch report the devices it would find (and the CPU its bfloat16 instructions);
+models moved in dtype, refused on "meta" or with an attention backend that cannot run there; outputs
+back in float32 whatever the model's dtype."""
 
 import warnings
 from itertools import islice
@@ -10,6 +11,7 @@ import torch
 
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.errors import InputError
+from longdoc.model import linear
 from longdoc.model.inference import default_device, place_model, resolve_device, resolve_placement
 from longdoc.data.features import GlobalMarkers
 from longdoc.model.config import GlobalLocalConfig
@@ -22,7 +24,9 @@ from longdoc.tasks.wikihop.reader import read_examples
 def machine(monkeypatch):
     """A function that makes torch report `cuda` CUDA devices (built with CUDA or not) and an MPS device or none."""
 
-    def pretend(cuda: int = 0, built_with_cuda: bool = True, mps: bool = False, bf16: bool = True) -> None:
+    def pretend(cuda: int = 0, built_with_cuda: bool = True, mps: bool = False, bf16: bool = True,
+                cpu_bf16: bool = True) -> None:
+        monkeypatch.setattr(linear, "bfloat16_instructions", lambda: cpu_bf16)
         monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda > 0)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda)
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: bf16)
@@ -49,6 +53,31 @@ def test_device_names_resolve(machine):
     assert resolve_device("cpu") == resolve_device("cpu:0") == torch.device("cpu")
     assert resolve_placement("cpu", "bfloat16") == (torch.device("cpu"), torch.bfloat16)
     assert resolve_placement("cuda:0", "float16") == (torch.device("cuda", 0), torch.float16)
+
+
+def test_bfloat16_on_a_cpu_without_its_instructions_is_refused(machine):
+    # Measured (docs/benchmarks.md, "Precision on the CPU"): there bfloat16 predicts 2-4 times slower than float32.
+    machine(cpu_bf16=False)
+    with pytest.raises(InputError) as refused:
+        resolve_placement("cpu", "bfloat16")
+    assert str(refused.value) == ("--dtype bfloat16 (--bf16): this CPU has no bfloat16 instructions (AVX512_BF16 or "
+                                  "AMX), where bfloat16 runs slower than float32; use float32 (the default)")
+    assert resolve_placement("cpu", "float32") == (torch.device("cpu"), torch.float32)
+    assert resolve_placement("cpu", "float16") == (torch.device("cpu"), torch.float16)  # (not measured: as before)
+    machine(cuda=1, cpu_bf16=False)  # a GPU's bfloat16 is the GPU's
+    assert resolve_placement("cuda", "bfloat16") == (torch.device("cuda", 0), torch.bfloat16)
+
+
+@pytest.mark.parametrize("avx512_bf16, amx, expected",
+                         [(True, False, True), (False, True, True), (False, False, False)])
+def test_the_cpus_bfloat16_instructions_are_avx512_bf16_or_amx(monkeypatch, avx512_bf16, amx, expected):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    linear.bfloat16_instructions.cache_clear()
+    try:
+        assert linear.bfloat16_instructions() is expected
+    finally:
+        linear.bfloat16_instructions.cache_clear()
 
 
 @pytest.mark.parametrize("name, machine_has, message", [
@@ -113,10 +142,10 @@ def test_place_model_sets_the_attention_backend_or_refuses_one_that_cannot_run(t
     model = place_model(WikiHopModel(tiny_model_config), cpu, torch.float32, "tiny", attention="dense")
     assert model.encoder.attention_backend == "dense" and model.config.attention_backend == "auto"
     with pytest.raises(InputError) as refused:
-        place_model(WikiHopModel(tiny_model_config), cpu, torch.bfloat16, "tiny", attention="cpu")
-    assert str(refused.value) == ("--attention cpu: attention backend 'cpu' cannot run on cpu in bfloat16: the C++ "
-                                  "kernels run on the CPU in float32 only; there eager, dense can (or auto, which "
-                                  "picks one)")
+        place_model(WikiHopModel(tiny_model_config), cpu, torch.float16, "tiny", attention="cpu")
+    assert str(refused.value) == ("--attention cpu: attention backend 'cpu' cannot run on cpu in float16: the C++ "
+                                  "kernels run on the CPU in float32, and in bfloat16 on float32 copies; there eager, "
+                                  "dense can (or auto, which picks one)")
     with pytest.raises(InputError, match=r"^--attention fast: 'fast' is not an attention backend; use one of auto, "):
         place_model(WikiHopModel(tiny_model_config), cpu, torch.float32, "tiny", attention="fast")
     saved_for_a_gpu = GlobalLocalConfig.from_dict({**tiny_model_config.to_dict(), "attention_backend": "gpu"})

@@ -9,7 +9,7 @@ run time and the commands' `--attention` set.
 - gpu: the fused Triton kernels, CUDA (CPU tensors in its interpreter mode, TRITON_INTERPRET=1:
   longdoc.model.backends.gpu);
 - dense: a float64 reference over full rows, slow (longdoc.model.backends.dense);
-- auto: cpu on the CPU in float32 where the kernels build (unless LONGDOC_KERNELS=0), gpu on CUDA
+- auto: cpu on the CPU in float32 and bfloat16 where the kernels build (unless LONGDOC_KERNELS=0), gpu on CUDA
   in bfloat16, float16 or float32 where Triton imports, else eager; under torch.compile the cpu
   kernels too (torch operators, longdoc::cpu_softmax and its backward, which the compiled graph
   calls), eager on other devices (the GPU kernels do not trace) and while export traces the model.

@@ -3,7 +3,7 @@
 The long softmax has no loop over blocks: the window keys are one overlapping view of the keys
 (unfold) copied once with the global keys beside them, [B, h, nb, 3b + G, d], so each piece is one
 batched matmul: scores [B, h, nb, b, 3b + G], memory linear in the length. It serves every device
-and dtype (bfloat16 on CPU, CUDA without the GPU kernel, MPS), runs under torch.compile and export,
+and dtype (float16 on CPU, CUDA without the GPU kernel, MPS), runs under torch.compile and export,
 and is what `auto` picks where no kernel serves.
 """
 

@@ -8,6 +8,7 @@ from longdoc.model.backends.cpu import CpuBackend
 from longdoc.model.backends.dense import DenseBackend
 from longdoc.model.backends.eager import EagerBackend
 from longdoc.model.backends.gpu import GpuBackend
+from longdoc.model.backends.upcast import UpcastCpuBackend
 from longdoc.model.kernels import cpu as cpu_kernels
 
 BACKENDS: dict[str, type[AttentionBackend]] = {
@@ -22,13 +23,22 @@ def check_backend_name(name: str, where: str = "attention backend") -> str:
     return name
 
 
+def _backend(name: str, device: torch.device, dtype: torch.dtype) -> type[AttentionBackend]:
+    """The class of backend `name` (not auto) on `device` in `dtype`: on the CPU in other dtypes than
+    float32, the cpu backend's is UpcastCpuBackend (it takes bfloat16 through float32 copies)."""
+    if name == CpuBackend.name and device.type == "cpu" and dtype != torch.float32:
+        return UpcastCpuBackend
+    return BACKENDS[name]
+
+
 def _auto(device: torch.device, dtype: torch.dtype) -> type[AttentionBackend]:
     # torch.compile traces the cpu kernels (torch operators) but not the GPU ones; an exported graph
     # keeps to torch's own operators (its runtimes have no others).
     if torch.compiler.is_compiling() and (torch.compiler.is_exporting() or device.type != "cpu"):
         return EagerBackend
-    if cpu_kernels.enabled() and CpuBackend.refusal(device, dtype) is None:
-        return CpuBackend
+    cpu = _backend(CpuBackend.name, device, dtype)
+    if cpu_kernels.enabled() and cpu.refusal(device, dtype) is None:
+        return cpu
     if device.type == "cuda" and GpuBackend.refusal(device, dtype) is None:  # (never the interpreter mode)
         return GpuBackend
     return EagerBackend
@@ -40,11 +50,12 @@ def refusal(name: str, device: torch.device, dtype: torch.dtype) -> str | None:
     check_backend_name(name)
     if name == AUTO:
         return None
-    reason = BACKENDS[name].refusal(device, dtype)
+    reason = _backend(name, device, dtype).refusal(device, dtype)
     if reason is None:
         return None
     dtype_name = str(dtype).removeprefix("torch.")
-    runs = [other for other, backend in BACKENDS.items() if other != name and backend.refusal(device, dtype) is None]
+    runs = [other for other in BACKENDS
+            if other != name and _backend(other, device, dtype).refusal(device, dtype) is None]
     return (f"attention backend {name!r} cannot run on {device} in {dtype_name}: {reason}; there "
             f"{', '.join(runs)} can (or auto, which picks one)")
 
@@ -57,4 +68,4 @@ def resolve_backend(name: str, device: torch.device, dtype: torch.dtype) -> type
     why = refusal(name, device, dtype)
     if why is not None:
         raise AttentionBackendError(why)
-    return BACKENDS[name]
+    return _backend(name, device, dtype)

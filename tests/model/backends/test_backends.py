@@ -16,6 +16,7 @@ from longdoc.model.backends.cpu import CpuBackend
 from longdoc.model.backends.eager import EagerBackend
 from longdoc.model.backends.gpu import GpuBackend
 from longdoc.model.backends.resolution import BACKENDS, refusal, resolve_backend
+from longdoc.model.backends.upcast import UpcastCpuBackend
 from longdoc.model.kernels import cpu as cpu_kernels
 from longdoc.model.kernels.gpu import interpreter_failure, interpreting, triton_failure
 from tests.model.conftest import make_inputs, tiny_config
@@ -159,7 +160,7 @@ def mask_biases(config: GlobalLocalConfig, inputs: dict):
 def test_auto_picks_by_device_and_dtype(monkeypatch):
     built = cpu_kernels.enabled() and cpu_kernels.compiled() is not None
     assert resolve_backend("auto", CPU, torch.float32) is (CpuBackend if built else EagerBackend)
-    assert resolve_backend("auto", CPU, torch.bfloat16) is EagerBackend
+    assert resolve_backend("auto", CPU, torch.bfloat16) is (UpcastCpuBackend if built else EagerBackend)
     # CUDA tensors in the kernel's dtypes run it where Triton imports, the eager backend otherwise.
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         assert resolve_backend("auto", CUDA, dtype) is (GpuBackend if triton_failure() is None else EagerBackend)
@@ -184,8 +185,9 @@ def test_auto_picks_by_device_and_dtype(monkeypatch):
 @pytest.mark.parametrize("name,device,dtype,message", [
     ("cpu", CUDA, torch.bfloat16, "attention backend 'cpu' cannot run on cuda in bfloat16: the C++ kernels run on "
                                   "the CPU in float32 only; there eager, {gpu}dense can (or auto, which picks one)"),
-    ("cpu", CPU, torch.bfloat16, "attention backend 'cpu' cannot run on cpu in bfloat16: the C++ kernels run on "
-                                 "the CPU in float32 only; there eager, dense can (or auto, which picks one)"),
+    ("cpu", CPU, torch.float16, "attention backend 'cpu' cannot run on cpu in float16: the C++ kernels run on the "
+                                "CPU in float32, and in bfloat16 on float32 copies; there eager, dense can (or auto, "
+                                "which picks one)"),
     ("gpu", CPU, torch.float32, "attention backend 'gpu' cannot run on cpu in float32: the GPU kernel runs on CUDA "
                                 "tensors only; there eager, {cpu}dense can (or auto, which picks one)"),
     ("gpu", CUDA, torch.float64, "attention backend 'gpu' cannot run on cuda in float64: the GPU kernel takes "
@@ -240,16 +242,14 @@ def test_the_config_refuses_an_unknown_backend_and_loads_old_configs_as_auto(tmp
 
 
 def test_under_autocast_the_backend_is_chosen_for_the_projections_dtype():
-    # bfloat16 autocast on the CPU: the attention's inputs are bfloat16, which the cpu backend refuses.
+    # bfloat16 autocast on the CPU: the attention's inputs are bfloat16, which the cpu backend takes through
+    # float32 copies (longdoc.model.backends.upcast).
     model = GlobalLocalModel(tiny_config()).eval()
     inputs = make_inputs(2, 13, 4, padding=True, structure=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected = model(**inputs).long_hidden_state
-        model.set_attention_backend("eager")
+        model.set_attention_backend("cpu" if cpu_kernels.compiled() is not None else "eager")
         torch.testing.assert_close(model(**inputs).long_hidden_state, expected, atol=0, rtol=0)  # what auto ran
-        model.set_attention_backend("cpu")
-        with pytest.raises(AttentionBackendError, match="attention backend 'cpu' cannot run on cpu in bfloat16"):
-            model(**inputs)
 
 
 @pytest.mark.parametrize("overrides", [CONFIGS[name] for name in ("residual", "talking-heads", "plain")],
