@@ -381,11 +381,33 @@ def softmax_step(backend_name: str, operands: list, gradients: list) -> Callable
     return forward_backward
 
 
+# The bytes of a pair's relative id (int32), which the heads share with its mask bias.
+ID_BYTES = 4
+
+
+def score_traffic(shape: "SoftmaxShape", residual: bool, train: bool, element: int = 2) -> tuple[int, float]:
+    """(pairs, bytes) of one layer's two softmaxes: query-key pairs of every head, and the bytes the
+    kernels move on them (forward, or forward and backward; docs/gpu/kernel.md), scores and mask of
+    `element` bytes. Per pair and head: the pair's id and mask bias, shared by the heads; with
+    residual attention the carried score read and the summed score written; in the backward the
+    summed score and the gradient carried back read, and the summed scores' gradient written (the
+    relative terms' gradient comes from it, with or without residual attention)."""
+    c = shape.config
+    block = c.local_radius + 1
+    padded = -(-c.long_max_len // block) * block
+    globals_, heads = c.global_max_len, c.num_attention_heads
+    pairs = shape.batch * heads * (padded * (3 * block + globals_) + globals_ * (globals_ + padded))
+    shared = (ID_BYTES + element) / heads
+    forward = shared + (2 * element if residual else 0)
+    backward = shared + (3 * element if residual else element)
+    return pairs, pairs * (forward + (backward if train else 0))
+
+
 def softmax_table(device: torch.device, shape: SoftmaxShape | None = None, dtype: torch.dtype = torch.bfloat16,
                   repeats: int = 10, warmups: int = 2, backends=("gpu", "eager")) -> Table:
     """Median seconds and peak memory of one layer's two softmaxes per (residual, talking heads,
-    mode, backend), and each backend's time as a ratio to the last one's (eager). `shape`: ETC-base's
-    by default."""
+    mode, backend), each backend's time as a ratio to the last one's (eager), and the gpu kernels'
+    score traffic per second. `shape`: ETC-base's by default."""
     shape = shape or SoftmaxShape()
     rows = []
     for residual in (True, False):
@@ -394,15 +416,20 @@ def softmax_table(device: torch.device, shape: SoftmaxShape | None = None, dtype
                 measured = {backend: _measure(backend, shape, device, dtype, residual, talking, train, repeats,
                                               warmups) for backend in backends}
                 baseline = measured[backends[-1]][0]
+                _, traffic = score_traffic(shape, residual, train, element=dtype.itemsize)
                 for backend, (seconds, peak_mib) in measured.items():
                     rows.append(("on" if residual else "off", "on" if talking else "off", mode, backend,
-                                 seconds * 1e3, seconds / baseline, peak_mib))
+                                 seconds * 1e3, seconds / baseline, peak_mib,
+                                 traffic / seconds / 1e12 if backend == "gpu" else None))
     return Table("softmax", "One layer's two softmaxes: gpu against eager backend", (
-        "residual", "talking heads", "mode", "backend", "median ms", f"time / {backends[-1]}", "peak MiB"), rows,
+        "residual", "talking heads", "mode", "backend", "median ms", f"time / {backends[-1]}", "peak MiB",
+        "score traffic TB/s"), rows,
         notes=(f"{shape.describe()}, {str(dtype).removeprefix('torch.')}; the long softmax's queries in blocks of "
                f"r + 1 over [3(r + 1) window keys | G globals], the global softmax's over [G | all long keys], hard "
                f"g2l. Median of {repeats} after {warmups} warm-up runs; forward without autograd, forward+backward "
-               "with the outputs' gradients given; peak memory above the inputs."))
+               "with the outputs' gradients given; peak memory above the inputs. Score traffic: the bytes the "
+               "gpu kernels move on the pairs' scores, ids and mask (score_traffic, docs/gpu/kernel.md) over the "
+               "median time."))
 
 
 def _measure(backend: str, shape: SoftmaxShape, device: torch.device, dtype: torch.dtype, residual: bool,
@@ -430,28 +457,6 @@ def _fresh_carried(operands: list) -> list:
 
 
 # --- one layer's attention at long lengths, against BERT's with SDPA -------------------------------
-
-# Bytes the kernels move per pair of a query and a key, per head (docs/gpu/kernel.md): the pair's id
-# (int32) and mask bias (2 bytes), shared by the heads; with residual attention the carried score
-# read and the summed score written; in the backward the summed score and the gradient carried
-# back read, and the summed scores' gradient written (the relative terms' gradient comes from it,
-# with or without residual attention).
-ID_AND_MASK_BYTES = 4 + 2
-
-
-def score_traffic(shape: "SoftmaxShape", residual: bool, train: bool, element: int = 2) -> tuple[int, float]:
-    """(pairs, bytes) of one layer's two softmaxes: query-key pairs of every head, and the bytes
-    the kernels move on them (forward, or forward and backward), scores of `element` bytes."""
-    c = shape.config
-    block = c.local_radius + 1
-    padded = -(-c.long_max_len // block) * block
-    globals_, heads = c.global_max_len, c.num_attention_heads
-    pairs = shape.batch * heads * (padded * (3 * block + globals_) + globals_ * (globals_ + padded))
-    shared = ID_AND_MASK_BYTES / heads
-    forward = shared + (2 * element if residual else 0)
-    backward = shared + (3 * element if residual else element)
-    return pairs, pairs * (forward + (backward if train else 0))
-
 
 ATTENTION_LENGTHS = (8192, 16384)
 

@@ -95,8 +95,10 @@ def test_the_softmax_timing_runs_both_backends_in_every_setting(interpreter_mode
                                                    ("on", "off", "forward+backward", "eager")]
     assert len(table.rows) == 16 and {row[:2] for row in table.rows} == {("on", "off"), ("on", "on"), ("off", "off"),
                                                                         ("off", "on")}
-    for *_, milliseconds, ratio, _ in table.rows:
+    for residual, _, mode, backend, milliseconds, ratio, _, rate in table.rows:
         assert milliseconds > 0 and ratio > 0
+        bytes_moved = gpu_check.score_traffic(shape, residual == "on", mode != "forward", element=4)[1]
+        assert rate == (pytest.approx(bytes_moved / (milliseconds / 1e3) / 1e12) if backend == "gpu" else None)
     assert [row[5] for row in table.rows if row[3] == "eager"] == [1.0] * 8
     assert table.notes.startswith("B=1, L=8, G=2, h=2, d=4, r=1, k=1, float32;")
 
@@ -111,7 +113,8 @@ def test_the_score_traffic_counts_every_pair_of_both_softmaxes_masks():
     pairs = sum(one.mask_bias.numel() for one in operands) * config.num_attention_heads
     assert gpu_check.score_traffic(shape, residual=True, train=False) == (pairs, pairs * (6 / 2 + 4))
     assert gpu_check.score_traffic(shape, residual=True, train=True) == (pairs, pairs * (6 / 2 + 4 + 6 / 2 + 6))
-    assert gpu_check.score_traffic(shape, residual=False, train=True, element=4) == (pairs, pairs * (6 / 2 + 6 / 2 + 4))
+    # (float32: a 4-byte mask bias and scores)
+    assert gpu_check.score_traffic(shape, residual=False, train=True, element=4) == (pairs, pairs * (8 / 2 + 8 / 2 + 4))
 
 
 @pytest.mark.slow
