@@ -1,9 +1,10 @@
 """`torchrun --nproc_per_node 2 longdoc predict` (gloo, one thread each) on the real samples
 (../shared/data): the official prediction file and its scores side file are byte-identical to one
 process's, for every task; a run whose process is SIGKILLed halfway, rerun (with 2 processes or 1),
-reuses what was saved and ends byte-identical; bad data stops every process with one line and
-writes nothing; processes given different --data or --out are refused before anything runs, as are the
-saved outputs of another run and a shards folder the processes cannot write."""
+reuses what was saved, says so, shows one progress bar and ends byte-identical; Ctrl-C says what is
+kept; bad data stops every process with one line and writes nothing, also when only one process
+meets the bad example; processes given different --data or --out are refused before anything runs,
+as are the saved outputs of another run and a shards folder the processes cannot write."""
 
 import hashlib
 import json
@@ -128,6 +129,25 @@ def test_a_process_killed_halfway_then_the_same_command_reuses_and_ends_byte_ide
     assert rerun.stderr.count("predict:   0%") == 1
     assert "53/53" in rerun.stderr and "640 windows" in rerun.stderr
     assert_same_files(tmp_path / "one" / "pred.json", out)
+
+
+def test_ctrl_c_says_the_saved_predictions_are_kept(models, shared_data, tmp_path):
+    out = tmp_path / "pred.json"
+    argv = predict_argv("hotpotqa", models / "hotpotqa", shared_data / HOTPOTQA_GOLD, out, batch_size=1)
+    run = subprocess.Popen(torchrun(2, argv), cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while len(list(shards_folder(out).glob("*.pt"))) < 10:
+        assert run.poll() is None, run.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(run.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: torchrun and its processes
+    stderr = run.communicate(timeout=120)[1]
+    assert run.returncode != 0
+    assert (f"longdoc predict: interrupted; the predictions completed so far are kept in {shards_folder(out)}; "
+            "the same command continues from them") in stderr, stderr[-3000:]
+    assert "Traceback" not in stderr.split("longdoc predict: interrupted")[0]
+    assert not out.exists() and any(shards_folder(out).glob("*.pt"))
 
 
 def test_a_bad_example_in_one_process_share_stops_every_process_naming_it(models, shared_data, tmp_path, capsys):
