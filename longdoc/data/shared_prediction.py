@@ -229,8 +229,8 @@ class SharedRowsModel:
         outputs = self._run_packs(call, packs, mine, run_pack, check, progress)
         outputs.update({p: self.shards.load(call, p) for p in loaded})
         scored = {e: [WindowScores(features, output) for features, output in zip(windows[e], example_outputs)]
-                  for p, pack_outputs_ in outputs.items()
-                  for e, example_outputs in pack_outputs(packs[p], counts, pack_outputs_)}
+                  for p, results in outputs.items()
+                  for e, example_outputs in pack_outputs(packs[p], counts, results)}
         del windows, outputs
         gathered = gather_to_main(processes, scored)
         if gathered is None:
@@ -258,8 +258,8 @@ class SharedRowsModel:
             return []
         results: list[dict[str, Tensor] | None] = [None] * len(rows)
         for part in gathered:
-            for p, pack_outputs_ in part.items():
-                for e, output in zip(packs[p].examples, pack_outputs_):
+            for p, pack_results in part.items():
+                for e, output in zip(packs[p].examples, pack_results):
                     results[e] = output
         return results
 
@@ -301,13 +301,13 @@ class SharedRowsModel:
         try:
             for p in mine:
                 started = time.perf_counter()
-                pack_outputs_ = run_pack(packs[p])
+                results = run_pack(packs[p])
                 self.own_seconds += time.perf_counter() - started
-                problem = check(packs[p], pack_outputs_)
+                problem = check(packs[p], results)
                 if problem is not None:
                     break
-                self.shards.save(call, p, pack_outputs_)
-                outputs[p] = pack_outputs_
+                self.shards.save(call, p, results)
+                outputs[p] = results
                 self.own_examples += len(packs[p].examples)
                 self.own_windows += packs[p].windows
                 self._count(len(packs[p].examples), packs[p].windows, progress)
