@@ -9,7 +9,8 @@ wrapper of the attention backend's `attend`, both installed for the profiled ste
 after them, so that a model that is not profiled runs without them. A backward operator is given to
 the part whose forward operator made its autograd node (the two share the node's sequence number).
 What no label covers (residual adds, masks, relative terms, reshapes, Python) is "glue". Each
-operator's self time counts once, so the parts sum to the profiled step's time.
+operator's self time counts once, so the parts sum to the profiled step's time (on the profiler's
+clock: the step itself, without the profiler's start and stop).
 """
 
 import contextlib
@@ -23,7 +24,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from longdoc.bench.models import build_runner
 from longdoc.bench.settings import BERT, FORWARD, MODES, REFERENCE, BenchSettings, Job, Variant
-from longdoc.bench.worker import step_for, timed
+from longdoc.bench.worker import step_for
 from longdoc.cpu_memory import configure_allocator
 
 EMBEDDINGS = "embeddings"
@@ -125,10 +126,10 @@ def _label_of(event) -> str | None:
     return _OPERATOR_PARTS.get(event.name)
 
 
-def parts_of(events) -> dict[str, float]:
-    """Milliseconds by part of the profiled step in `events` (a profiler's events): each event's self
-    time goes to its innermost label, a backward's events to the part of the forward operator that
-    made their node, the rest to glue."""
+def parts_of(events) -> tuple[float, dict[str, float]]:
+    """The profiled step in `events` (a profiler's events): its milliseconds, and those by part: each
+    event's self time goes to its innermost label, a backward's events to the part of the forward
+    operator that made their node, the rest to glue."""
     step = next(event for event in events if event.name == _STEP_LABEL)
     inside = [event for event in events if event.time_range.start >= step.time_range.start
               and event.time_range.end <= step.time_range.end and event.thread == step.thread]
@@ -161,7 +162,7 @@ def parts_of(events) -> dict[str, float]:
             part = backward_parts.get(id(ancestor)) if id(ancestor) in backward_parts else _label_of(ancestor)
             ancestor = ancestor.cpu_parent
         totals[part or GLUE] += event.self_cpu_time_total / 1e3
-    return {part: totals.get(part, 0.0) for part in PARTS}
+    return step.cpu_time_total / 1e3, {part: totals.get(part, 0.0) for part in PARTS}
 
 
 def _in_backward(event) -> bool:
@@ -173,16 +174,13 @@ def _in_backward(event) -> bool:
     return False
 
 
-def profile_step(runner, mode: str, device: torch.device) -> tuple[float, dict[str, float]]:
-    """One step of `runner` in `mode` under the profiler, labelled: (its wall time in ms, its ms by part)."""
+def profile_step(runner, mode: str) -> tuple[float, dict[str, float]]:
+    """One step of `runner` in `mode` under the profiler, labelled: (its ms, its ms by part)."""
     step = step_for(runner, mode)
     with labelled(runner.model), profile(activities=[ProfilerActivity.CPU]) as profiler:
-        def labelled_step():
-            with record_function(_STEP_LABEL):
-                step()
-
-        seconds = timed(labelled_step, device)
-    return seconds * 1e3, parts_of(profiler.events())
+        with record_function(_STEP_LABEL):
+            step()
+    return parts_of(profiler.events())
 
 
 def run_profile(settings: BenchSettings, length: int, variants: tuple[Variant, ...]) -> list[StepProfile]:
@@ -192,13 +190,12 @@ def run_profile(settings: BenchSettings, length: int, variants: tuple[Variant, .
     if settings.threads:
         torch.set_num_threads(settings.threads)
     settings = replace(settings, plain_process=True)
-    device = torch.device(settings.device)
     profiles = []
     for variant in variants:
         runner = build_runner(Job(settings, variant, length, FORWARD))
         for mode in MODES:
             step_for(runner, mode)()
-            steps = sorted((profile_step(runner, mode, device) for _ in range(settings.repeats)), key=lambda step: step[0])
+            steps = sorted((profile_step(runner, mode) for _ in range(settings.repeats)), key=lambda step: step[0])
             total_ms, parts = steps[len(steps) // 2]
             profiles.append(StepProfile(variant.name, mode, total_ms, parts))
         del runner
