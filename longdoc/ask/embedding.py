@@ -14,17 +14,23 @@ attention with the same boolean padding mask), so the vectors are the same float
 (tests/ask/test_index.py compares them).
 """
 
+import contextlib
 import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from longdoc.convert.pretrained import minilm_path
 
 MAX_SEQ_LENGTH = 256  # all-MiniLM-L6-v2's sentence_bert_config.json
+# A batch of fewer wordpieces (a question, the second hop's three queries) runs on one thread: its
+# products are too small to share, and where other work keeps the cores busy, waiting for a second
+# thread costs more than the whole pass (one question: 11 ms on one thread, 142 ms on two, AMD EPYC,
+# 2 cores at load average 5). Its floats may then differ in the last bit from two threads'.
+ONE_THREAD_WORDPIECES = 512
 
 
 class BertEncoder:
@@ -133,7 +139,8 @@ class SentenceEmbedder:
                 encodings = self.batcher.encode_batch([texts[i] for i in chosen])
                 input_ids = torch.tensor([encoding.ids for encoding in encodings], dtype=torch.long)
                 attention_mask = torch.tensor([encoding.attention_mask for encoding in encodings], dtype=torch.long)
-                hidden = self.model(input_ids, attention_mask)
+                with _threads(torch, 1 if input_ids.numel() < ONE_THREAD_WORDPIECES else None):
+                    hidden = self.model(input_ids, attention_mask)
                 mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
                 pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
@@ -141,3 +148,18 @@ class SentenceEmbedder:
                 if progress is not None:
                     progress.update(len(chosen))
         return vectors
+
+
+@contextlib.contextmanager
+def _threads(torch, count: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to `count` inside (None: left as they are)."""
+    before = torch.get_num_threads()
+    if count is None or count == before:
+        yield
+        return
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
