@@ -213,7 +213,7 @@ def describe_machine(settings: BenchSettings) -> str:
     from longdoc.bench.run import machine_info
     from longdoc.model import linear
 
-    info = machine_info(settings, torch.get_num_threads())
+    info = machine_info(settings, settings.threads or torch.get_num_threads())
     return (f"{info['cpu']}, {info['threads']} threads, torch kernels at {torch.backends.cpu.get_cpu_capability()}, "
             f"our linear layers on {linear.backend()}")
 
