@@ -1,7 +1,7 @@
-"""python -m longdoc.bench.kernel_builds: the kernel builds' entry points timed on the operands the
+"""scripts/bench_kernel_builds.py (benchmarks.kernel_builds): the kernel builds' entry points timed on the operands the
 encoder passes them, one row per kind of call, one column per build."""
 
-from longdoc.bench import kernel_builds
+from benchmarks import kernel_builds
 from longdoc.model.kernels import cpu as kernels
 from tests.model.conftest import kernel  # noqa: F401 (the fixture: the built kernels, or a skip)
 

@@ -2,7 +2,7 @@
 operands, alternated call by call in one process, so that load on the machine falls on all builds
 alike (timings of separate processes on a shared machine move by more than the builds differ).
 
-  python -m longdoc.bench.kernel_builds [--length 4096] [--talking-heads] [--threads 1] [--repeats 9]
+  python scripts/bench_kernel_builds.py [--length 4096] [--talking-heads] [--threads 1] [--repeats 9]
                                         [--build LABEL=FOLDER ...]
 
 The operands are those the benchmark's model (ours(res), or ours(res,th), MiniLM's shape) passes
@@ -81,7 +81,7 @@ def builds(extra: list[str]) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m longdoc.bench.kernel_builds", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="scripts/bench_kernel_builds.py", description=__doc__.splitlines()[0])
     parser.add_argument("--length", type=int, default=4096)
     parser.add_argument("--talking-heads", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
