@@ -57,14 +57,15 @@ def _onednn_available() -> bool:
 
 @functools.cache
 def bfloat16_instructions() -> bool:
-    """Whether this CPU has bfloat16 instructions: AVX512_BF16 or AMX (x86; elsewhere False)."""
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    """Whether this CPU has bfloat16 instructions (AVX512_BF16 or AMX; x86, elsewhere False) and oneDNN
+    runs bfloat16 products with them (ONEDNN_MAX_CPU_ISA can withhold them; without them oneDNN
+    emulates bfloat16, slower than float32)."""
+    cpu = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return cpu and _onednn_available() and _onednn_uses_bfloat16_instructions()
 
 
-def _onednn_bfloat16() -> bool:
-    """Whether oneDNN runs bfloat16 products with the CPU's instructions (it emulates them on other
-    CPUs, slower than float32)."""
-    return bfloat16_instructions() and _onednn_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+def _onednn_uses_bfloat16_instructions() -> bool:
+    return torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 @functools.cache
@@ -96,7 +97,7 @@ def _on_onednn(x: Tensor, weight: Tensor) -> bool:
     if torch.is_autocast_enabled("cpu"):
         return False
     if x.dtype == torch.bfloat16:
-        return _onednn_bfloat16()
+        return bfloat16_instructions()
     return x.dtype == torch.float32 and backend() == ONEDNN
 
 

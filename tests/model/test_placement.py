@@ -68,11 +68,15 @@ def test_bfloat16_on_a_cpu_without_its_instructions_is_refused(machine):
     assert resolve_placement("cuda", "bfloat16") == (torch.device("cuda", 0), torch.bfloat16)
 
 
-@pytest.mark.parametrize("avx512_bf16, amx, expected",
-                         [(True, False, True), (False, True, True), (False, False, False)])
-def test_the_cpus_bfloat16_instructions_are_avx512_bf16_or_amx(monkeypatch, avx512_bf16, amx, expected):
+@pytest.mark.parametrize("avx512_bf16, amx, onednn_uses_them, expected",
+                         [(True, False, True, True), (False, True, True, True), (False, False, False, False),
+                          (True, False, False, False)])  # (the last: ONEDNN_MAX_CPU_ISA=AVX2 withholds them)
+def test_the_cpus_bfloat16_instructions_are_avx512_bf16_or_amx_where_onednn_uses_them(
+        monkeypatch, avx512_bf16, amx, onednn_uses_them, expected):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(linear, "_onednn_available", lambda: True)
+    monkeypatch.setattr(linear, "_onednn_uses_bfloat16_instructions", lambda: onednn_uses_them)
     linear.bfloat16_instructions.cache_clear()
     try:
         assert linear.bfloat16_instructions() is expected
