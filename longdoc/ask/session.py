@@ -123,13 +123,15 @@ class AskSession:
     def __init__(self, sources: Sequence[SourceText], reader_folder: ModelFolder | None = None, *,
                  passages: int = PASSAGES_READ, second_hop: bool = True, progress: bool = True,
                  cache_root: Path | None = None, placement: ReaderPlacement = ReaderPlacement(),
-                 tasks: TaskLookup | None = None, named_by: Sequence[str] | None = None):
+                 tasks: TaskLookup | None = None, named_by: Sequence[str] | None = None, embedder=None):
         """`reader_folder`: the reader's model folder as read once (longdoc.model_folder.read_model_folder);
         None: no reader, sentence mode. `placement`: where and how the reader runs; the MiniLM embedder
         stays on the CPU in float32: the cached indexes hold its vectors. `tasks`: where the task of a
         trained task model is found (the registry, `longdoc.tasks.REGISTRY`); not needed for a lifted QA
         reader or none. `named_by`: the paths the user named the documents by (files and folders), which
-        key the corpus index (longdoc.ask.index); None: the documents' own paths."""
+        key the corpus index (longdoc.ask.index); None: the documents' own paths. `embedder`: a
+        longdoc.ask.embedding.SentenceEmbedder already loaded (serve's, which indexed the corpus); None:
+        one is loaded."""
         from longdoc.ask.embedding import SentenceEmbedder
         from longdoc.model.inference import place_model
 
@@ -142,7 +144,7 @@ class AskSession:
                                      attention=placement.attention)
         self.mode = "sentence" if self.model is None else "span"
         self.sources = list(sources)
-        self.embedder = SentenceEmbedder()
+        self.embedder = SentenceEmbedder() if embedder is None else embedder
         self.corpus = index_corpus(self.sources, self.embedder, named_by=named_by, cache_root=cache_root,
                                    progress=progress)
         self.passages = passages

@@ -89,11 +89,10 @@ class AskService:
 
             changes = corpus_store(self.sources, embedder, named_by=self.named_by).update(
                 self.sources, embedder, progress=False, on_indexed=indexed)
-            del embedder  # the session loads its own
             self.state = "loading the reader" if self.model_dir is not None else "loading"
             folder = None if self.model_dir is None else read_model_folder(self.model_dir)
             self.session = AskSession(self.sources, folder, progress=False, placement=self.placement,
-                                      tasks=self.tasks, named_by=self.named_by)
+                                      tasks=self.tasks, named_by=self.named_by, embedder=embedder)
             for document, indexed_document in zip(self.documents, self.session.corpus.documents):
                 document.update(state="indexed", passages=len(indexed_document.passages))
             self.state = "ready"

@@ -237,3 +237,24 @@ def test_a_reader_that_cannot_load_is_told_by_every_question(ask_documents, tmp_
         status, error = request(f"{base}/api/ask", {"question": "Who kept the lighthouse?"})
         assert status == 503 and str(tmp_path) in error["error"]
     service.close()
+
+
+def test_serve_loads_minilm_once_for_indexing_and_answering(ask_documents, monkeypatch):
+    from longdoc.ask import embedding
+    from longdoc.serve.asking import AskService, served_sources
+
+    loaded = []
+
+    class CountedEmbedder(embedding.SentenceEmbedder):
+        def __init__(self, *args, **kwargs):
+            loaded.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(embedding, "SentenceEmbedder", CountedEmbedder)
+    sources, _ = served_sources([ask_documents.served[0]])
+    service = AskService(sources, None)
+    service.started.result(timeout=120)
+    assert service.state == "ready" and len(loaded) == 1
+    answers = service.session.ask("Who kept the lighthouse?")
+    assert answers and len(loaded) == 1
+    service.close()
