@@ -1,6 +1,7 @@
-"""Examples -> every window scored by a task model, grouped per example: the part of every task's
-`predict` that is the same (each task's decoder then turns an example's window scores into its
-official prediction record)."""
+"""Examples -> every window scored by a task model, each example decoded by the task's decoder as
+soon as its windows are scored: the part of every task's `predict` that is the same
+(`decode_examples`; each task's decoder turns an example's window scores into what its official
+prediction file and scores side file keep)."""
 
 from collections.abc import Sized
 from dataclasses import dataclass, field
@@ -80,59 +81,107 @@ def example_packs(lengths: Sequence[Sequence[int]], batch_size: int) -> list[Pac
     return packs
 
 
-def pack_rows(pack: Pack, rows: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+def pack_rows(pack: Pack, rows: Mapping[int, Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
     """The model-input rows of a pack's windows, its examples' in the pack's order (`rows`: per example)."""
     return [row for e in pack.examples for row in rows[e]]
 
 
-def pack_outputs(pack: Pack, window_counts: Sequence[int], outputs: Sequence[dict[str, Tensor]]
-                 ) -> Iterator[tuple[int, list[dict[str, Tensor]]]]:
-    """(example, its windows' outputs) for each example of a pack, from the outputs of `pack_rows`."""
-    start = 0
-    for e in pack.examples:
-        yield e, list(outputs[start:start + window_counts[e]])
-        start += window_counts[e]
+# A bad example met while scoring: (its index among the examples, the error's words); None: none met.
+Problem = tuple[int, str] | None
 
 
-def score_examples(
-    model, examples: Iterable[StructuredExample], *, tokenizer, settings: FeatureSettings,
-    inputs: Callable[[StructuredExample, Features], dict[str, Any]], collate: Callable, batch_size: int,
-    progress: bool = True, desc: str = "predicting", chunk_size: int | None = None,
-) -> Iterator[tuple[StructuredExample, list[WindowScores]]]:
-    """Each example of `examples`, in order, with the scores of its windows.
-
-    The windows are `build_features(example, tokenizer, settings)`; `inputs(example, features)` is
-    one window's model-input row and `collate` batches rows (both the task's features module's);
-    `model.forward_rows` runs them pack by pack (`example_packs`), `batch_size` at a time (floating
-    outputs come back as float32 on the CPU, whatever the model's device and dtype). Examples are
-    run `chunk_size` at a time (None: all at once), so that the windows of a large file need not all
-    be held at once. The progress bar counts examples, and windows beside them. Outputs holding NaN
-    or +infinity are refused (`refuse_non_finite`), before anything is decoded from them.
-
-    A model that scores chunks itself (`score_chunk`, as torchrun's processes share them out:
-    longdoc.data.shared_prediction) is given each chunk; it yields the examples it returns.
-    """
-    markers = GlobalMarkers.from_tokenizer(tokenizer)
-    task = ChunkTask(lambda example: build_features(example, tokenizer, settings, markers), inputs, collate,
-                     batch_size)
-    score = getattr(model, "score_chunk", None) or partial(score_chunk, model)
-    total = len(examples) if isinstance(examples, Sized) else None
-    examples = iter(examples)
-    with tqdm(desc=desc, total=total, unit=" examples", disable=not progress) as bar:
-        shown = Progress(bar)
-        while chunk := list(islice(examples, chunk_size)):
-            yield from score(chunk, task, shown)
+def refuse_first(problems: Iterable[Problem]) -> None:
+    """InputError for the first bad example (by its index) of those met: the one a single process,
+    reading the examples in order, refuses."""
+    met = [problem for problem in problems if problem is not None]
+    if met:
+        raise InputError(min(met)[1])
 
 
 @dataclass(frozen=True)
 class ChunkTask:
-    """How a chunk of examples is scored: `windows(example)` its windows' features, `inputs(example,
-    features)` a window's model-input row, `collate` and `batch_size` how rows are batched."""
+    """How examples are scored and decoded: `windows(example)` its windows' features, `inputs(example,
+    features)` a window's model-input row, `collate` and `batch_size` how rows are batched,
+    `decode(example, window scores)` what is kept of an example once its windows are scored."""
 
     windows: Callable[[StructuredExample], list[Features]]
     inputs: Callable[[StructuredExample, Features], dict[str, Any]]
     collate: Callable
     batch_size: int
+    decode: Callable[[StructuredExample, list["WindowScores"]], Any]
+
+    def run_pack(self, model, pack: Pack, examples: Mapping[int, StructuredExample],
+                 windows: Mapping[int, list[Features]]) -> list[dict[str, Tensor]]:
+        """The outputs of a pack's windows (`pack_rows` order), batched among themselves."""
+        rows = {e: [self.inputs(examples[e], features) for features in windows[e]] for e in pack.examples}
+        return model.forward_rows(pack_rows(pack, rows), self.collate, self.batch_size, progress=False)
+
+    def decode_pack(self, pack: Pack, examples: Mapping[int, StructuredExample], windows: Mapping[int, list[Features]],
+                    outputs: Sequence[dict[str, Tensor]]) -> tuple[dict[int, Any], Problem]:
+        """({example: decoded} of a pack's examples, from `run_pack`'s outputs; the bad example met, if
+        any: outputs that are not finite (`refuse_non_finite`) or an example the decoder refuses,
+        which stops the pack's decoding)."""
+        decoded, start = {}, 0
+        for e in pack.examples:
+            example_outputs = outputs[start:start + len(windows[e])]
+            start += len(windows[e])
+            try:
+                for output in example_outputs:
+                    refuse_non_finite(examples[e].id, output)
+                decoded[e] = self.decode(examples[e], [WindowScores(features, output)
+                                                      for features, output in zip(windows[e], example_outputs)])
+            except InputError as error:
+                return decoded, (e, str(error))
+        return decoded, None
+
+
+def decode_examples(
+    model, examples: Sequence[StructuredExample] | Callable[[], Iterable[StructuredExample]], *,
+    decode: Callable[[StructuredExample, list[WindowScores]], Any], tokenizer, settings: FeatureSettings | None = None,
+    windows: Callable[[StructuredExample], list[Features]] | None = None,
+    inputs: Callable[[StructuredExample, Features], dict[str, Any]], collate: Callable, batch_size: int,
+    progress: bool = True, desc: str = "predicting", chunk_size: int | None = None,
+) -> Iterator[Any]:
+    """`decode(example, its windows' scores)` of each example, in order: what a task's decoder keeps
+    of an example (its prediction record, its scores), so that no window's features or outputs outlive
+    its example's decoding.
+
+    `examples`: a sequence, or a function that reads them anew at each call (a reader that streams).
+    The windows are `windows(example)`, by default `build_features(example, tokenizer, settings)`;
+    `inputs(example, features)` is one window's model-input row and `collate` batches rows (both the
+    task's features module's); `model.forward_rows` runs them pack by pack (`example_packs`),
+    `batch_size` at a time (floating outputs come back as float32 on the CPU, whatever the model's
+    device and dtype), and each pack's examples are decoded as soon as it has run. Examples are read
+    `chunk_size` at a time (None: all at once), so that the windows of a large file need not all be
+    held at once. The progress bar counts examples, and windows beside them. Outputs holding NaN or
+    +infinity are refused (`refuse_non_finite`), before anything is decoded from them; of several
+    bad examples, the first is named.
+
+    A model that decodes examples itself (`decode_examples`, as torchrun's processes share them out:
+    longdoc.data.shared_prediction) is given the reader and the task, and yields what it returns.
+    """
+    if windows is None:
+        markers = GlobalMarkers.from_tokenizer(tokenizer)
+        windows = lambda example: build_features(example, tokenizer, settings, markers)  # noqa: E731
+    task = ChunkTask(windows, inputs, collate, batch_size, decode)
+    read = examples if callable(examples) else partial(iter, examples)
+    total = len(examples) if isinstance(examples, Sized) else None
+    with tqdm(desc=desc, total=total, unit=" examples", disable=not progress) as bar:
+        shown = Progress(bar)
+        shared = getattr(model, "decode_examples", None)
+        if shared is not None:
+            yield from shared(read, task, chunk_size, shown)
+            return
+        examples = iter(read())
+        while chunk := list(islice(examples, chunk_size)):
+            yield from decode_chunk(model, chunk, task, shown)
+
+
+def score_examples(model, examples: Iterable[StructuredExample], **options
+                   ) -> Iterator[tuple[StructuredExample, list[WindowScores]]]:
+    """Each example of `examples`, in order, with the scores of its windows: `decode_examples` keeping
+    them whole (for a caller that reads a few examples' windows itself, as `longdoc ask` does)."""
+    return decode_examples(model, list(examples), decode=lambda example, windows: (example, windows), **options)
 
 
 class Progress:
@@ -151,23 +200,25 @@ class Progress:
         self.bar.set_postfix_str(f"{windows} windows")
 
 
-def score_chunk(model, chunk: list[StructuredExample], task: ChunkTask, progress: Progress
-                 ) -> list[tuple[StructuredExample, list[WindowScores]]]:
-    """One process's scoring of a chunk: its examples' windows built, run pack by pack, checked."""
-    windows = [task.windows(example) for example in chunk]
-    rows = [[task.inputs(example, features) for features in example_windows]
-            for example, example_windows in zip(chunk, windows)]
-    outputs: list[list[dict[str, Tensor]]] = [[] for _ in chunk]
-    for pack in example_packs([window_lengths(example_windows) for example_windows in windows], task.batch_size):
-        results = model.forward_rows(pack_rows(pack, rows), task.collate, task.batch_size, progress=False)
-        for e, example_outputs in pack_outputs(pack, [len(example_rows) for example_rows in rows], results):
-            outputs[e] = example_outputs
+def decode_chunk(model, chunk: list[StructuredExample], task: ChunkTask, progress: Progress) -> list[Any]:
+    """One process's decoding of a chunk: its examples' windows built, run pack by pack, each pack's
+    examples decoded and their windows dropped as soon as it has run; the first bad example refused
+    once every pack has run (as torchrun's processes, which run packs in another order, name it)."""
+    windows = dict(enumerate(task.windows(example) for example in chunk))
+    examples = dict(enumerate(chunk))
+    decoded: dict[int, Any] = {}
+    problems: list[Problem] = []
+    for pack in example_packs([window_lengths(windows[e]) for e in range(len(chunk))], task.batch_size):
+        outputs = task.run_pack(model, pack, examples, windows)
         progress.advance(len(pack.examples), pack.windows)
-    for example, example_outputs in zip(chunk, outputs):
-        for output in example_outputs:
-            refuse_non_finite(example.id, output)
-    return [(example, [WindowScores(features, output) for features, output in zip(example_windows, example_outputs)])
-            for example, example_windows, example_outputs in zip(chunk, windows, outputs)]
+        pack_decoded, problem = task.decode_pack(pack, examples, windows, outputs)
+        decoded.update(pack_decoded)
+        problems.append(problem)
+        for e in pack.examples:
+            del windows[e]
+        del outputs
+    refuse_first(problems)
+    return [decoded[e] for e in range(len(chunk))]
 
 
 def window_lengths(windows: Sequence[Features]) -> list[int]:

@@ -2,25 +2,28 @@
 official file, byte-identical to a single process's.
 
 Every process runs the task's `predict` (longdoc.data.task) on `SharedRowsModel`, which stands for
-the task model. Where the task scores its examples (`score_examples`, which hands each chunk of
-examples to the model's `score_chunk`), the examples are shared out by example: each process builds
-the windows of every N-th example to count them, the examples are packed (`example_packs`: the
-windows of a pack are batched among themselves, the way one process batches them, so a pack's
-floats are one process's bytes), and the packs are shared out by their cost (rows x padded length),
-the dearest first, each to the process with the least work so far; a pack, and so an example's
-windows, is never split. Each process builds the windows of its own packs only, runs them, saves
-each pack's outputs as it completes it, and sends its examples' windows and outputs to the main
-process, which decodes every example with the task's decoder and writes the official file and the
-scores side file; the others decode nothing and write theirs into the shards folder, which is
-removed at the end. (A task that asks for its windows' outputs itself, as WikiHop does with its one
-window per example, has its rows shared out the same way by `forward_rows`.)
+the task model. Where the task decodes its examples (`decode_examples`, which hands the reader,
+the windows, the batching and the task's decoder to the model's `decode_examples`), the examples are
+shared out by example, over the whole set: each process reads the examples, building the windows of
+every N-th one to count them (keeping their lengths only); the examples are packed (`chunk_packs`:
+as one process reads them, chunk by chunk for a reader that streams; the windows of a pack are
+batched among themselves, the way one process batches them, so a pack's floats are one process's
+bytes), and the packs of the whole set are shared out by their cost (rows x padded length), the
+dearest first, each to the process with the least work so far; a pack, and so an example's windows,
+is never split. Each process then reads the examples again, and as soon as the last example of one
+of its packs is read, builds that pack's windows, runs them, saves their outputs, decodes the pack's
+examples with the task's decoder and lets go of their windows and outputs: no process holds more
+than one pack's windows and outputs at a time. The main process receives the decoded examples (what
+the task's files keep of each: answers, scores) and writes the official file and the scores side
+file; the others write theirs, empty, into the shards folder, which is removed at the end.
 
 Progress: every process adds the examples and windows it completes to counters in torchrun's
 store (`SharedCounters`); the main process shows them on the one progress bar.
 
 Bad input: a process that meets a bad example (one the task refuses, or outputs that are not
-finite) stops, and the processes agree, at the next exchange, on the first such example, which each
-of them refuses (one line, exit 2); nothing is written but the packs saved before.
+finite) stops and says so in torchrun's store; the others stop before their next pack, and the
+processes agree on the first bad example met, which each of them refuses (one line, exit 2);
+nothing is written but the packs saved before.
 
 Resuming: each pack's outputs are written atomically to OUT.shards/ beside --out as soon as they
 are complete (`OutputShards`), under the run they belong to (`PredictionRun`: data, model, batch
@@ -39,16 +42,15 @@ import uuid
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
 from longdoc.data.examples import StructuredExample
-from longdoc.data.features import Features
-from longdoc.data.prediction import (ChunkTask, Pack, Progress, WindowScores, example_packs, pack_outputs, pack_rows,
-                                     refuse_non_finite, window_lengths)
+from longdoc.data.prediction import (ChunkTask, Pack, Problem, Progress, example_packs, refuse_first,
+                                     window_lengths)
 from longdoc.errors import InputError
 from longdoc.io import atomic_write_bytes, atomic_write_json, hash_file
 from longdoc.distributed import ProcessInfo, SharedCounters, barrier, gather_objects, gather_to_main
@@ -124,8 +126,9 @@ class SharedPrediction:
 
 class OutputShards:
     """The saved outputs of a run's packs, one file per pack: CALL-PACK.pt, CALL counting the task's
-    requests for outputs (NQ asks once per chunk of examples) and PACK the pack's number among that
-    request's packs; a file holds the outputs of the pack's windows, in `pack_rows` order."""
+    requests for decoded examples (each task asks once) and PACK the pack's number among that
+    request's packs (`chunk_packs`); a file holds the outputs of the pack's windows, in `pack_rows`
+    order."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -157,16 +160,13 @@ def share_by_cost(costs: dict[int, int], processes: int) -> list[list[int]]:
     return [sorted(share) for share in shares]
 
 
-# A bad example a process met: (its index among the examples of the request, the error's words).
-Problem = tuple[int, str] | None
-
-
-def _refuse_first(problems: Sequence[Problem]) -> None:
-    """InputError, in every process, for the first bad example any process met (the one a single
-    process meets first)."""
-    met = [problem for problem in problems if problem is not None]
-    if met:
-        raise InputError(min(met)[1])
+def chunk_packs(lengths: Sequence[Sequence[int]], batch_size: int, chunk_size: int | None) -> list[Pack]:
+    """The packs of every example (`example_packs` of each chunk of `chunk_size` examples, as one
+    process reads them; None: one chunk), numbering the examples over the whole set."""
+    size = chunk_size or max(len(lengths), 1)
+    return [Pack(tuple(start + e for e in pack.examples), pack.windows, pack.cost)
+            for start in range(0, len(lengths), size)
+            for pack in example_packs(lengths[start:start + size], batch_size)]
 
 
 class SharedRowsModel:
@@ -184,84 +184,42 @@ class SharedRowsModel:
     def __getattr__(self, name: str):
         return getattr(self.model, name)
 
-    def score_chunk(self, chunk: list[StructuredExample], task: ChunkTask, progress: Progress
-                    ) -> list[tuple[StructuredExample, list[WindowScores]]]:
-        """The examples of `chunk` with their windows' scores, in order, in the main process (nothing
-        in the others); as longdoc.data.prediction scores a chunk in one process."""
+    def decode_examples(self, read: Callable[[], Iterable[StructuredExample]], task: ChunkTask,
+                        chunk_size: int | None, progress: Progress) -> list[Any]:
+        """The decoded examples of `read()`, in order, in the main process (nothing in the others); as
+        longdoc.data.prediction decodes them in one process. Each process reads the examples twice:
+        once to count the windows of every N-th one, then to build, run and decode those of its own
+        packs, a pack as soon as its last example is read."""
         processes, call = self.processes, self._next_call()
-        # Each process counts the windows of every world_size-th example.
-        windows: dict[int, list[Features]] = {}
+        lengths: dict[int, list[int]] = {}
         problem: Problem = None
-        for e in range(processes.rank, len(chunk), processes.world_size):
-            try:
-                windows[e] = task.windows(chunk[e])
-            except InputError as error:
-                problem = (e, str(error))
-                break
-        counted = gather_objects(processes, ({e: window_lengths(w) for e, w in windows.items()}, problem))
-        _refuse_first([problem for _, problem in counted])
-        lengths = [[] for _ in chunk]
-        for counts, _ in counted:
-            for e, example_lengths in counts.items():
-                lengths[e] = example_lengths
-        packs = example_packs(lengths, task.batch_size)
-        mine, loaded = self._placement(call, packs, progress)
-        kept = {e for p in mine + loaded for e in packs[p].examples}
-        windows = {e: example_windows for e, example_windows in windows.items() if e in kept}
-        with warnings.catch_warnings():  # their warnings were given when they were counted
-            warnings.simplefilter("ignore")
-            windows.update({e: task.windows(chunk[e]) for e in sorted(kept - windows.keys())})
-        counts = [len(example_lengths) for example_lengths in lengths]
-
-        def run_pack(pack: Pack) -> list[dict[str, Tensor]]:
-            rows = {e: [task.inputs(chunk[e], features) for features in windows[e]] for e in pack.examples}
-            return self.model.forward_rows(pack_rows(pack, rows), task.collate, task.batch_size, progress=False)
-
-        def check(pack: Pack, outputs: list[dict[str, Tensor]]) -> Problem:
-            for e, example_outputs in pack_outputs(pack, counts, outputs):
+        for e, example in enumerate(read()):  # read to the end, so that every process meets the reader's errors
+            if problem is None and e % processes.world_size == processes.rank:
                 try:
-                    for output in example_outputs:
-                        refuse_non_finite(chunk[e].id, output)
+                    lengths[e] = window_lengths(task.windows(example))
                 except InputError as error:
-                    return e, str(error)
-            return None
-
-        outputs = self._run_packs(call, packs, mine, run_pack, check, progress)
-        outputs.update({p: self.shards.load(call, p) for p in loaded})
-        scored = {e: [WindowScores(features, output) for features, output in zip(windows[e], example_outputs)]
-                  for p, results in outputs.items()
-                  for e, example_outputs in pack_outputs(packs[p], counts, results)}
-        del windows, outputs
-        gathered = gather_to_main(processes, scored)
+                    problem = (e, str(error))
+        counted = gather_objects(processes, (lengths, problem))
+        refuse_first([problem for _, problem in counted])
+        every = {e: example_lengths for counts, _ in counted for e, example_lengths in counts.items()}
+        packs = chunk_packs([every[e] for e in range(len(every))], task.batch_size, chunk_size)
+        del lengths, counted, every
+        if processes.is_main:
+            progress.bar.total = sum(len(pack.examples) for pack in packs)
+        mine, loaded = self._placement(call, packs, progress)
+        decoded, problem = self._run_packs(call, read, task, packs, mine, loaded, progress)
+        refuse_first(gather_objects(processes, problem))
+        gathered = gather_to_main(processes, decoded)
         if gathered is None:
             return []
         for part in gathered[1:]:
-            scored.update(part)
-        return [(example, scored[e]) for e, example in enumerate(chunk)]
+            decoded.update(part)
+        return [decoded[e] for e in range(len(decoded))]
 
-    def forward_rows(self, rows: Sequence[dict[str, Any]], collate: Callable, batch_size: int, progress: bool = True,
-                     desc: str = "predicting") -> list[dict[str, Tensor]]:
-        """The model's outputs for each row (one example's one window), in the rows' order, in the main
-        process (none in the others), as TaskModel.forward_rows gives them in one process."""
-        call = self._next_call()
-        packs = example_packs([[len(row["long_input_ids"])] for row in rows], batch_size)
-        with tqdm(total=len(rows), desc=desc, unit=" examples", disable=not progress) as bar:
-            shown = Progress(bar)
-            mine, loaded = self._placement(call, packs, shown)
-            outputs = self._run_packs(
-                call, packs, mine, lambda pack: self.model.forward_rows([rows[e] for e in pack.examples], collate,
-                                                                        batch_size, progress=False),
-                lambda pack, outputs: None, shown)
-        outputs.update({p: self.shards.load(call, p) for p in loaded})
-        gathered = gather_to_main(self.processes, outputs)
-        if gathered is None:
-            return []
-        results: list[dict[str, Tensor] | None] = [None] * len(rows)
-        for part in gathered:
-            for p, pack_results in part.items():
-                for e, output in zip(packs[p].examples, pack_results):
-                    results[e] = output
-        return results
+    def forward_rows(self, *args, **kwargs):
+        """Refused: a task whose `predict` ran its rows itself would have every process run every row."""
+        raise NotImplementedError("under torchrun, a task's predict runs its model through "
+                                  "longdoc.data.prediction.decode_examples, which shares the examples out")
 
     def _next_call(self) -> int:
         self.calls += 1
@@ -293,32 +251,72 @@ class SharedRowsModel:
         if self.processes.is_main:
             progress.show(examples, windows)
 
-    def _run_packs(self, call: int, packs: list[Pack], mine: list[int], run_pack: Callable[[Pack], list],
-                   check: Callable[[Pack, list], Problem], progress: Progress) -> dict[int, list[dict[str, Tensor]]]:
-        """The outputs of this process's packs, by pack, each saved as it is completed; stopped at the
-        first bad example, which every process then refuses."""
-        outputs, problem = {}, None
+    def _run_packs(self, call: int, read: Callable[[], Iterable[StructuredExample]], task: ChunkTask,
+                   packs: list[Pack], mine: list[int], loaded: list[int], progress: Progress
+                   ) -> tuple[dict[int, Any], Problem]:
+        """({example: decoded} of this process's packs, run (each saved as it is completed) or loaded;
+        the bad example it met, if any). A pack is run once its last example is read, and its examples
+        and windows are dropped once decoded; a process stops at the first bad example it meets, or
+        at its next pack once another process has met one."""
         try:
-            for p in mine:
-                started = time.perf_counter()
-                results = run_pack(packs[p])
-                self.own_seconds += time.perf_counter() - started
-                problem = check(packs[p], results)
-                if problem is not None:
-                    break
-                self.shards.save(call, p, results)
-                outputs[p] = results
-                self.own_examples += len(packs[p].examples)
-                self.own_windows += packs[p].windows
-                self._count(len(packs[p].examples), packs[p].windows, progress)
+            result = self._decode_share(call, read, task, packs, mine, loaded, progress)
         finally:
             self.counters.add(f"{call}/finished", 1)
         if self.processes.is_main:  # the others' progress, until they are done
             while self.counters.read(f"{call}/finished") < self.processes.world_size:
                 time.sleep(PROGRESS_SECONDS)
                 self._count(0, 0, progress)
-        _refuse_first(gather_objects(self.processes, problem))
-        return outputs
+        return result
+
+    def _decode_share(self, call: int, read: Callable[[], Iterable[StructuredExample]], task: ChunkTask,
+                      packs: list[Pack], mine: list[int], loaded: list[int], progress: Progress
+                      ) -> tuple[dict[int, Any], Problem]:
+        ready: dict[int, list[int]] = {}  # the packs to run or load once example e is read
+        for p in sorted(mine + loaded):
+            ready.setdefault(max(packs[p].examples), []).append(p)
+        wanted = {e for p in mine + loaded for e in packs[p].examples}
+        held: dict[int, StructuredExample] = {}
+        decoded: dict[int, Any] = {}
+        stopped = f"{call}/stopped"
+        with warnings.catch_warnings():  # their warnings were given when they were counted
+            warnings.simplefilter("ignore")
+            for e, example in enumerate(read()):
+                if not ready:
+                    break
+                if e in wanted:
+                    held[e] = example
+                for p in ready.pop(e, []):
+                    if self.counters.read(stopped):  # another process met a bad example
+                        return decoded, None
+                    pack_decoded, problem = self._decode_pack(call, task, p, packs[p], held, p in mine, progress)
+                    if problem is not None:
+                        self.counters.add(stopped, 1)
+                        return decoded, problem
+                    decoded.update(pack_decoded)
+        return decoded, None
+
+    def _decode_pack(self, call: int, task: ChunkTask, p: int, pack: Pack, held: dict[int, StructuredExample],
+                     own: bool, progress: Progress) -> tuple[dict[int, Any], Problem]:
+        """A pack's examples decoded, its outputs run and saved (`own`) or loaded, its examples let go."""
+        windows = {e: task.windows(held[e]) for e in pack.examples}
+        if own:
+            started = time.perf_counter()
+            outputs = task.run_pack(self.model, pack, held, windows)
+            seconds = time.perf_counter() - started
+        else:
+            outputs = self.shards.load(call, p)
+        decoded, problem = task.decode_pack(pack, held, windows, outputs)
+        if problem is not None:
+            return decoded, problem
+        if own:
+            self.shards.save(call, p, outputs)
+            self.own_seconds += seconds
+            self.own_examples += len(pack.examples)
+            self.own_windows += pack.windows
+            self._count(len(pack.examples), pack.windows, progress)
+        for e in pack.examples:
+            del held[e]
+        return decoded, None
 
 
 def _agree_on_run(processes: ProcessInfo, run: PredictionRun, data_path: Path, out_path: Path) -> None:

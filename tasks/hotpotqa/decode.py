@@ -33,7 +33,7 @@ from torch import Tensor
 
 from longdoc.data.examples import StructuredExample, TextSpan
 from longdoc.data.features import Features, GlobalKind
-from longdoc.data.prediction import PredictionFile, WindowScores, score_examples
+from longdoc.data.prediction import PredictionFile, WindowScores, decode_examples
 from longdoc.data.prediction_scores import write_scores
 from longdoc.data.spans import TokenSpan, token_span_to_char_span
 from longdoc.io import atomic_write_json
@@ -117,11 +117,10 @@ def select_facts(probabilities: Mapping[tuple[str, int], float], threshold: floa
     return [[title, index] for (title, index), p in probabilities.items() if p >= threshold]
 
 
-def scores_record(example: StructuredExample, windows: Sequence[WindowScores],
-                  probabilities: Mapping[tuple[str, int], float], threshold: float) -> dict:
-    """The scores record of one example (see the module docstring)."""
-    _, types = answer_type(windows)
-    return {"id": example.id, "answer_type": dict(zip(ANSWER_TYPES, types.tolist())), "sp_threshold": threshold,
+def scores_record(example_id: str, types: Sequence[float], probabilities: Mapping[tuple[str, int], float],
+                  threshold: float) -> dict:
+    """The scores record of one example (see the module docstring): its type probabilities (`answer_type`'s)."""
+    return {"id": example_id, "answer_type": dict(zip(ANSWER_TYPES, types)), "sp_threshold": threshold,
             "sentences": [[title, index, probability] for (title, index), probability in probabilities.items()]}
 
 
@@ -164,18 +163,23 @@ def predict(model, data_path, out_path, *, tokenizer, options: HotpotQAOptions |
     to `out_path` and the scores beside it (both atomically). `options`: a training run's (its
     `sp_threshold`); `tune`: choose the threshold on this file (see the module docstring)."""
     examples = list(read_examples(data_path))
-    per_example = [windows for _, windows in score_examples(
-        model, examples, tokenizer=tokenizer, settings=feature_settings(model.config),
-        inputs=lambda _, features: window_inputs(features), collate=collate, batch_size=batch_size,
-        progress=progress, desc="predict")]
     max_answer_length = model.config.task_options["max_answer_length"]
-    answers = {example.id: decode_answer(example, scores, max_answer_length)
-               for example, scores in zip(examples, per_example)}
-    probabilities = [sentence_probabilities(example, scores) for example, scores in zip(examples, per_example)]
+
+    def decode(example: StructuredExample, windows: list[WindowScores]) -> tuple[str, dict, list[float]]:
+        """What the files keep of an example: its answer, sentence probabilities and type probabilities."""
+        return (decode_answer(example, windows, max_answer_length), sentence_probabilities(example, windows),
+                answer_type(windows)[1].tolist())
+
+    decoded = list(decode_examples(
+        model, examples, decode=decode, tokenizer=tokenizer, settings=feature_settings(model.config),
+        inputs=lambda _, features: window_inputs(features), collate=collate, batch_size=batch_size,
+        progress=progress, desc="predict"))
+    answers = {example.id: answer for example, (answer, _, _) in zip(examples, decoded)}
+    probabilities = [p for _, p, _ in decoded]
     given = None if options is None else options.sp_threshold
     threshold, chosen = _sp_threshold(model, given, tune, data_path, examples, answers, probabilities)
     sp = {example.id: select_facts(p, threshold) for example, p in zip(examples, probabilities)}
     atomic_write_json(out_path, {"answer": answers, "sp": sp})
-    scores = write_scores(out_path, (scores_record(example, windows, p, threshold)
-                                     for example, windows, p in zip(examples, per_example, probabilities)))
+    scores = write_scores(out_path, (scores_record(example.id, types, p, threshold)
+                                     for example, (_, p, types) in zip(examples, decoded)))
     return PredictionFile(Path(out_path), len(examples), chosen, scores)

@@ -31,7 +31,7 @@ import torch
 
 from longdoc.data.examples import StructuredExample
 from longdoc.data.features import Features, GlobalKind
-from longdoc.data.prediction import PredictionFile, WindowScores, score_examples
+from longdoc.data.prediction import PredictionFile, WindowScores, decode_examples
 from longdoc.io import atomic_write_json
 from longdoc.model.heads import top_spans
 from longdoc.tasks.nq import NQOptions
@@ -153,10 +153,10 @@ def predict(model, data_path, out_path, *, tokenizer, options: NQOptions | None 
     beyond the predictions themselves."""
     max_length = model.config.task_options["max_short_answer_length"]
     skip = options is not None and options.skip_bad_lines
-    scored = score_examples(model, read_examples(data_path, skip_bad_lines=skip),
-                            tokenizer=HtmlMarkerTokenizer(tokenizer), settings=feature_settings(model.config),
-                            inputs=lambda _, features: window_inputs(features), collate=collate,
-                            batch_size=batch_size, progress=progress, desc="predict", chunk_size=CHUNK_EXAMPLES)
-    predictions = [decode_example(example, windows, max_length) for example, windows in scored]
+    predictions = list(decode_examples(
+        model, lambda: read_examples(data_path, skip_bad_lines=skip), tokenizer=HtmlMarkerTokenizer(tokenizer),
+        settings=feature_settings(model.config), inputs=lambda _, features: window_inputs(features), collate=collate,
+        batch_size=batch_size, progress=progress, desc="predict", chunk_size=CHUNK_EXAMPLES,
+        decode=lambda example, windows: decode_example(example, windows, max_length)))
     atomic_write_json(out_path, {"predictions": predictions})
     return PredictionFile(Path(out_path), len(predictions))

@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 
 from longdoc.data.examples import StructuredExample
-from longdoc.data.prediction import PredictionFile, WindowScores, score_examples
+from longdoc.data.prediction import PredictionFile, WindowScores, decode_examples
 from longdoc.data.prediction_scores import write_scores
 from longdoc.io import atomic_write_text
 from longdoc.tasks.openkp.features import collate, feature_settings, window_inputs, window_words, words_of
@@ -72,12 +72,11 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, tune: bool =
             progress: bool = True) -> PredictionFile:
     """Predict the keyphrases of every page of the OpenKP file `data_path`; write the official
     prediction file (JSON lines) to `out_path` and the phrases' scores beside it (both atomically)."""
-    scored = score_examples(model, read_examples(data_path), tokenizer=tokenizer,
-                            settings=feature_settings(model.config), inputs=window_inputs, collate=collate,
-                            batch_size=batch_size, progress=progress, desc="predict")
-    ranked = [(example.labels["url"], top_phrases(words_of(example), [word_window(example, w) for w in windows],
-                                                   k=SCORED))
-              for example, windows in scored]
+    ranked = list(decode_examples(
+        model, lambda: read_examples(data_path), tokenizer=tokenizer, settings=feature_settings(model.config),
+        inputs=window_inputs, collate=collate, batch_size=batch_size, progress=progress, desc="predict",
+        decode=lambda example, windows: (example.labels["url"], top_phrases(
+            words_of(example), [word_window(example, w) for w in windows], k=SCORED))))
     lines = [json.dumps({"url": url, "KeyPhrases": [tokens for _, tokens in phrases[:TOP_K]]}, ensure_ascii=False)
              for url, phrases in ranked]
     atomic_write_text(out_path, "".join(line + "\n" for line in lines))

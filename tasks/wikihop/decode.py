@@ -16,11 +16,12 @@ from pathlib import Path
 import torch
 
 from longdoc.data.examples import StructuredExample
-from longdoc.data.features import Features, GlobalKind, GlobalMarkers
-from longdoc.data.prediction import PredictionFile, refuse_non_finite
+from longdoc.data.features import Features, GlobalKind, GlobalMarkers, build_features
+from longdoc.data.prediction import PredictionFile, WindowScores, decode_examples
 from longdoc.data.prediction_scores import write_scores
 from longdoc.io import atomic_write_json
-from longdoc.tasks.wikihop.features import CutCounter, collate, example_window, feature_settings, window_inputs
+from longdoc.tasks.wikihop.features import (CutCounter, collate, feature_settings, window_inputs,
+                                            with_candidate_list)
 from longdoc.tasks.wikihop.reader import read_examples
 
 
@@ -61,16 +62,27 @@ def predict(model, data_path, out_path, *, tokenizer, options=None, tune: bool =
     examples = list(read_examples(data_path))
     settings = feature_settings(model.config)
     markers = GlobalMarkers.from_tokenizer(tokenizer)
+    wordpieces: dict[str, tuple[int, int]] = {}  # per example: (read, in all), from its windows until decoded
+
+    def first_window(example: StructuredExample) -> list[Features]:
+        windows = build_features(with_candidate_list(example), tokenizer, settings, markers)
+        wordpieces[example.id] = windows[0].window_end, windows[-1].window_end
+        return windows[:1]
+
+    def decode(example: StructuredExample, windows: list[WindowScores]) -> tuple[str, dict, tuple[int, int]]:
+        """What the files keep of an example: its answer, its scores record, and the wordpieces read of all."""
+        (window,) = windows
+        logits = window.outputs["candidate_logits"]
+        return (best_candidate(example, window.features, logits), scores_record(example, window.features, logits),
+                wordpieces.pop(example.id))
+
+    decoded = list(decode_examples(model, examples, decode=decode, tokenizer=tokenizer, windows=first_window,
+                                   inputs=lambda _, features: window_inputs(features), collate=collate,
+                                   batch_size=batch_size, progress=progress, desc="predict"))
     cuts = CutCounter()
-    windows = [example_window(example, tokenizer, settings, markers, cuts) for example in examples]
+    for _, _, (read, total) in decoded:
+        cuts.add(read, total)
     cuts.warn(data_path, settings.long_max_len)
-    outputs = model.forward_rows([window_inputs(features) for features in windows], collate, batch_size,
-                                 progress=progress, desc="predict")
-    for example, output in zip(examples, outputs):
-        refuse_non_finite(example.id, output)
-    answers = {example.id: best_candidate(example, features, output["candidate_logits"])
-               for example, features, output in zip(examples, windows, outputs)}
-    atomic_write_json(out_path, answers)
-    scores = write_scores(out_path, (scores_record(example, features, output["candidate_logits"])
-                                     for example, features, output in zip(examples, windows, outputs)))
+    atomic_write_json(out_path, {example.id: answer for example, (answer, _, _) in zip(examples, decoded)})
+    scores = write_scores(out_path, (record for _, record, _ in decoded))
     return PredictionFile(Path(out_path), len(examples), scores=scores)

@@ -53,14 +53,16 @@ class CutCounter:
         self.examples = self.cut_examples = self.cut_wordpieces = self.total_wordpieces = 0
 
     def first_window(self, windows: list[Features]) -> Features:
-        total = windows[-1].window_end
-        kept = windows[0].window_end
+        self.add(windows[0].window_end, windows[-1].window_end)
+        return windows[0]
+
+    def add(self, kept: int, total: int) -> None:
+        """Count an example of `total` wordpieces of which its first window reads `kept`."""
         self.examples += 1
         self.total_wordpieces += total
         if kept < total:
             self.cut_examples += 1
             self.cut_wordpieces += total - kept
-        return windows[0]
 
     def warn(self, path, long_max_len: int) -> None:
         if self.cut_examples:
