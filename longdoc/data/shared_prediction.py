@@ -343,9 +343,14 @@ def _open_shards(processes: ProcessInfo, run: PredictionRun, out_path: Path) -> 
     write it; InputError in every process naming the process and folder that cannot, or a folder of
     another run."""
     folder = shards_folder(out_path)
-    problem = None
+    problem, made = None, False
     try:
-        folder.mkdir(exist_ok=True)
+        try:
+            folder.mkdir()
+            made = True
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
         probe = folder / f".process-{processes.rank}.probe"
         probe.write_bytes(b"")
         probe.unlink()
@@ -353,6 +358,8 @@ def _open_shards(processes: ProcessInfo, run: PredictionRun, out_path: Path) -> 
         problem = f"process {processes.rank} cannot write {folder} ({error.strerror or error})"
     problems = [p for p in gather_objects(processes, problem) if p]
     if problems:
+        if made:  # nothing half-made left behind: the folder is empty (every probe was done at the gather)
+            shutil.rmtree(folder, ignore_errors=True)
         raise InputError(f"--out {out_path}: {'; '.join(problems)}; give a folder every process can write")
     # Every process checks the folder as it sees it: on machines that do not share a disk, each has its own.
     run_file = folder / RUN_FILE

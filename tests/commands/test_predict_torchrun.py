@@ -4,7 +4,8 @@ process's, for every task; a run whose process is SIGKILLed halfway, rerun (with
 reuses what was saved, says so, shows one progress bar and ends byte-identical; Ctrl-C says what is
 kept; bad data stops every process with one line and writes nothing, also when only one process
 meets the bad example; processes given different --data or --out are refused before anything runs,
-as are the saved outputs of another run and a shards folder the processes cannot write."""
+as are the saved outputs of another run and a shards folder the processes, or one of them, cannot
+write."""
 
 import hashlib
 import json
@@ -235,6 +236,23 @@ def test_a_shards_folder_no_process_can_write_is_refused_naming_each_process(mod
                                          f"{shards_folder(out)} (File exists); process 1 cannot write "
                                          f"{shards_folder(out)} (File exists); give a folder every process can write")
     assert not out.exists()
+
+
+def test_an_out_one_process_cannot_write_is_refused_naming_it_and_the_others_leave_nothing(
+        models, shared_data, tmp_path):
+    """As on two machines that do not share a disk: the same relative --out, each process in its own
+    folder, and where process 1 runs, PRED.shards cannot be made (a file is in the way)."""
+    (tmp_path / "first").mkdir(), (tmp_path / "second").mkdir()
+    (tmp_path / "second" / "pred.json.shards").write_text("in the way", encoding="utf-8")
+    argv = predict_argv("hotpotqa", models / "hotpotqa", shared_data / HOTPOTQA_GOLD, Path("pred.json"))
+    script = (f'if [ "$RANK" = 0 ]; then cd {tmp_path}/first; else cd {tmp_path}/second; fi; '
+              f'exec {sys.executable} -m longdoc.cli {" ".join(argv)}')
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "--no-python", "sh", "-c", script], cwd=ROOT, env=child_env(), capture_output=True,
+                         text=True, timeout=300)
+    assert_every_process_ended_with(run, "longdoc predict: error: --out pred.json: process 1 cannot write "
+                                         "pred.json.shards (File exists); give a folder every process can write")
+    assert not list((tmp_path / "first").iterdir())  # process 0 made its shards folder, then removed it
 
 
 def test_processes_given_different_out_are_refused_before_anything_runs(models, shared_data, tmp_path):
