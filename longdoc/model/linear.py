@@ -10,8 +10,10 @@ not made by Intel, "blas" elsewhere), "onednn" or "blas". With "onednn", `Linear
 same parameters, the same state dict) runs its float32 CPU products, forward and backward, on oneDNN,
 and the compiled attention (longdoc.model.kernels.cpu) its small products on its own AVX-512 code
 instead of BLAS's sgemm. A value that cannot be used gives one warning that says what is used instead.
-`Linear` also applies its activation, fused into oneDNN's product where it can. Under torch.compile
-and export it is nn.Linear.
+`Linear` also applies its activation: fused into oneDNN's product where torch runs AVX-512 code, in
+place after the product at AVX2, where oneDNN's fused GELU costs more than the product's own writes
+(at 4352 x 384 @ 384 x 1536: 55 ms fused against 40 ms product then gelu_, AMD EPYC Zen 3, 2 threads).
+Under torch.compile and export it is nn.Linear.
 
 bfloat16 products run on oneDNN whatever LONGDOC_GEMM says, where the CPU has bfloat16 instructions
 (`bfloat16_instructions()`): torch's own bfloat16 product (F.linear) is oneDNN's too, after copying the
@@ -62,6 +64,13 @@ def bfloat16_instructions() -> bool:
     emulates bfloat16, slower than float32)."""
     cpu = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     return cpu and _onednn_available() and _onednn_uses_bfloat16_instructions()
+
+
+@functools.cache
+def _fuses_activations() -> bool:
+    """Whether oneDNN applies the activation as it writes the product: at AVX-512 (see the module's
+    docstring)."""
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
 def _onednn_uses_bfloat16_instructions() -> bool:
@@ -145,7 +154,7 @@ class Linear(nn.Linear):
     def forward(self, x: Tensor, activation: str | None = None) -> Tensor:
         grad = torch.is_grad_enabled()
         if _on_onednn(x, self.weight):
-            if not grad and activation in _ONEDNN_ACTIVATIONS:
+            if not grad and activation in _ONEDNN_ACTIVATIONS and _fuses_activations():
                 return _onednn_product(x, self.weight, self.bias, activation)
             out = _OneDnnLinear.apply(x, self.weight, self.bias) if grad else _onednn_product(x, self.weight, self.bias)
         else:

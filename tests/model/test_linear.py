@@ -49,9 +49,11 @@ def test_non_contiguous_inputs_and_expanded_gradients(linear_backend, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("activation", ["gelu", "relu", "gelu_new"])
 @pytest.mark.parametrize("grad", [False, True])
-def test_the_activation_is_the_transformers_one(linear_backend, backend, activation, grad):
+@pytest.mark.parametrize("fused", [False, True])  # (oneDNN fuses it at AVX-512 only: both on any CPU)
+def test_the_activation_is_the_transformers_one(linear_backend, monkeypatch, backend, activation, grad, fused):
     # Fused into oneDNN's product, in place, or applied as a module: the same values.
     linear_backend(backend)
+    monkeypatch.setattr(linear, "_fuses_activations", lambda: fused)
     torch.manual_seed(0)
     layer = linear.Linear(16, 32)
     x = torch.randn(3, 10, 16)
