@@ -34,7 +34,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object on stdout at the end: the prediction file, its scores side file "
                              "(or null), task, examples and windows predicted, seconds, examples per second, device, "
-                             "dtype and runtime")
+                             "dtype and runtime; under torchrun, each process's examples, windows and model seconds")
 
 
 class _WindowCounter:
@@ -131,6 +131,9 @@ def run(args) -> int:
                "task": args.task, "examples": examples, "windows": windows,
                "seconds": round(seconds, 3), "examples_per_second": round(examples / seconds, 3),
                "device": str(device), "dtype": str(dtype).removeprefix("torch."), "runtime": runtime}
+    if processes is not None:
+        summary["processes"] = [{"examples": share.examples, "windows": share.windows,
+                                 "seconds": round(share.seconds, 3)} for share in shared.shares]
     print(f"wrote {path}: {examples} examples ({windows} windows) in {seconds:.1f} s, "
           f"{summary['examples_per_second']} examples/s on {summary['device']} in {summary['dtype']}"
           + (" (ONNX Runtime)" if runtime == "onnx" else "")

@@ -46,7 +46,6 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from longdoc.data.examples import StructuredExample
 from longdoc.data.prediction import (ChunkTask, Pack, Problem, Progress, example_packs, refuse_first,

@@ -87,11 +87,15 @@ def test_two_processes_write_the_files_of_one(models, shared_data, tmp_path, tas
     data = shared_data / DATA[task]
     (tmp_path / "one").mkdir(), (tmp_path / "two").mkdir()
     one_process(predict_argv(task, models / task, data, tmp_path / "one" / "pred.json"))
-    run = subprocess.run(torchrun(2, predict_argv(task, models / task, data, tmp_path / "two" / "pred.json")),
-                         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    run = subprocess.run(torchrun(2, [*predict_argv(task, models / task, data, tmp_path / "two" / "pred.json"),
+                                      "--json"]), cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert_same_files(tmp_path / "one" / "pred.json", tmp_path / "two" / "pred.json")
     assert run.stderr.count("wrote ") == 1  # the main process tells, once
+    (summary,) = [json.loads(line) for line in run.stdout.splitlines()]
+    assert len(summary["processes"]) == 2
+    assert sum(share["examples"] for share in summary["processes"]) == summary["examples"]
+    assert sum(share["windows"] for share in summary["processes"]) == summary["windows"]
 
 
 def _workers(parent: int) -> list[int]:
