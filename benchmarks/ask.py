@@ -113,6 +113,117 @@ def corpus_timing_rows(data: Path, work: Path, rounds: int = 3) -> list[dict]:
     return rows
 
 
+def write_generated_corpus(data: Path, folder: Path, documents: int, words: int = 500, seed: int = 0) -> int:
+    """`documents` text files in `folder` of about `words` words each, each a title line and HotpotQA
+    sentences (the file `data`'s paragraphs, each title once) drawn at random, seeded by (seed, its
+    number) alone: the same files on every run. Returns the words written."""
+    import random
+
+    records = json.loads(Path(data).read_text(encoding="utf-8"))
+    pool = sorted({sentence.strip() for record in records for _, sentences in record["context"]
+                   for sentence in sentences if sentence.strip()})
+    folder.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for number in range(documents):
+        rng, chosen, count = random.Random(f"{seed}:{number}"), [], 0
+        while count < words:
+            chosen.append(rng.choice(pool))
+            count += len(chosen[-1].split())
+        paragraphs = [" ".join(chosen[start:start + 6]) for start in range(0, len(chosen), 6)]
+        (folder / f"{number:05d}.txt").write_text(f"Document {number}\n" + "\n\n".join(paragraphs) + "\n",
+                                                  encoding="utf-8")
+        written += count
+    return written
+
+
+def approximate_recall(corpus, vectors, k: int = 8) -> float:
+    """Recall@k of the corpus's approximate (HNSW) search against its exact search for the query
+    `vectors`: the share of the exact k best that the approximate k hold, a passage scoring as high as
+    the exact k-th counting as one of them (equal vectors, as repeated text gives, tie)."""
+    import numpy as np
+
+    assert corpus.approximate is not None, "the corpus has no approximate index"
+    found = total = 0
+    for approximate, exact in zip(corpus.search(vectors, k), corpus.search(vectors, k, exact=True)):
+        floor = exact[-1].score - 1e-6
+        exact_keys = {(hit.document, hit.passage) for hit in exact}
+        found += min(len(exact), sum((hit.document, hit.passage) in exact_keys or hit.score >= floor
+                                     for hit in approximate))
+        total += len(exact)
+    return found / total if total else float(np.nan)
+
+
+def scale_rows(data: Path, work: Path, documents: int, words: int = 500, rounds: int = 3) -> list[dict]:
+    """A generated corpus of `documents` files (`write_generated_corpus`) through the command line, in
+    fresh processes: `longdoc index` on a fresh cache (seconds, words a second, peak resident memory
+    of the process), then in `rounds` alternating rounds `python -c "import torch"` and a cached
+    `longdoc ask --question`, and a question's time in one `ask --json` process (all the HotpotQA
+    file's questions against one); then, in this process, the corpus's vector searches for those
+    questions: milliseconds a query exact and approximate, and the approximate search's recall@8
+    against exact (`approximate_recall`; "-" when the corpus is below APPROXIMATE_FROM passages)."""
+    import os
+    import statistics
+    import subprocess
+    import sys
+
+    from longdoc.ask.documents import load_sources
+    from longdoc.ask.embedding import SentenceEmbedder
+
+    folder = work / "generated"
+    written = write_generated_corpus(data, folder, documents, words)
+    questions = [record["question"] for record in json.loads(Path(data).read_text(encoding="utf-8"))]
+    environment = {**os.environ, "LONGDOC_CACHE": str(work / "cache")}
+    longdoc = [sys.executable, "-m", "longdoc.cli", "--quiet"]
+
+    def seconds(command: list[str], stdin: str = "") -> float:
+        started = time.perf_counter()
+        subprocess.run(command, input=stdin, env=environment, check=True, capture_output=True, text=True)
+        return time.perf_counter() - started
+
+    started = time.perf_counter()
+    indexing = subprocess.Popen(longdoc + ["index", str(folder)], env=environment, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(indexing.pid, 0)
+    index_seconds = time.perf_counter() - started
+    if status != 0:
+        raise RuntimeError(f"longdoc index exited with status {status}")
+    asking = longdoc + ["ask", "--question", questions[0], str(folder)]
+    torch_times, ask_times, per_question = [], [], []
+    for _ in range(rounds):
+        torch_times.append(seconds([sys.executable, "-c", "import torch"]))
+        ask_times.append(seconds(asking))
+        all_questions = seconds(longdoc + ["ask", "--json", str(folder)], "\n".join(questions) + "\n")
+        one_question = seconds(longdoc + ["ask", "--json", str(folder)], questions[0] + "\n")
+        per_question.append((all_questions - one_question) / (len(questions) - 1))
+    embedder = SentenceEmbedder()
+    sources, _ = load_sources([folder])
+    corpus = index_corpus(sources, embedder, named_by=[str(folder)], cache_root=work / "cache" / "ask",
+                          progress=False)
+    vectors = embedder.embed(questions)
+    search_ms = {}
+    for exact in (True, False) if corpus.approximate is not None else (True,):
+        corpus.search(vectors[:1], 8, exact=exact)  # the flat index built, the graph touched
+        started = time.perf_counter()
+        for vector in vectors:
+            corpus.search(vector[None], 8, exact=exact)
+        search_ms[exact] = 1000 * (time.perf_counter() - started) / len(vectors)
+    torch_seconds = statistics.median(torch_times)
+    ask_seconds = statistics.median(ask_times)
+    name = f"{documents} generated files, {written:,} words, {len(corpus.locations):,} passages"
+    return [{"corpus": name, "step": "longdoc index, fresh cache", "seconds": round(index_seconds, 1),
+             "figure": f"{written / index_seconds:,.0f} words/s, peak {usage.ru_maxrss / 1024:,.0f} MiB resident"},
+            {"corpus": name, "step": "python -c \"import torch\"", "seconds": round(torch_seconds, 2), "figure": ""},
+            {"corpus": name, "step": "longdoc ask --question (cached)", "seconds": round(ask_seconds, 2),
+             "figure": f"{ask_seconds / torch_seconds:.2f}x import torch"},
+            {"corpus": name, "step": f"longdoc ask --json < {len(questions)} questions: a question in one process",
+             "seconds": round(statistics.median(per_question), 3), "figure": ""},
+            {"corpus": name, "step": "vector search, 8 passages, exact", "seconds": round(search_ms[True] / 1000, 4),
+             "figure": ""},
+            {"corpus": name, "step": "vector search, 8 passages, approximate (HNSW)",
+             "seconds": round(search_ms[False] / 1000, 4) if False in search_ms else "-",
+             "figure": (f"recall@8 {approximate_recall(corpus, vectors):.4f} of exact"
+                        if corpus.approximate is not None else "below the approximate index's size")}]
+
+
 def covered(span: tuple[int, int], ranges) -> bool:
     """Whether the characters `span` lie inside one of `ranges`."""
     return any(start <= span[0] and span[1] <= end for start, end in ranges)

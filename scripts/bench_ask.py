@@ -27,6 +27,12 @@
       cache, then a cached `longdoc ask --question` over every file and over one, beside `python -c
       "import torch"` in the same rounds, and the time a question takes in one `ask --json` process
       (benchmarks.ask.corpus_timing_rows).
+  python scripts/bench_ask.py scale [--data HOTPOT_JSON] [--documents 10000] [--words 500] [--rounds 3]
+      a corpus of that many generated files (HotpotQA sentences drawn at random, seeded: the same
+      files each run; benchmarks.ask.write_generated_corpus): `longdoc index` on a fresh cache
+      (seconds, words/s, peak resident memory), a cached `longdoc ask --question` beside `python -c
+      "import torch"`, a question in one `ask --json` process, and the vector search exact against
+      approximate (ms, recall@8) (benchmarks.ask.scale_rows).
 All print a markdown table and, with --json FILE, write the rows.
 """
 
@@ -99,7 +105,14 @@ def main(argv=None) -> int:
                                              "beside import torch")
     corpus.add_argument("--data", type=Path, default=SAMPLE)
     corpus.add_argument("--rounds", type=int, default=3)
-    for sub in (quality, timing, indexing, sentences, refusal, corpus):
+    scale = modes.add_parser("scale", help="a generated corpus of many files: indexing, time a question, "
+                                           "approximate search recall")
+    scale.add_argument("--data", type=Path, default=SAMPLE)
+    scale.add_argument("--documents", type=int, default=10_000)
+    scale.add_argument("--words", type=int, default=500)
+    scale.add_argument("--rounds", type=int, default=3)
+    scale.add_argument("--work", type=Path, help="keep the corpus and its index here (default: a temporary folder)")
+    for sub in (quality, timing, indexing, sentences, refusal, corpus, scale):
         sub.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
     args = parser.parse_args(argv)
     from longdoc.cpu_memory import configure_allocator
@@ -118,6 +131,11 @@ def main(argv=None) -> int:
 
         with tempfile.TemporaryDirectory() as work:
             rows = corpus_timing_rows(args.data, Path(work), args.rounds)
+    elif args.mode == "scale":
+        from benchmarks.ask import scale_rows
+
+        with tempfile.TemporaryDirectory() as work:
+            rows = scale_rows(args.data, args.work or Path(work), args.documents, args.words, args.rounds)
     elif args.mode == "no-answer":
         rows = no_answer(args)
     elif args.mode == "sentences":

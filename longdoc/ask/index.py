@@ -18,6 +18,16 @@ process updates the file. Processes that update the same corpus take turns on a 
 put, in their order, into a faiss inner-product index (`IndexFlatIP`: exact search; the vectors are
 unit length, so scores are cosines), as the flat index a file would hold is these vectors anyway.
 
+Beyond APPROXIMATE_FROM passages an exact search costs a question more with every document (each of
+its four or so searches reads every vector) while an HNSW graph's stays near constant, so an update
+that leaves that many builds a faiss HNSW index over all passage vectors (documents by their id in
+the file) and stores it in the file: a question reads it and does not build it. HNSW rather than IVF:
+it needs no training on the corpus (IVF's centroids, trained on the documents of one day, fit the
+corpus less as it grows, and reach a recall of 0.98 only with many lists probed), and its recall is
+set at search time (HNSW_EF_SEARCH). It is built again whenever the documents changed, on one thread,
+so that a resumed indexing stores the graph an uninterrupted one stores. A search for more passages
+than HNSW_EF_SEARCH (reading everything) stays exact.
+
 Incremental by content: a document indexed with the same hash is kept, a changed one is indexed
 again, one no longer among the documents (removed, or unreadable now) is dropped with a warning,
 and its offsets are never used, as every document's text is read from its file for the session. A
@@ -49,11 +59,19 @@ INDEX_FILE, LOCK_FILE = "index.sqlite", "lock"
 # Passages and sentences embedded and committed together: what indexing holds in memory at once, and
 # what a kill loses.
 CHUNK_TEXTS = 1024
+# Passages from which a corpus gets an approximate (HNSW) vector index; below, exact search (a
+# question's four searches over 20,000 passages read 120 MB of vectors, a few milliseconds each).
+APPROXIMATE_FROM = 20_000
+HNSW_NEIGHBOURS, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 128
+# The HNSW index of the passage vectors, one row when the corpus has APPROXIMATE_FROM passages or more:
+# the document ids in the order its vectors were added (each document's passages in turn), and the index.
+APPROXIMATE_TABLE = "CREATE TABLE IF NOT EXISTS approximate (documents TEXT NOT NULL, hnsw BLOB NOT NULL)"
 SCHEMA = (
     "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE documents (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, sha256 TEXT NOT NULL, "
     "passages TEXT NOT NULL, first_row INTEGER NOT NULL, sentences INTEGER NOT NULL, passage_vectors BLOB NOT NULL)",
     "CREATE TABLE sentence_vectors (document INTEGER PRIMARY KEY, vectors BLOB NOT NULL)",
+    APPROXIMATE_TABLE,
 )
 
 
@@ -174,6 +192,8 @@ class CorpusStore:
                     connection.executemany("INSERT INTO meta VALUES (?, ?)",
                                            [("settings", json.dumps(self.settings.to_json(), sort_keys=True)),
                                             ("next_row", "0")])
+            else:  # a file written before the approximate index existed holds the same rows
+                connection.execute(APPROXIMATE_TABLE)
             settings = connection.execute("SELECT value FROM meta WHERE name = 'settings'").fetchone()
             if settings is None or settings[0] != json.dumps(self.settings.to_json(), sort_keys=True):
                 raise DamagedIndex(f"made with other settings ({None if settings is None else settings[0]})")
@@ -250,6 +270,7 @@ class CorpusStore:
                           "dropped from the index", stacklevel=2)
         if missing:
             self._index(connection, missing, embedder, progress, on_indexed)
+        _store_approximate(connection, embedder.dimension)
         return IndexChanges(tuple(source.path for source in missing if document_path(source) not in indexed),
                             tuple(source.path for source in missing if document_path(source) in indexed),
                             dropped, len(wanted) - len(missing))
@@ -308,6 +329,43 @@ def _save(connection: sqlite3.Connection, documents: Sequence[tuple[SourceText, 
         connection.execute("UPDATE meta SET value = ? WHERE name = 'next_row'", (str(first_row),))
 
 
+def _store_approximate(connection: sqlite3.Connection, dimension: int) -> None:
+    """Makes the file's HNSW index hold the passage vectors of its documents when they are
+    APPROXIMATE_FROM or more (and removes it when fewer); nothing to do when it already does."""
+    import faiss
+
+    keys = [key for (key,) in connection.execute("SELECT id FROM documents ORDER BY id")]
+    stored = connection.execute("SELECT documents FROM approximate").fetchone()
+    if stored is not None and json.loads(stored[0]) == keys:
+        return
+    [[passages]] = connection.execute("SELECT COALESCE(SUM(LENGTH(passage_vectors)), 0) FROM documents")
+    passages //= 4 * dimension
+    if passages < APPROXIMATE_FROM:
+        if stored is not None:
+            with _transaction(connection):
+                connection.execute("DELETE FROM approximate")
+        return
+    index = faiss.IndexHNSWFlat(dimension, HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # threads add the vectors in an order of their own: another graph each run
+    try:
+        batch: list[np.ndarray] = []
+        for (blob,) in connection.execute("SELECT passage_vectors FROM documents ORDER BY id"):
+            batch.append(np.frombuffer(blob, dtype=np.float32).reshape(-1, dimension))
+            if sum(len(vectors) for vectors in batch) >= CHUNK_TEXTS:
+                index.add(np.concatenate(batch))
+                batch = []
+        if batch:
+            index.add(np.concatenate(batch))
+    finally:
+        faiss.omp_set_num_threads(threads)
+    with _transaction(connection):
+        connection.execute("DELETE FROM approximate")
+        connection.execute("INSERT INTO approximate VALUES (?, ?)",
+                           (json.dumps(keys), faiss.serialize_index(index).tobytes()))
+
+
 def index_corpus(sources: Sequence[SourceText], embedder, *, named_by: Sequence[str] | None = None,
                  cache_root: Path | None = None, progress: bool = True, max_tokens: int = MAX_TOKENS,
                  min_tokens: int = MIN_TOKENS, on_indexed: Callable[[SourceText, int], None] | None = None
@@ -348,15 +406,14 @@ class Hit:
 
 
 class CorpusIndex:
-    """The documents of one session as an index file's snapshot holds them: their passages' vectors in
-    one faiss index (documents in the order given), their sentences' BM25 table (the file's, over
-    exactly these documents) and their sentence vectors, read per document when first needed."""
+    """The documents of one session as an index file's snapshot holds them: their passages' vectors
+    (searched exactly in a flat faiss index, documents in the order given, or through the file's HNSW
+    index), their sentences' BM25 table (the file's, over exactly these documents) and their sentence
+    vectors, read per document when first needed."""
 
     def __init__(self, connection: sqlite3.Connection, sources: Sequence[SourceText], changes: IndexChanges,
                  dimension: int):
         """`connection`: inside the read transaction whose snapshot the corpus keeps."""
-        import faiss
-
         self.connection, self.changes = connection, changes
         stored = {path: (key, passages, first_row, vectors) for key, path, passages, first_row, vectors in
                   connection.execute("SELECT id, path, passages, first_row, passage_vectors FROM documents")}
@@ -378,9 +435,9 @@ class CorpusIndex:
             self.documents.append(DocumentIndex(source, passages, vectors.reshape(len(passages), dimension), key,
                                                 first_row))
         self.locations = [(d, p) for d, document in enumerate(self.documents) for p in range(len(document.passages))]
-        self.index = faiss.IndexFlatIP(dimension)
-        if self.locations:
-            self.index.add(np.concatenate([document.vectors for document in self.documents]))
+        self.dimension = dimension
+        self._exact: Any = None
+        self.approximate = self._read_approximate(connection)
         self.lexical = LexicalIndex(connection)
         # A BM25 row -> its document (by first row) and that document's sentence -> its passage.
         order = sorted(range(len(self.documents)), key=lambda d: self.documents[d].first_row)
@@ -390,13 +447,47 @@ class CorpusIndex:
                                    for document in self.documents]
         self._sentence_vectors: dict[int, np.ndarray] = {}
 
-    def search(self, vectors: np.ndarray, k: int) -> list[list[Hit]]:
-        """The k nearest passages to each query vector, best first (scores: cosines)."""
+    def _read_approximate(self, connection: sqlite3.Connection) -> tuple[Any, list[tuple[int, int]]] | None:
+        """The file's HNSW index and the (document, passage) of each of its vectors; None when the file
+        has none, or one over other documents than these."""
+        import faiss
+
+        row = connection.execute("SELECT documents, hnsw FROM approximate").fetchone()
+        if row is None:
+            return None
+        by_key = {document.key: d for d, document in enumerate(self.documents)}
+        keys = json.loads(row[0])
+        if sorted(keys) != sorted(by_key):
+            return None
+        index = faiss.deserialize_index(np.frombuffer(row[1], dtype=np.uint8))
+        locations = [(by_key[key], p) for key in keys for p in range(len(self.documents[by_key[key]].passages))]
+        if index.ntotal != len(locations) or index.d != self.dimension:
+            raise DamagedIndex(f"its approximate index holds {index.ntotal} vectors for {len(locations)} passages")
+        index.hnsw.efSearch = HNSW_EF_SEARCH
+        return index, locations
+
+    def exact_index(self) -> Any:
+        """The passage vectors in a flat (exact) faiss index, in the order of `locations`."""
+        if self._exact is None:
+            import faiss
+
+            self._exact = faiss.IndexFlatIP(self.dimension)
+            if self.locations:
+                self._exact.add(np.concatenate([document.vectors for document in self.documents]))
+        return self._exact
+
+    def search(self, vectors: np.ndarray, k: int, exact: bool = False) -> list[list[Hit]]:
+        """The k nearest passages to each query vector, best first (scores: cosines); through the
+        approximate index when the file has one and k is at most HNSW_EF_SEARCH, unless `exact`."""
         k = min(k, len(self.locations))
         if k == 0:
             return [[] for _ in range(len(vectors))]
-        scores, ids = self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
-        return [[Hit(*self.locations[i], float(s)) for s, i in zip(row_scores, row_ids) if i >= 0]
+        if self.approximate is not None and not exact and k <= HNSW_EF_SEARCH:
+            index, locations = self.approximate
+        else:
+            index, locations = self.exact_index(), self.locations
+        scores, ids = index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
+        return [[Hit(*locations[i], float(s)) for s, i in zip(row_scores, row_ids) if i >= 0]
                 for row_scores, row_ids in zip(scores, ids)]
 
     def _sentence_at(self, row: int) -> tuple[int, int] | None:
@@ -441,9 +532,9 @@ class CorpusIndex:
                                           (document.key,)).fetchone()
             vectors = np.frombuffer(row[0] if row else b"", dtype=np.float32)
             sentences = len(self._sentence_passages[hit.document])
-            if vectors.size != sentences * self.index.d:
+            if vectors.size != sentences * self.dimension:
                 raise DamagedIndex(f"the sentence vectors of {document.source.path} do not fit it")
-            vectors = self._sentence_vectors[hit.document] = vectors.reshape(sentences, self.index.d)
+            vectors = self._sentence_vectors[hit.document] = vectors.reshape(sentences, self.dimension)
         first = sum(len(passage.sentences) for passage in document.passages[:hit.passage])
         return vectors[first:first + len(document.passages[hit.passage].sentences)]
 

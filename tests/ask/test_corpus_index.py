@@ -1,6 +1,7 @@
 """The corpus index as users meet it: updated file by file to the answers a fresh index gives,
 `longdoc index` stopped by kill -9 or Ctrl-C and run again to the contents of an uninterrupted run,
-two processes indexing one corpus at once, and a file deleted between indexing and asking."""
+two processes indexing one corpus at once, a file deleted between indexing and asking, and a corpus
+large enough for the approximate vector index (the size lowered)."""
 
 import hashlib
 import json
@@ -12,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.ask import approximate_recall, write_generated_corpus
 from benchmarks.readers import make_fact_questions
 from longdoc.ask import index as index_module
-from longdoc.ask.documents import SourceText
+from longdoc.ask.documents import SourceText, load_sources
 from longdoc.ask.index import INDEX_FILE, IndexChanges, index_corpus
 from longdoc.ask.retrieve import RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.cli import main
 from tests.ask.conftest import CountingEmbedder, indexed_texts
+from tests.conftest import SHARED_DATA
 
 
 def source(text: str, path: str) -> SourceText:
@@ -72,7 +75,7 @@ def test_an_index_updated_file_by_file_answers_as_a_fresh_one(embedder, tmp_path
 INDEXING = """
 import os, signal, sys
 import longdoc.ask.index as index
-index.CHUNK_TEXTS = 6
+index.CHUNK_TEXTS, index.APPROXIMATE_FROM = 6, 10  # 12 passages: the HNSW index built as well
 stop, after = sys.argv[1], int(sys.argv[2])
 real, calls = index.add_rows, [0]
 def add_rows(*args):
@@ -111,7 +114,7 @@ def _contents(cache: Path) -> dict:
     with sqlite3.connect(path) as connection:
         return {table: connection.execute(f"SELECT {columns} FROM {table} ORDER BY 1").fetchall()
                 for table, columns in (("meta", "*"), ("documents", "*"), ("sentence_vectors", "*"),
-                                       ("sentences", "rowid, body"))}
+                                       ("sentences", "rowid, body"), ("approximate", "*"))}
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +127,7 @@ def uninterrupted(tmp_path_factory):
     assert "12 files indexed (12 new, 0 changed), 0 unchanged" in out
     contents = _contents(root / "cache")
     assert len(contents["documents"]) == 12 and len(contents["sentences"]) == 36
+    assert len(contents["approximate"]) == 1
     return documents, contents
 
 
@@ -179,3 +183,31 @@ def test_a_file_deleted_between_indexing_and_asking_is_dropped_with_a_warning(tm
     [answer] = result["answers"]
     assert answer["file"] == str(documents / "note02.txt")
     assert text[answer["start"]:answer["end"]] == answer["text"] == "Person 2 moved to Ortorhaven."
+
+
+def test_a_corpus_of_many_passages_searches_a_stored_hnsw_index_close_to_exact(embedder, tmp_path, monkeypatch):
+    import faiss
+
+    monkeypatch.setattr(index_module, "APPROXIMATE_FROM", 40)
+    monkeypatch.setattr(index_module, "HNSW_EF_SEARCH", 16)  # a narrow search, so that it can miss
+    hotpotqa = SHARED_DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first53.json"
+    write_generated_corpus(hotpotqa, tmp_path / "docs", 30, words=160)
+    sources, errors = load_sources([tmp_path / "docs"])
+    assert not errors
+    corpus = index_corpus(sources, embedder, named_by=["docs"], cache_root=tmp_path, progress=False)
+    assert len(corpus.locations) >= 40 and corpus.approximate is not None
+    questions = [record["question"] for record in json.loads(hotpotqa.read_text(encoding="utf-8"))]
+    vectors = embedder.embed(questions)
+    assert approximate_recall(corpus, vectors) >= 0.98
+    searched = corpus.search(vectors, 8)
+    # Stored in the file: a session reads the graph and builds none.
+    monkeypatch.setattr(faiss, "IndexHNSWFlat", None)
+    again = index_corpus(sources, embedder, named_by=["docs"], cache_root=tmp_path, progress=False)
+    assert again.approximate is not None and again.search(vectors, 8) == searched
+    assert again.search(vectors, 17) == again.search(vectors, 17, exact=True)  # beyond the search width: exact
+    # Fewer passages than the size after files are dropped: no graph left, exact search.
+    with pytest.warns(UserWarning, match="dropped from the index"):
+        fewer = index_corpus(sources[:10], embedder, named_by=["docs"], cache_root=tmp_path, progress=False)
+    assert fewer.approximate is None and len(fewer.locations) < 40
+    with sqlite3.connect(next(tmp_path.glob(f"corpus/*/{INDEX_FILE}"))) as connection:
+        assert connection.execute("SELECT COUNT(*) FROM approximate").fetchone() == (0,)
