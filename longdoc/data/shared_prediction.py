@@ -201,10 +201,11 @@ class SharedRowsModel:
         counted = gather_objects(processes, (lengths, problem))
         refuse_first([problem for _, problem in counted])
         every = {e: example_lengths for counts, _ in counted for e, example_lengths in counts.items()}
-        packs = chunk_packs([every[e] for e in range(len(every))], task.batch_size, chunk_size)
+        count = len(every)
+        packs = chunk_packs([every[e] for e in range(count)], task.batch_size, chunk_size)
         del lengths, counted, every
         if processes.is_main:
-            progress.bar.total = sum(len(pack.examples) for pack in packs)
+            progress.bar.total = count
         mine, loaded = self._placement(call, packs, progress)
         decoded, problem = self._run_packs(call, read, task, packs, mine, loaded, progress)
         refuse_first(gather_objects(processes, problem))
@@ -213,7 +214,10 @@ class SharedRowsModel:
             return []
         for part in gathered[1:]:
             decoded.update(part)
-        return [decoded[e] for e in range(len(decoded))]
+        if len(decoded) != count:
+            raise InputError(f"the data gave {count} examples when first read and fewer the second time: it changed "
+                             "during the run; run again on data that does not change")
+        return [decoded[e] for e in range(count)]
 
     def forward_rows(self, *args, **kwargs):
         """Refused: a task whose `predict` ran its rows itself would have every process run every row."""

@@ -190,3 +190,10 @@ def test_each_process_decodes_its_own_examples_and_the_main_one_receives_only_wh
     packs = chunk_packs(WINDOW_LENGTHS, 3, chunk_size)
     shares = share_by_cost({p: pack.cost for p, pack in enumerate(packs)}, 2)
     assert [main["own"], other["own"]] == [sum(packs[p].windows for p in share) for share in shares]
+
+
+def test_examples_that_change_between_the_two_readings_are_refused(tmp_path):
+    readings = iter([_examples(), _examples()[:5]])
+    shared = SharedRowsModel(BatchRecordingModel(), ONE_PROCESS, OutputShards(tmp_path))
+    with pytest.raises(InputError, match="gave 7 examples when first read and fewer the second time"):
+        shared.decode_examples(lambda: iter(next(readings)), _task(), None, _progress())
