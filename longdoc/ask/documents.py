@@ -11,7 +11,11 @@ file under it, in sorted order. Bytes that are not UTF-8 are replaced (U+FFFD) w
 A file that is missing, unreadable, binary (a NUL byte in its first 8 KiB; PDF and DOCX excepted),
 of an unsupported type, empty (nothing but whitespace), a PDF without a text layer, or a PDF/DOCX
 that cannot be parsed, and a folder with no supported file, give a `SourceError`
-naming the path; the other files are still read (`load_sources` returns both lists).
+naming the path; the other files are still read (`load_sources` returns both lists). So does a file
+that a symbolic link inside a given folder brings in from outside that folder: a folder stands for
+what lies in it (`longdoc serve` shows its documents to whoever reaches its page, and ask, index and
+serve read the same documents, so that they share one corpus index); a file given by name is read
+wherever it is.
 """
 
 import bisect
@@ -235,11 +239,16 @@ def read_source(path: Path) -> SourceText | SourceError:
 def load_sources(paths: Iterable[str | os.PathLike]) -> tuple[list[SourceText], list[SourceError]]:
     """Every readable document under `paths` (files and folders), and an error for each that is not."""
     sources, errors, seen = [], [], set()
-    for given in paths:
-        files, problems = _expand(Path(given))
+    for given in map(Path, paths):
+        files, problems = _expand(given)
         errors.extend(problems)
+        root = given.resolve()
         for file in files:
             key = file.resolve()
+            if given.is_dir() and not key.is_relative_to(root):
+                errors.append(SourceError(str(file), f"links to {key}, outside {given}; not read (name the file "
+                                                     "itself to read it)"))
+                continue
             if key in seen:
                 continue
             seen.add(key)

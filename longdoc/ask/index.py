@@ -14,7 +14,7 @@ at once: indexing stopped by Ctrl-C or kill -9 keeps the chunks committed, and a
 the first document missing, in the same chunks, so it ends with the contents of an uninterrupted
 run and indexes nothing twice. Its WAL journal lets a session read one snapshot while another
 process updates the file. Processes that update the same corpus take turns on a lock file beside it
-(`fcntl.flock`; the second says it waits). On opening, the passage vectors of the documents asked are
+(`fcntl.flock`; the second says once on stderr that it waits, --quiet or not). On opening, the passage vectors of the documents asked are
 put, in their order, into a faiss inner-product index (`IndexFlatIP`: exact search; the vectors are
 unit length, so scores are cosines), as the flat index a file would hold is these vectors anyway.
 
@@ -31,7 +31,9 @@ than HNSW_EF_SEARCH (reading everything) stays exact.
 Incremental by content: a document indexed with the same hash is kept, a changed one is indexed
 again, one no longer among the documents (removed, or unreadable now) is dropped with a warning,
 and its offsets are never used, as every document's text is read from its file for the session. A
-file SQLite cannot read, or one of other settings, is removed and built again with a warning naming it.
+file SQLite cannot read, or one of other settings, is removed and built again with a warning naming it;
+one damaged while a session reads it ends that session's question with an InputError naming it (the
+next run rebuilds it).
 """
 
 import bisect
@@ -52,6 +54,7 @@ import numpy as np
 from longdoc.ask.documents import SourceText
 from longdoc.ask.lexical import LEXICAL_FORMAT, LexicalIndex, add_rows, create_table, delete_rows
 from longdoc.ask.passages import MAX_TOKENS, MIN_TOKENS, PASSAGE_FORMAT, Passage, split_passages
+from longdoc.errors import InputError
 from longdoc.model.cache import cache_dir
 
 INDEX_FORMAT = 2
@@ -172,9 +175,9 @@ class CorpusStore:
         with open(self.folder / LOCK_FILE, "a+b") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                warnings.warn(f"{self.folder}: another process is updating this corpus index; waiting for it",
-                              stacklevel=2)
+            except BlockingIOError:  # said even under --quiet (which hides warnings): a wait is not silent
+                print(f"longdoc: {self.path}: another process is updating this corpus index; waiting for it",
+                      file=sys.stderr, flush=True)
                 fcntl.flock(lock, fcntl.LOCK_EX)
             yield  # the lock goes with the file's closing
 
@@ -224,7 +227,7 @@ class CorpusStore:
         def updated_and_read(connection: sqlite3.Connection) -> CorpusIndex:
             changes = self._update(connection, sources, embedder, progress, on_indexed)
             connection.execute("BEGIN")
-            return CorpusIndex(connection, sources, changes, embedder.dimension)
+            return CorpusIndex(connection, sources, changes, embedder.dimension, self.path)
 
         with self._locked():
             return self._sound_connection(updated_and_read)[1]
@@ -412,8 +415,9 @@ class CorpusIndex:
     vectors, read per document when first needed."""
 
     def __init__(self, connection: sqlite3.Connection, sources: Sequence[SourceText], changes: IndexChanges,
-                 dimension: int):
-        """`connection`: inside the read transaction whose snapshot the corpus keeps."""
+                 dimension: int, path: Path):
+        """`connection`: inside the read transaction whose snapshot the corpus keeps, on the file `path`."""
+        self.path = path
         self.connection, self.changes = connection, changes
         stored = {path: (key, passages, first_row, vectors) for key, path, passages, first_row, vectors in
                   connection.execute("SELECT id, path, passages, first_row, passage_vectors FROM documents")}
@@ -513,14 +517,24 @@ class CorpusIndex:
             tied.append((*found, score))
         yield from sorted(tied)
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Reads from the file, which another process may have damaged since the session opened it."""
+        try:
+            yield
+        except (sqlite3.DatabaseError, DamagedIndex) as error:
+            raise InputError(f"{self.path}: the corpus index was damaged while this session read it ({error}); "
+                             "the next longdoc ask, index or serve with these paths rebuilds it") from None
+
     def search_text(self, text: str, k: int) -> list[Hit]:
         """The k best passages for `text` by the BM25 score of their best sentence, best first; only
         passages sharing a word with it."""
         best: dict[tuple[int, int], float] = {}
-        for d, sentence, score in self._ranked_sentences(text):
-            if len(best) == k:
-                break
-            best.setdefault((d, self._sentence_passages[d][sentence]), score)
+        with self._reading():
+            for d, sentence, score in self._ranked_sentences(text):
+                if len(best) == k:
+                    break
+                best.setdefault((d, self._sentence_passages[d][sentence]), score)
         return [Hit(d, p, score) for (d, p), score in best.items()]
 
     def sentence_vectors(self, hit: Hit) -> np.ndarray:
@@ -528,12 +542,13 @@ class CorpusIndex:
         document = self.documents[hit.document]
         vectors = self._sentence_vectors.get(hit.document)
         if vectors is None:
-            row = self.connection.execute("SELECT vectors FROM sentence_vectors WHERE document = ?",
-                                          (document.key,)).fetchone()
-            vectors = np.frombuffer(row[0] if row else b"", dtype=np.float32)
-            sentences = len(self._sentence_passages[hit.document])
-            if vectors.size != sentences * self.dimension:
-                raise DamagedIndex(f"the sentence vectors of {document.source.path} do not fit it")
+            with self._reading():
+                row = self.connection.execute("SELECT vectors FROM sentence_vectors WHERE document = ?",
+                                              (document.key,)).fetchone()
+                vectors = np.frombuffer(row[0] if row else b"", dtype=np.float32)
+                sentences = len(self._sentence_passages[hit.document])
+                if vectors.size != sentences * self.dimension:
+                    raise DamagedIndex(f"the sentence vectors of {document.source.path} do not fit it")
             vectors = self._sentence_vectors[hit.document] = vectors.reshape(sentences, self.dimension)
         first = sum(len(passage.sentences) for passage in document.passages[:hit.passage])
         return vectors[first:first + len(document.passages[hit.passage].sentences)]

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from longdoc.ask.documents import SourceText
-from longdoc.ask.index import Hit, index_corpus
+from longdoc.ask.index import CorpusIndex, Hit, index_corpus
 from longdoc.ask.answers import Answer, Location, locate
 from longdoc.ask.retrieve import MOST_PASSAGES, RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.errors import DeviceMemoryError, InputError, ModelFolderError, OptionError
@@ -123,7 +123,8 @@ class AskSession:
     def __init__(self, sources: Sequence[SourceText], reader_folder: ModelFolder | None = None, *,
                  passages: int = PASSAGES_READ, second_hop: bool = True, progress: bool = True,
                  cache_root: Path | None = None, placement: ReaderPlacement = ReaderPlacement(),
-                 tasks: TaskLookup | None = None, named_by: Sequence[str] | None = None, embedder=None):
+                 tasks: TaskLookup | None = None, named_by: Sequence[str] | None = None, embedder=None,
+                 corpus: CorpusIndex | None = None):
         """`reader_folder`: the reader's model folder as read once (longdoc.model_folder.read_model_folder);
         None: no reader, sentence mode. `placement`: where and how the reader runs; the MiniLM embedder
         stays on the CPU in float32: the cached indexes hold its vectors. `tasks`: where the task of a
@@ -131,7 +132,8 @@ class AskSession:
         reader or none. `named_by`: the paths the user named the documents by (files and folders), which
         key the corpus index (longdoc.ask.index); None: the documents' own paths. `embedder`: a
         longdoc.ask.embedding.SentenceEmbedder already loaded (serve's, which indexed the corpus); None:
-        one is loaded."""
+        one is loaded. `corpus`: the documents already read from their corpus index with that embedder
+        (longdoc.ask.index.CorpusStore.open; serve's); None: the index is opened, and updated first."""
         from longdoc.ask.embedding import SentenceEmbedder
         from longdoc.model.inference import place_model
 
@@ -145,8 +147,8 @@ class AskSession:
         self.mode = "sentence" if self.model is None else "span"
         self.sources = list(sources)
         self.embedder = SentenceEmbedder() if embedder is None else embedder
-        self.corpus = index_corpus(self.sources, self.embedder, named_by=named_by, cache_root=cache_root,
-                                   progress=progress)
+        self.corpus = corpus if corpus is not None else index_corpus(
+            self.sources, self.embedder, named_by=named_by, cache_root=cache_root, progress=progress)
         self.passages = passages
         self.evidence = SentenceEvidence(self.corpus)
         self.retriever = Retriever(self.corpus, self.embedder, self.evidence)

@@ -78,13 +78,14 @@ def _check_mode(args) -> None:
 def _ask_service(args):
     from longdoc.model.encoder_folder import describe_checkpoint
     from longdoc.ask.session import ReaderPlacement
-    from longdoc.serve.asking import AskService, served_sources
+    from longdoc.ask.documents import load_sources
+    from longdoc.serve.asking import AskService
 
     if args.model is not None:  # a wrong folder is told before anything is served
         require_reader_folder(args.model)
         describe_checkpoint(args.model)
     device, dtype = inference.resolve_placement(args.device, args.dtype)
-    sources, errors = served_sources(args.paths)
+    sources, errors = load_sources(args.paths)
     for error in errors:
         print(f"longdoc serve: error: {error}", file=sys.stderr)
     if not sources:

@@ -1,12 +1,12 @@
 """Asking over HTTP: the documents given to `longdoc serve`, indexed once, and one `AskSession`
 that answers every question in turn.
 
-The documents are those `longdoc ask` reads (`longdoc.ask.documents.load_sources`), less any file
-that a symbolic link inside a given folder brings in from outside it: the server serves the
+The documents are those `longdoc ask` reads (`longdoc.ask.documents.load_sources`, which leaves out
+a file that a symbolic link inside a given folder brings in from outside it): the server serves the
 documents it was given and nothing else. Indexing runs once, in the background, so that the page
 can show its progress as documents are committed; it updates the corpus index that `longdoc ask` and
-`longdoc index` with the same paths use (`longdoc.ask.index`), where the session then finds them.
-The reader (`--model`) and the MiniLM embedder are loaded once, in the session.
+`longdoc index` with the same paths use (`longdoc.ask.index`) and hands the documents it read from
+it to the session. The reader (`--model`) and the MiniLM embedder are loaded once.
 
 One worker thread runs everything that touches the models: indexing, then each question in the
 order the requests came (a queue), so no model ever runs in two threads at once. Each question
@@ -18,34 +18,15 @@ import asyncio
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Sequence
 
-from longdoc.ask.documents import SourceError, SourceText, load_sources
+from longdoc.ask.documents import SourceText
 from longdoc.ask.session import ReaderPlacement
 from longdoc.serve.options import AskOptions
 
 
 class NotReady(Exception):
     """The documents are still being indexed, or the session could not start."""
-
-
-def served_sources(paths: Sequence) -> tuple[list[SourceText], list[SourceError]]:
-    """The documents under `paths` as `longdoc ask` reads them, less the files that a link inside a
-    given folder brings in from outside it (each an error naming it)."""
-    sources, errors, seen = [], [], set()
-    for given in map(Path, paths):
-        found, problems = load_sources([given])
-        errors.extend(problems)
-        root = given.resolve()
-        for source in found:
-            real = Path(source.path).resolve()
-            if given.is_dir() and not real.is_relative_to(root):
-                errors.append(SourceError(source.path, f"links to {real}, outside {given}; not served"))
-            elif real not in seen:
-                seen.add(real)
-                sources.append(source)
-    return sources, errors
 
 
 class AskService:
@@ -87,12 +68,13 @@ class AskService:
             def indexed(source: SourceText, passages: int) -> None:
                 self.documents[numbers[source.path]].update(state="indexed", passages=passages)
 
-            changes = corpus_store(self.sources, embedder, named_by=self.named_by).update(
+            corpus = corpus_store(self.sources, embedder, named_by=self.named_by).open(
                 self.sources, embedder, progress=False, on_indexed=indexed)
+            changes = corpus.changes
             self.state = "loading the reader" if self.model_dir is not None else "loading"
             folder = None if self.model_dir is None else read_model_folder(self.model_dir)
-            self.session = AskSession(self.sources, folder, progress=False, placement=self.placement,
-                                      tasks=self.tasks, named_by=self.named_by, embedder=embedder)
+            self.session = AskSession(self.sources, folder, placement=self.placement, tasks=self.tasks,
+                                      embedder=embedder, corpus=corpus)
             for document, indexed_document in zip(self.documents, self.session.corpus.documents):
                 document.update(state="indexed", passages=len(indexed_document.passages))
             self.state = "ready"

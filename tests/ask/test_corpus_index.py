@@ -1,8 +1,10 @@
 """The corpus index as users meet it: updated file by file to the answers a fresh index gives,
 `longdoc index` stopped by kill -9 or Ctrl-C and run again to the contents of an uninterrupted run,
-two processes indexing one corpus at once, a file deleted between indexing and asking, and a corpus
-large enough for the approximate vector index (the size lowered)."""
+two processes indexing one corpus at once (the second saying it waits, --quiet or not), a file deleted
+between indexing and asking, an index damaged while a session reads it, and a corpus large enough
+for the approximate vector index (the size lowered)."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -17,9 +19,10 @@ from benchmarks.ask import approximate_recall, write_generated_corpus
 from benchmarks.readers import make_fact_questions
 from longdoc.ask import index as index_module
 from longdoc.ask.documents import SourceText, load_sources
-from longdoc.ask.index import INDEX_FILE, IndexChanges, index_corpus
+from longdoc.ask.index import INDEX_FILE, IndexChanges, corpus_store, index_corpus
 from longdoc.ask.retrieve import RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.cli import main
+from longdoc.errors import InputError
 from tests.ask.conftest import CountingEmbedder, indexed_texts
 from tests.conftest import SHARED_DATA
 
@@ -211,3 +214,49 @@ def test_a_corpus_of_many_passages_searches_a_stored_hnsw_index_close_to_exact(e
     assert fewer.approximate is None and len(fewer.locations) < 40
     with sqlite3.connect(next(tmp_path.glob(f"corpus/*/{INDEX_FILE}"))) as connection:
         assert connection.execute("SELECT COUNT(*) FROM approximate").fetchone() == (0,)
+
+
+def test_an_index_damaged_while_a_session_reads_it_ends_the_question_with_an_error_naming_it(embedder, tmp_path):
+    facts = make_fact_questions(3, seed=5, words=200, distractors=4)
+    sources = [source(fact.context, f"facts{number}.txt") for number, fact in enumerate(facts)]
+    corpus_store(sources, embedder, named_by=["docs"], cache_root=tmp_path).update(sources, embedder, progress=False)
+    corpus = index_corpus(sources, embedder, named_by=["docs"], cache_root=tmp_path, progress=False)  # a session
+    path = next(tmp_path.glob(f"corpus/*/{INDEX_FILE}"))
+    assert corpus.path == path
+    for damaged, keep in ((path, 4096), (Path(f"{path}-wal"), 32)):  # as a bad disk or a stray write would
+        size = damaged.stat().st_size if damaged.exists() else 0
+        with open(damaged, "r+b") if size else contextlib.nullcontext() as file:
+            if size:
+                file.seek(keep)
+                file.write(b"\xa5" * (size - keep))
+    question = f"Where was {facts[0].facts[0][0]} born?"
+    with pytest.raises(InputError, match=f"^{path}: the corpus index was damaged while this session read it "
+                                         r"\(.*\); the next longdoc ask, index or serve with these paths rebuilds it$"):
+        Retriever(corpus, embedder, SentenceEvidence(corpus)).retrieve(question, embedder.embed([question])[0])
+    corpus.connection.close()
+    with pytest.warns(UserWarning, match=f"^{path}: the corpus index is unusable .*; rebuilding it$"):
+        rebuilt = index_corpus(sources, embedder, named_by=["docs"], cache_root=tmp_path, progress=False)
+    assert len(rebuilt.documents) == 3
+
+
+def test_a_second_indexer_says_once_that_it_waits_even_when_quiet(tmp_path):
+    import fcntl
+    import select
+
+    documents = _documents(tmp_path / "docs", count=2)
+    cache = tmp_path / "cache"
+    status, _, err = _finished(_index(documents, cache))
+    assert status == 0, err
+    (documents / "note00.txt").write_text("Person 0 moved to Ortorhaven.\n", encoding="utf-8")
+    [lock_path] = cache.glob("ask/corpus/*/lock")
+    with open(lock_path, "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # as another indexer holds it
+        waiting = subprocess.Popen([sys.executable, "-m", "longdoc.cli", "--quiet", "index", str(documents)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env={**os.environ, "LONGDOC_CACHE": str(cache)})
+        ready, _, _ = select.select([waiting.stderr], [], [], 120)  # MiniLM loads first
+        said = waiting.stderr.readline() if ready else "(nothing said in 120 s)"
+    status, out, rest = _finished(waiting)
+    assert said == (f"longdoc: {lock_path.parent / INDEX_FILE}: another process is updating this corpus index; "
+                    "waiting for it\n")
+    assert status == 0 and "waiting" not in rest and "1 file indexed (0 new, 1 changed), 1 unchanged" in out

@@ -74,3 +74,19 @@ def test_a_sentence_longer_than_a_passage_is_cut_at_spaces():
     passages = split_passages(text, words, max_tokens=20, min_tokens=1)
     pieces = [text[s:e] for p in passages for s, e in p.sentences]
     assert " ".join(pieces) == text and all(len(piece.split()) <= 10 for piece in pieces)
+
+
+def test_a_link_out_of_a_given_folder_is_not_read_and_a_file_named_is(tmp_path):
+    # One rule for ask, index and serve: a folder stands for what lies in it.
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "inside.txt").write_text("Inside the folder.\n", encoding="utf-8")
+    (tmp_path / "secret.txt").write_text("Outside the folder.\n", encoding="utf-8")
+    (tmp_path / "docs" / "link-out.txt").symlink_to(tmp_path / "secret.txt")
+    (tmp_path / "docs" / "link-in.txt").symlink_to(tmp_path / "docs" / "inside.txt")
+    sources, errors = load_sources([tmp_path / "docs"])
+    assert [source.path for source in sources] == [str(tmp_path / "docs" / "inside.txt")]  # the link in: a repeat
+    assert [(error.path, error.problem) for error in errors] == [
+        (str(tmp_path / "docs" / "link-out.txt"),
+         f"links to {tmp_path / 'secret.txt'}, outside {tmp_path / 'docs'}; not read (name the file itself to read it)")]
+    sources, errors = load_sources([tmp_path / "docs" / "link-out.txt"])
+    assert [source.text for source in sources] == ["Outside the folder.\n"] and not errors

@@ -191,7 +191,8 @@ def ask_documents(shared_data, tmp_path_factory) -> ServedDocuments:
 
 def held_service(paths):
     """An AskService over `paths` whose indexing waits until the returned event is set."""
-    from longdoc.serve.asking import AskService, served_sources
+    from longdoc.ask.documents import load_sources
+    from longdoc.serve.asking import AskService
 
     gate = threading.Event()
 
@@ -200,7 +201,7 @@ def held_service(paths):
             gate.wait(120)
             super()._start()
 
-    sources, _ = served_sources(paths)
+    sources, _ = load_sources(paths)
     return HeldService(sources, None), gate
 
 
@@ -209,9 +210,10 @@ def ask_server(ask_documents):
     """The documents served in sentence mode (no reader: the real MiniLM evidence), indexed."""
     require_serve_extra()
     from longdoc.serve.app import create_app
-    from longdoc.serve.asking import AskService, served_sources
+    from longdoc.ask.documents import load_sources
+    from longdoc.serve.asking import AskService
 
-    sources, errors = served_sources(ask_documents.served)
+    sources, errors = load_sources(ask_documents.served)
     assert [error.path for error in errors] == [str(ask_documents.link)]
     service = AskService(sources, None)
     with running(create_app(asking=service, allowed_hosts=("127.0.0.1", "localhost"))) as base:

@@ -227,9 +227,10 @@ def test_questions_wait_for_the_index_then_are_answered(ask_documents):
 
 def test_a_reader_that_cannot_load_is_told_by_every_question(ask_documents, tmp_path):
     from longdoc.serve.app import create_app
-    from longdoc.serve.asking import AskService, served_sources
+    from longdoc.ask.documents import load_sources
+    from longdoc.serve.asking import AskService
 
-    sources, _ = served_sources([ask_documents.served[1]])
+    sources, _ = load_sources([ask_documents.served[1]])
     service = AskService(sources, tmp_path)  # an empty folder: no reader in it
     service.started.result(timeout=120)
     with running(create_app(asking=service)) as base:
@@ -239,9 +240,11 @@ def test_a_reader_that_cannot_load_is_told_by_every_question(ask_documents, tmp_
     service.close()
 
 
-def test_serve_loads_minilm_once_for_indexing_and_answering(ask_documents, monkeypatch):
+def test_serve_loads_minilm_once_and_updates_the_index_once(ask_documents, monkeypatch):
     from longdoc.ask import embedding
-    from longdoc.serve.asking import AskService, served_sources
+    from longdoc.ask.index import CorpusStore
+    from longdoc.ask.documents import load_sources
+    from longdoc.serve.asking import AskService
 
     loaded = []
 
@@ -250,11 +253,18 @@ def test_serve_loads_minilm_once_for_indexing_and_answering(ask_documents, monke
             loaded.append(1)
             super().__init__(*args, **kwargs)
 
+    updates, update = [], CorpusStore._update
+
+    def counted_update(*args, **kwargs):
+        updates.append(1)
+        return update(*args, **kwargs)
+
     monkeypatch.setattr(embedding, "SentenceEmbedder", CountedEmbedder)
-    sources, _ = served_sources([ask_documents.served[0]])
+    monkeypatch.setattr(CorpusStore, "_update", counted_update)
+    sources, _ = load_sources([ask_documents.served[0]])
     service = AskService(sources, None)
     service.started.result(timeout=120)
-    assert service.state == "ready" and len(loaded) == 1
+    assert service.state == "ready" and len(loaded) == 1 and len(updates) == 1
     answers = service.session.ask("Who kept the lighthouse?")
     assert answers and len(loaded) == 1
     service.close()

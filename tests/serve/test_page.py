@@ -165,9 +165,10 @@ def test_indexing_progress_is_shown_and_asking_waits_for_it(browser, ask_documen
 
 def test_span_mode_marks_the_readers_span_and_its_sentence(browser, lifted_reader, ask_documents):
     from longdoc.serve.app import create_app
-    from longdoc.serve.asking import AskService, served_sources
+    from longdoc.ask.documents import load_sources
+    from longdoc.serve.asking import AskService
 
-    sources, _ = served_sources([ask_documents.served[0]])
+    sources, _ = load_sources([ask_documents.served[0]])
     service = AskService(sources, lifted_reader / "lifted")
     with running(create_app(asking=service)) as base:
         wait_ready(base)
