@@ -26,9 +26,14 @@ pass between their helpers in records.py):
   running max and sum updated, the weights' tile times the values accumulated. Nothing [Nq, N] is
   written but the summed scores, and only when they are carried.
 - talking_heads_forward: the heads are mixed per pair, so a program holds a tile of queries of all
-  heads ([h, 16, 16] tiles; h padded to 16, the least a tl.dot takes). Two passes over the keys:
-  the row statistics of the mixed logits (pre @ summed, one GEMM over the tile's pairs), then the
-  normalised weights, mixed by post (another GEMM), times the values, per head.
+  heads ([h, 16, 16] tiles of scores; h padded to a power of two). It reads one
+  head's queries, keys and values ([16, d] tiles) at a time: each head's summed scores, computed
+  and written alone, are added times that head's column of pre to the mixed scores of all heads;
+  the weights of a head are its row of post times the normalised weights of all, and multiply its
+  values alone. Two passes over the keys: the row statistics of the mixed logits, then the
+  weights and the context. No [h, 16, d] tile is live but the context's accumulator, so its
+  sm_90 builds keep their values in registers (the backward adds the queries' gradient
+  atomically, as the keys', rather than holding an accumulator of all heads).
 - the backwards recompute the weights from the rows' saved max and sum (flash attention's
   recomputation: a [B, h, Nq, N] tensor of weights would be the largest thing in memory, read
   back once), and the summed scores from q, k and the terms, or, with residual attention, read
@@ -45,7 +50,7 @@ pass between their helpers in records.py):
 
 Tiles (softmax.tiles_for): 32 queries x 64 keys (bfloat16, float16 at head sizes up to 64; 32 keys
 otherwise) where a softmax has enough of them, 16 (the least a tl.dot takes) otherwise; talking heads
-16 x 16 pairs of all heads, padded to 16. Head sizes are padded to a power of two of at least 16.
+16 x 16 pairs of all heads, padded to a power of two. Head sizes are padded to a power of two of at least 16.
 Small problems (the tests') follow the same rules as real ones, so Triton's interpreter runs the
 code the GPU compiles; tests/model/gpu_kernel_builds.py builds them for an H100 (sm_90) with
 Triton's compiler, which checks what the interpreter cannot (valid GPU programs, shared memory per
@@ -63,8 +68,7 @@ be bound by the traffic of the carried scores, as the C++ kernel is on CPU (the 
 summed scores and the gradient carried back and writes the summed scores' gradient: about 6.5
 bytes for 10d multiply-adds); without residual attention it is bound like flash attention at
 d = 64, by the exponentials and the tensor cores together. Talking heads add 2h multiply-adds per
-pair and head for the mixes (GEMMs with K = h, small for the tensor cores) and hold [h, 16, d]
-tiles, more than the registers take (their sm_90 builds spill): expect them to be the slowest.
+pair and head for the mixes and read each head's operands apart: expect them to be the slowest.
 Measured on an H200 (docs/benchmarks.md, "On a GPU") before the tiles of blocks and 64 keys, they
 moved the traffic above far below the memory's rate and were slower than the eager backend without
 talking heads; docs/gpu/kernel.md says what the present design should move and how the device

@@ -13,8 +13,8 @@ import triton
 import triton.language as tl
 
 from longdoc.model.kernels.gpu.tiles import (
-    all_heads_program, dropped, head_mixes, head_rows, head_statistics, masked_logits, mix_heads, normalized_weights,
-    one_head_program, pair_tile, piece_heads, piece_of, saved_or_summed_scores,
+    all_heads_program, dropped, head_rows, head_score_offset, head_scores, head_statistics, head_tile, masked_logits,
+    normalized_weights, one_head_program, pair_tile, piece_heads, piece_of, saved_or_summed_scores,
 )
 
 
@@ -97,76 +97,99 @@ def attention_backward(operands, summed, grad_summed, grad_scores, grad_context,
 
 
 @triton.jit
+def _head_summed(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, HAS_RELATIVE: tl.constexpr,
+                 HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr, PRECISION: tl.constexpr):
+    """Head `head`'s summed scores [M, N] of a tile of talking_heads_backward's: read where the
+    forward wrote them (SUMMED_SAVED: residual attention), else computed again (tiles.head_scores)."""
+    if SUMMED_SAVED:
+        scores = tl.load(pairs.summed + head_score_offset(head, sizes) + keys.columns, mask=keys.valid,
+                         other=0.0).to(tl.float32)
+    else:
+        scores = head_scores(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, HAS_RELATIVE,
+                             HAS_CARRIED, PRECISION)
+    return scores
+
+
+@triton.jit
 def _talking_piece_backward(
-    grad_query, delta, grad_pre, grad_post, query_at, grad_out_at, tile_mask, row_max, row_sum, program, operands,
-    grad_pieces, pairs, grad_pairs, mixes, sizes, scales, dropout, PIECE: tl.constexpr, HEADS: tl.constexpr,
+    delta, grad_pre, grad_post, tile_mask, row_max, row_sum, program, operands, grad_context, grad_q, grad_pieces,
+    pairs, grad_pairs, mixes, sizes, scales, dropout, PIECE: tl.constexpr, HEADS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WINDOWED: tl.constexpr, HAS_RELATIVE: tl.constexpr,
     HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr, HAS_GRAD_SUMMED: tl.constexpr,
     WRITE_GRAD_SCORES: tl.constexpr, DROPOUT: tl.constexpr, DELTA: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    """Piece PIECE of the keys of `talking_heads_backward` ([HEADS, M, N] tiles, arguments as in
-    forward._talking_piece and _plain_piece_backward). DELTA: the first pass, which sums each mixed
-    row's weights times their gradient (delta); otherwise the second, which returns the gradients.
+    """Piece PIECE of the keys of `talking_heads_backward` (arguments as in forward._talking_piece and
+    _plain_piece_backward). DELTA: the first pass, which sums each mixed row's weights times their
+    gradient (delta); otherwise the second, which returns the gradients.
 
-    Each [HEADS, M | N, d] operand (queries at `query_at`, grad_context at `grad_out_at`, keys,
-    values) is read from the cache right before the product that takes it: one such tile kept for
-    a second product stays in shared memory meanwhile, and in float32 four of them at once (64 KB
-    each at d = 64) would take more than a block has."""
-    tile, head_ok = program.tile, program.head_ok
+    As in the forward, the queries, keys, values and the context's gradient are read one head's
+    [M | N, D] at a time, and the mixes are sums over heads of [M, N] tiles: of the summed scores
+    (by pre's columns), of the weights' gradients (by post's rows), of the logits' gradients (by
+    pre's rows), so that at most two [HEADS, M, N] tiles are live."""
+    tile = program.tile
+    heads = tl.arange(0, HEADS)[:, None, None]  # [HEADS, 1, 1]
+    mix_rows = tl.arange(0, HEADS)[:, None]  # [HEADS, 1]: grad_pre's and grad_post's rows
     grad_summed, grad_scores = grad_pairs
     piece = piece_of(operands.pieces, program, sizes, PIECE, WINDOWED)
-    grad_keys, grad_values = piece_heads(grad_pieces[PIECE], program.batch, program.head)
+    grad_piece = grad_pieces[PIECE]
+    grad_keys, grad_values = piece_heads(grad_piece, program.batch, program.head)
     for start in range(piece.low, piece.high, BLOCK_N):
         keys = pair_tile(start, tile, sizes, piece, pairs, PIECE, BLOCK_N, WINDOWED, HAS_RELATIVE)
-        key_ok = head_ok & keys.key_ok  # [HEADS, N, D]
-        head_valid = head_ok & keys.valid[None, :, :]  # [HEADS, M, N]
-        scores = saved_or_summed_scores(tl.load(query_at, mask=tile_mask, other=0.0),
-                                        tl.load(piece.keys + keys.at, mask=key_ok, other=0.0), scales.query_scale,
-                                        keys.ids[None, :, :], pairs.relative, pairs.carried + keys.columns[None, :, :],
-                                        pairs.summed + keys.columns[None, :, :], head_valid, HAS_RELATIVE,
-                                        HAS_CARRIED, SUMMED_SAVED, PRECISION)  # [HEADS, M, N]
-        logits = masked_logits(mix_heads(mixes.pre, scores, HEADS, BLOCK_M, BLOCK_N, PRECISION),
-                               keys.mask_bias[None, :, :], keys.valid[None, :, :], scales.scale)
-        probs = tl.where(head_ok, normalized_weights(logits, row_max, row_sum), 0.0)  # (no padding heads)
-        # The gradients of the weights that multiplied the values (dropout's kept ones), then of the softmax's.
-        grad_weights = tl.dot(tl.load(grad_out_at, mask=tile_mask, other=0.0),
-                              tl.trans(tl.load(piece.key_values + keys.at, mask=key_ok, other=0.0)),
-                              input_precision=PRECISION)  # [HEADS, M, N]
-        element = (tile.rows[:, None] * sizes.width + keys.columns)[None, :, :]
-        if DROPOUT:
-            grad_weights = dropped(grad_weights, dropout, program.stream, element)
-        grad_probs = mix_heads(tl.trans(mixes.post), grad_weights, HEADS, BLOCK_M, BLOCK_N, PRECISION)
+        grad_at = keys.index[:, None] * grad_piece.row_stride + tile.dims[None, :]  # [N, D]
+        mixed = tl.zeros((HEADS, BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for head in range(0, sizes.heads):
+            mixed += tl.load(mixes.pre + heads * HEADS + head) * _head_summed(
+                head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, HAS_RELATIVE, HAS_CARRIED,
+                SUMMED_SAVED, PRECISION)[None, :, :]
+        logits = masked_logits(mixed, keys.mask_bias[None, :, :], keys.valid[None, :, :], scales.scale)
+        probs = tl.where(program.head_ok, normalized_weights(logits, row_max, row_sum), 0.0)  # (no padding heads)
+        # grad_probs = post^T grad_W, a head's grad_W (the gradient of its weights, dropout's kept ones) at a time.
+        element = tile.rows[:, None] * sizes.width + keys.columns  # [M, N]
+        grad_probs = tl.zeros((HEADS, BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for head in range(0, sizes.heads):
+            grad_out = tl.load(head_tile(grad_context, program, head), mask=tile_mask, other=0.0)  # [M, D]
+            value_tile = tl.load(piece.key_values + head * piece.head_stride + keys.at, mask=keys.key_ok, other=0.0)
+            grad_weights = tl.dot(grad_out, tl.trans(value_tile), input_precision=PRECISION)  # [M, N]
+            if DROPOUT:
+                grad_weights = dropped(grad_weights, dropout, program.stream + head, element)
+            grad_probs += tl.load(mixes.post + head * HEADS + heads) * grad_weights[None, :, :]
+            if not DELTA:
+                grad_post += tl.where(mix_rows == head, tl.sum(tl.sum(grad_weights[None, :, :] * probs, 2), 1)[None, :],
+                                      0.0)
+                weights = tl.sum(tl.load(mixes.post + head * HEADS + heads) * probs, 0)  # [M, N]
+                if DROPOUT:
+                    weights = dropped(weights, dropout, program.stream + head, element)
+                tl.atomic_add(grad_values + head * grad_piece.head_stride + grad_at,
+                              tl.dot(tl.trans(weights.to(grad_out.dtype)), grad_out, input_precision=PRECISION),
+                              mask=keys.key_ok, sem="relaxed")
         if DELTA:
             delta += tl.sum(probs * grad_probs, -1)
         else:
-            grad_logits = probs * (grad_probs - tl.expand_dims(delta, -1))
-            grad = scales.scale * mix_heads(tl.trans(mixes.pre), grad_logits, HEADS, BLOCK_M, BLOCK_N, PRECISION)
-            if HAS_GRAD_SUMMED:
-                grad += tl.load(grad_summed + keys.columns[None, :, :], mask=head_valid, other=0.0).to(tl.float32)
-            grad = tl.where(head_valid, grad, 0.0)
-            if WRITE_GRAD_SCORES:
-                tl.store(grad_scores + keys.columns[None, :, :], grad.to(grad_scores.dtype.element_ty),
-                         mask=head_valid)
-            grad_pre += scales.scale * tl.dot(tl.reshape(grad_logits, (HEADS, BLOCK_M * BLOCK_N)),
-                                              tl.trans(tl.reshape(scores, (HEADS, BLOCK_M * BLOCK_N))),
-                                              input_precision=PRECISION)
-            grad_post += tl.dot(tl.reshape(grad_weights, (HEADS, BLOCK_M * BLOCK_N)),
-                                tl.trans(tl.reshape(probs, (HEADS, BLOCK_M * BLOCK_N))), input_precision=PRECISION)
-            weights = mix_heads(mixes.post, probs, HEADS, BLOCK_M, BLOCK_N, PRECISION)
-            if DROPOUT:
-                weights = dropped(weights, dropout, program.stream, element)
-            operand_type = piece.keys.dtype.element_ty
-            grad = grad.to(operand_type)
-            grad_query += tl.dot(grad, tl.load(piece.keys + keys.at, mask=key_ok, other=0.0),
-                                 input_precision=PRECISION)
-            grad_at = keys.index[:, None] * grad_pieces[PIECE].row_stride + tile.dims[None, :]  # [N, D]
-            grad_keys_tile = tl.dot(tl.trans(grad), tl.load(query_at, mask=tile_mask, other=0.0),
-                                    input_precision=PRECISION)
-            tl.atomic_add(grad_keys + grad_at, grad_keys_tile * scales.query_scale, mask=key_ok, sem="relaxed")
-            grad_values_tile = tl.dot(tl.trans(weights.to(operand_type)),
-                                      tl.load(grad_out_at, mask=tile_mask, other=0.0), input_precision=PRECISION)
-            tl.atomic_add(grad_values + grad_at, grad_values_tile, mask=key_ok, sem="relaxed")
-    return grad_query, delta, grad_pre, grad_post
+            grad_logits = probs * (grad_probs - tl.expand_dims(delta, -1))  # [HEADS, M, N]
+            for head in range(0, sizes.heads):
+                own = head_score_offset(head, sizes) + keys.columns
+                head_summed = _head_summed(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales,
+                                           HAS_RELATIVE, HAS_CARRIED, SUMMED_SAVED, PRECISION)
+                # grad_pre[:, head] += scale grad_X S_head^T; grad_S_head = scale pre[:, head]^T grad_X
+                by_row = tl.sum(tl.sum(grad_logits * head_summed[None, :, :], 2), 1)  # [HEADS]
+                grad_pre += tl.where(tl.arange(0, HEADS)[None, :] == head, scales.scale * by_row[:, None], 0.0)
+                grad = scales.scale * tl.sum(tl.load(mixes.pre + heads * HEADS + head) * grad_logits, 0)  # [M, N]
+                if HAS_GRAD_SUMMED:
+                    grad += tl.load(grad_summed + own, mask=keys.valid, other=0.0).to(tl.float32)
+                grad = tl.where(keys.valid, grad, 0.0)
+                if WRITE_GRAD_SCORES:
+                    tl.store(grad_scores + own, grad.to(grad_scores.dtype.element_ty), mask=keys.valid)
+                query = tl.load(head_tile(operands.query, program, head), mask=tile_mask, other=0.0)  # [M, D]
+                key_tile = tl.load(piece.keys + head * piece.head_stride + keys.at, mask=keys.key_ok, other=0.0)
+                grad = grad.to(key_tile.dtype)
+                # (added, as the keys' are: an accumulator of all heads' [M, D] would not fit in the registers)
+                tl.atomic_add(head_tile(grad_q, program, head),
+                              tl.dot(grad, key_tile, input_precision=PRECISION) * scales.query_scale, mask=tile_mask,
+                              sem="relaxed")
+                tl.atomic_add(grad_keys + head * grad_piece.head_stride + grad_at,
+                              tl.dot(tl.trans(grad), query, input_precision=PRECISION) * scales.query_scale,
+                              mask=keys.key_ok, sem="relaxed")
+    return delta, grad_pre, grad_post
 
 
 @triton.jit
@@ -183,29 +206,24 @@ def talking_heads_backward(operands, summed, grad_summed, grad_scores, grad_cont
     into `grad_mixes` (records.Mixes) [programs, HEADS, HEADS]), and q, k, v's gradients as in
     attention_backward (second pass)."""
     program, tile_mask, pairs, own_rows = all_heads_program(operands, summed, sizes, HEADS, BLOCK_M, D, WINDOWED)
-    batch, head, tile = program.batch, program.head, program.tile
-    query_at = head_rows(operands.query, batch, head, tile.rows[:, None]) + tile.dims[None, :]  # [HEADS, M, D]
-    grad_out_at = head_rows(grad_context, batch, head, tile.rows[:, None]) + tile.dims[None, :]  # [HEADS, M, D]
+    batch, tile = program.batch, program.tile
     stats, stats_mask = head_statistics(batch, sizes, tile, HEADS)  # [HEADS, M]
     row_max = tl.load(statistics.row_max + stats, mask=stats_mask, other=0.0)
     row_sum = tl.load(statistics.row_sum + stats, mask=stats_mask, other=1.0)
-    mixing, mix_values = head_mixes(mixes, HEADS)
+    mixing = tl.arange(0, HEADS)[:, None] * HEADS + tl.arange(0, HEADS)[None, :]  # [HEADS, HEADS]
     grad_pairs = (grad_summed + own_rows, grad_scores + own_rows)
 
-    grad_query = tl.zeros((HEADS, BLOCK_M, D), dtype=tl.float32)
     delta = tl.zeros((HEADS, BLOCK_M), dtype=tl.float32)
     grad_pre = tl.zeros((HEADS, HEADS), dtype=tl.float32)
     grad_post = tl.zeros((HEADS, HEADS), dtype=tl.float32)
     for delta_pass in tl.static_range(2):
         for piece in tl.static_range(2):
-            grad_query, delta, grad_pre, grad_post = _talking_piece_backward(
-                grad_query, delta, grad_pre, grad_post, query_at, grad_out_at, tile_mask, row_max, row_sum, program,
-                operands, grad_pieces, pairs, grad_pairs, mix_values, sizes, scales, dropout, piece, HEADS, BLOCK_M,
-                BLOCK_N, WINDOWED, HAS_RELATIVE, HAS_CARRIED, SUMMED_SAVED, HAS_GRAD_SUMMED, WRITE_GRAD_SCORES,
-                DROPOUT, delta_pass == 0, PRECISION)
+            delta, grad_pre, grad_post = _talking_piece_backward(
+                delta, grad_pre, grad_post, tile_mask, row_max, row_sum, program, operands, grad_context, grad_q,
+                grad_pieces, pairs, grad_pairs, mixes, sizes, scales, dropout, piece, HEADS, BLOCK_M, BLOCK_N,
+                WINDOWED, HAS_RELATIVE, HAS_CARRIED, SUMMED_SAVED, HAS_GRAD_SUMMED, WRITE_GRAD_SCORES, DROPOUT,
+                delta_pass == 0, PRECISION)
 
-    tl.store(head_rows(grad_q, batch, head, tile.rows[:, None]) + tile.dims[None, :],
-             (grad_query * scales.query_scale).to(grad_q.data.dtype.element_ty), mask=tile_mask)
     programs = (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * HEADS * HEADS
     tl.store(grad_mixes.pre + programs + mixing, grad_pre)
     tl.store(grad_mixes.post + programs + mixing, grad_post)

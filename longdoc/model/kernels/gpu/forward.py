@@ -12,8 +12,8 @@ import triton
 import triton.language as tl
 
 from longdoc.model.kernels.gpu.tiles import (
-    INITIAL_MAX, all_heads_program, dropped, head_mixes, head_rows, head_statistics, masked_logits, mix_heads,
-    normalized_weights, one_head_program, online_softmax_step, pair_tile, piece_of, summed_scores,
+    INITIAL_MAX, all_heads_program, dropped, head_rows, head_score_offset, head_scores, head_statistics,
+    masked_logits, normalized_weights, one_head_program, online_softmax_step, pair_tile, piece_of, summed_scores,
 )
 
 
@@ -77,46 +77,48 @@ def attention_forward(operands, summed, context, statistics, sizes, scales, drop
 
 
 @triton.jit
-def _talking_piece(acc, row_max, row_sum, query_at, tile_mask, program, operands, pairs, mixes, sizes, scales,
+def _talking_piece(acc, row_max, row_sum, tile_mask, program, operands, pairs, mixes, sizes, scales,
                    dropout, PIECE: tl.constexpr, HEADS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    WINDOWED: tl.constexpr, HAS_RELATIVE: tl.constexpr, HAS_CARRIED: tl.constexpr,
                    WRITE_SUMMED: tl.constexpr, DROPOUT: tl.constexpr, STATISTICS: tl.constexpr,
                    PRECISION: tl.constexpr):
-    """Piece PIECE of the keys of `talking_heads_forward`, all heads ([HEADS, M, N] tiles; `program`:
-    all_heads_program's; `pairs` as in _plain_piece, the relative terms, carried and summed scores
-    per head ([HEADS, M, 1]); `mixes`: the values of pre, post [HEADS, HEADS]). STATISTICS: the
-    first pass (the mixed logits' row statistics); otherwise the second (the summed scores written,
-    weights mixed by `post`, dropout, context)."""
-    tile, head_ok = program.tile, program.head_ok
+    """Piece PIECE of the keys of `talking_heads_forward` (`program`: all_heads_program's; `pairs` its
+    head 0's rows, as in _plain_piece; `mixes`: records.Mixes, pointers to pre, post [HEADS, HEADS]).
+    A head at a time, each head's [M, N] summed scores are computed and added, times that head's
+    column of pre, to the mixed scores of all heads [HEADS, M, N]. STATISTICS: the first pass (the
+    mixed logits' row statistics); otherwise the second (the summed scores written, then a head at a
+    time its weights, the mix by its row of post, dropout, and its context's part)."""
+    tile = program.tile
+    heads = tl.arange(0, HEADS)[:, None, None]  # [HEADS, 1, 1]
     piece = piece_of(operands.pieces, program, sizes, PIECE, WINDOWED)
     for start in range(piece.low, piece.high, BLOCK_N):
         keys = pair_tile(start, tile, sizes, piece, pairs, PIECE, BLOCK_N, WINDOWED, HAS_RELATIVE)
-        key_ok = head_ok & keys.key_ok  # [HEADS, N, D]
-        head_valid = head_ok & keys.valid[None, :, :]  # [HEADS, M, N]
-        # (the queries read in each step, from the cache, as in backward._talking_piece_backward)
-        scores = summed_scores(tl.load(query_at, mask=tile_mask, other=0.0),
-                               tl.load(piece.keys + keys.at, mask=key_ok, other=0.0), scales.query_scale,
-                               keys.ids[None, :, :], pairs.relative, pairs.carried + keys.columns[None, :, :],
-                               head_valid, HAS_RELATIVE, HAS_CARRIED, PRECISION)  # [HEADS, M, N]
-        if WRITE_SUMMED:
-            # As stored (rounded to their dtype), in both passes: what the backward and the next layer read.
-            scores = scores.to(pairs.summed.dtype.element_ty).to(tl.float32)
-        logits = masked_logits(mix_heads(mixes.pre, scores, HEADS, BLOCK_M, BLOCK_N, PRECISION),
-                               keys.mask_bias[None, :, :], keys.valid[None, :, :], scales.scale)
+        mixed = tl.zeros((HEADS, BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for head in range(0, sizes.heads):
+            scores = head_scores(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, HAS_RELATIVE,
+                                 HAS_CARRIED, PRECISION)  # [M, N]
+            if WRITE_SUMMED:
+                # As stored (rounded to their dtype), in both passes: what the backward and the next layer read.
+                summed_at = pairs.summed + head_score_offset(head, sizes) + keys.columns
+                scores = scores.to(pairs.summed.dtype.element_ty).to(tl.float32)
+                if not STATISTICS:
+                    # (written in the second pass: the sums may go over the carried scores, which both passes read)
+                    tl.store(summed_at, scores.to(pairs.summed.dtype.element_ty), mask=keys.valid)
+            mixed += tl.load(mixes.pre + heads * HEADS + head) * scores[None, :, :]
+        logits = masked_logits(mixed, keys.mask_bias[None, :, :], keys.valid[None, :, :], scales.scale)
         if STATISTICS:
             _, _, row_max, row_sum = online_softmax_step(logits, row_max, row_sum)
         else:
-            # (written in the second pass: the sums may go over the carried scores, which both passes read)
-            if WRITE_SUMMED:
-                tl.store(pairs.summed + keys.columns[None, :, :], scores.to(pairs.summed.dtype.element_ty),
-                         mask=head_valid)
-            weights = mix_heads(mixes.post, normalized_weights(logits, row_max, row_sum), HEADS, BLOCK_M, BLOCK_N,
-                                PRECISION)
-            if DROPOUT:
-                weights = dropped(weights, dropout, program.stream,
-                                  (tile.rows[:, None] * sizes.width + keys.columns)[None, :, :])
-            value_tile = tl.load(piece.key_values + keys.at, mask=key_ok, other=0.0)  # [HEADS, N, D]
-            acc += tl.dot(weights.to(value_tile.dtype), value_tile, input_precision=PRECISION)
+            probs = normalized_weights(logits, row_max, row_sum)  # [HEADS, M, N]
+            for head in range(0, sizes.heads):
+                weights = tl.sum(tl.load(mixes.post + head * HEADS + heads) * probs, 0)  # [M, N]
+                if DROPOUT:
+                    weights = dropped(weights, dropout, program.stream + head,
+                                      tile.rows[:, None] * sizes.width + keys.columns)
+                value_tile = tl.load(piece.key_values + head * piece.head_stride + keys.at, mask=keys.key_ok,
+                                     other=0.0)  # [N, D]
+                part = tl.dot(weights.to(value_tile.dtype), value_tile, input_precision=PRECISION)  # [M, D]
+                acc += tl.where(heads == head, part[None, :, :], 0.0)
     return acc, row_max, row_sum
 
 
@@ -126,27 +128,27 @@ def talking_heads_forward(operands, summed, context, statistics, mixes, sizes, s
                           WINDOWED: tl.constexpr, HAS_RELATIVE: tl.constexpr, HAS_CARRIED: tl.constexpr,
                           WRITE_SUMMED: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
     """A tile of BLOCK_M queries of all heads (padded to HEADS; program ids: tile, batch), in two
-    passes over the keys: the summed scores per head, mixed across heads by `pre` [HEADS, HEADS]
-    (float32, zero-padded; `mixes`: records.Mixes), and the statistics of the mixed logits' rows;
-    then the summed scores again (written if WRITE_SUMMED), the normalised weights, mixed by `post`,
-    dropout, context = weights @ values per head."""
+    passes over the keys: the summed scores a head at a time, mixed across heads by `pre`
+    [HEADS, HEADS] (float32, zero-padded; `mixes`: records.Mixes), and the statistics of the mixed
+    logits' rows; then the summed scores again (written if WRITE_SUMMED), the normalised weights,
+    mixed by `post`, dropout, context = weights @ values, a head at a time. The program holds no
+    [HEADS, .., D] tile but the context's accumulator: the queries, keys and values are read one
+    head's [M | N, D] at a time (the queries from the cache)."""
     program, tile_mask, pairs, _ = all_heads_program(operands, summed, sizes, HEADS, BLOCK_M, D, WINDOWED)
-    batch, head, tile = program.batch, program.head, program.tile
-    query_at = head_rows(operands.query, batch, head, tile.rows[:, None]) + tile.dims[None, :]  # [HEADS, M, D]
-    _, mix_values = head_mixes(mixes, HEADS)
-
+    batch, tile = program.batch, program.tile
     acc = tl.zeros((HEADS, BLOCK_M, D), dtype=tl.float32)
     row_max = tl.full((HEADS, BLOCK_M), INITIAL_MAX, dtype=tl.float32)
     row_sum = tl.zeros((HEADS, BLOCK_M), dtype=tl.float32)
     for statistics_pass in tl.static_range(2):
         for piece in tl.static_range(2):
             acc, row_max, row_sum = _talking_piece(
-                acc, row_max, row_sum, query_at, tile_mask, program, operands, pairs, mix_values, sizes, scales,
+                acc, row_max, row_sum, tile_mask, program, operands, pairs, mixes, sizes, scales,
                 dropout, piece, HEADS, BLOCK_M, BLOCK_N, WINDOWED, HAS_RELATIVE, HAS_CARRIED, WRITE_SUMMED, DROPOUT,
                 statistics_pass == 0, PRECISION)
 
-    tl.store(head_rows(context, batch, head, tile.rows[:, None]) + tile.dims[None, :],
-             acc.to(context.data.dtype.element_ty), mask=tile_mask)
+    heads = tl.arange(0, HEADS)[:, None, None]
+    tl.store(head_rows(context, batch, heads, tile.rows[None, :, None]) + tile.dims[None, None, :],
+             acc.to(context.data.dtype.element_ty), mask=(heads < sizes.heads) & tile_mask[None, :, :])
     stats, stats_mask = head_statistics(batch, sizes, tile, HEADS)  # [HEADS, M]
     tl.store(statistics.row_max + stats, row_max, mask=stats_mask)
     tl.store(statistics.row_sum + stats, row_sum, mask=stats_mask)

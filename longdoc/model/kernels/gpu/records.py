@@ -102,9 +102,9 @@ class QueryTile(NamedTuple):
 
 
 class Program(NamedTuple):
-    """What a program holds: its batch entry (int64), its head or heads (int64: a scalar for one head,
-    [H, 1, 1] for all of them) and which exist, their streams (batch * heads + head: dropout's
-    counter) and its tile of queries."""
+    """What a program holds: its batch entry (int64), its head (one head's; 0 for a program of all
+    heads, which reads them one at a time) and which exist ([H, 1, 1] for all), its head's stream
+    (batch * heads + head: dropout's counter) and its tile of queries."""
 
     batch: Any
     head: Any
@@ -115,8 +115,8 @@ class Program(NamedTuple):
 
 class PairRows(NamedTuple):
     """Pointers to the first elements of the rows of a tile's pairs: the ids and mask (shared by the
-    heads: [M, 1]), the relative terms, the carried and summed scores (per head: [M, 1] for one head,
-    [H, M, 1] for all)."""
+    heads), the relative terms, the carried and summed scores (per head: those of the program's head,
+    head 0 in a program of all heads), [M, 1]."""
 
     ids: Any
     mask: Any
@@ -127,10 +127,11 @@ class PairRows(NamedTuple):
 
 class PieceKeys(NamedTuple):
     """One batch and head of a piece, as a tile of queries reads it: pointers to its keys and values,
-    their row stride, its number of keys, and the keys [low, high) the tile reads."""
+    their head and row strides, its number of keys, and the keys [low, high) the tile reads."""
 
     keys: Any
     key_values: Any
+    head_stride: Any
     row_stride: Any
     num_keys: Any
     low: Any

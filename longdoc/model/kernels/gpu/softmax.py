@@ -112,12 +112,13 @@ def tiles_for(num_queries: int, width: int, window: int, head_size: int, heads: 
     carried scores, on top of flash attention's tiles, spill. (float32 operands, multiplied exactly
     on the CUDA cores, spill a little at 32 x 32 and head size 64, and more at 128.)
 
-    With talking heads a program holds all heads of 16 x 16 pairs (its [h, 16, 16] tiles and
-    [h, 16, d] context), in one stage: pipelining the loads of its [h, 16, d] tiles in Triton's
-    default three stages takes more shared memory than an H100 block has."""
+    With talking heads a program holds all heads of 16 x 16 pairs: their [h, 16, 16] scores, built a
+    head at a time from [16, d] tiles of one head (the heads padded to a power of two), and the
+    [h, 16, d] context in the forward, in one stage. Its sm_90 builds keep every value in registers
+    too."""
     head_dim = max(16, _next_power_of_2(head_size))
     if talking:
-        return Tiles(16, 16, head_dim, max(16, _next_power_of_2(heads)), num_warps=8, num_stages=1)
+        return Tiles(16, 16, head_dim, _next_power_of_2(heads), num_warps=8, num_stages=1)
     if window:
         block_m = min((32, 16), key=lambda rows: -(-window // rows) * rows)
     else:
@@ -312,8 +313,8 @@ def run_forward(operands: SoftmaxTensors, pre: Tensor | None, post: Tensor | Non
 @dataclass(frozen=True)
 class HeadGradients:
     """Where a backward puts the gradients of the queries, keys and values: float32 [B, h, N, d]
-    views, rows contiguous, as SoftmaxTensors' (the query's written, the keys' and values' added to:
-    zeroed by the caller)."""
+    views, rows contiguous, as SoftmaxTensors' (the query's written, or with talking heads added to,
+    the keys' and values' added to: zeroed by the caller)."""
 
     query: Tensor
     first_keys: Tensor

@@ -10,7 +10,7 @@ imports triton).
 import triton
 import triton.language as tl
 
-from longdoc.model.kernels.gpu.records import Dropout, KeyTile, Mixes, PairRows, PieceKeys, Program, QueryTile
+from longdoc.model.kernels.gpu.records import Dropout, KeyTile, PairRows, PieceKeys, Program, QueryTile
 
 LOG2E = tl.constexpr(1.4426950408889634)
 # The softmax's logits are kept in base 2 (log2(e) folded into the scale and the mask: exp2 of their
@@ -109,18 +109,44 @@ def one_head_program(operands, summed, sizes, BLOCK_M: tl.constexpr, D: tl.const
 def all_heads_program(operands, summed, sizes, HEADS: tl.constexpr, BLOCK_M: tl.constexpr, D: tl.constexpr,
                       WINDOWED: tl.constexpr):
     """A program of all heads of a tile of queries (talking heads; program ids: tile, batch), the
-    heads padded to HEADS: its records.Program (heads [HEADS, 1, 1]), the mask of its [HEADS, M, D]
-    tiles, the rows of its pairs (records.PairRows) and the offsets of its rows in per-head scores
-    ([HEADS, M, 1])."""
+    heads padded to HEADS, which reads them a head at a time: its records.Program (head 0, which
+    head_offset moves to another; which heads exist, [HEADS, 1, 1]; head 0's stream), the mask of
+    its [M, D] tiles, the rows of head 0's pairs (records.PairRows) and their offsets in per-head
+    scores ([M, 1])."""
     batch = tl.program_id(1).to(tl.int64)
     tile = query_tile(tl.program_id(0), sizes, BLOCK_M, D, WINDOWED)
-    head_index = tl.arange(0, HEADS)[:, None, None]  # [HEADS, 1, 1]
-    heads_ok = head_index < sizes.heads
-    head = head_index.to(tl.int64)
-    own_rows = score_rows(batch * sizes.heads + head, tile.rows[:, None], sizes.num_queries, sizes.width)
-    pairs = _pair_rows(operands, summed, batch, head, tile.rows, own_rows, sizes.num_queries, sizes.width)
-    program = Program(batch, head, heads_ok, tl.program_id(1) * sizes.heads + head_index, tile)
-    return program, heads_ok & tile.row_ok[:, None] & tile.dim_ok[None, :], pairs, own_rows
+    own_rows = score_rows(batch * sizes.heads, tile.rows[:, None], sizes.num_queries, sizes.width)  # [M, 1]
+    pairs = _pair_rows(operands, summed, batch, 0, tile.rows, own_rows, sizes.num_queries, sizes.width)
+    program = Program(batch, 0, tl.arange(0, HEADS)[:, None, None] < sizes.heads, tl.program_id(1) * sizes.heads,
+                      tile)
+    return program, tile.row_ok[:, None] & tile.dim_ok[None, :], pairs, own_rows
+
+
+@triton.jit
+def head_score_offset(head, sizes):
+    """How far head `head`'s rows of per-head scores (contiguous [B, h, Nq, N]) are from head 0's."""
+    return tl.cast(head, tl.int64) * sizes.num_queries * sizes.width
+
+
+@triton.jit
+def head_tile(view, program, head):
+    """Pointers [M, D] to head `head`'s rows of the program's tile of queries in a [B, h, Nq, d]
+    tensor (records.HeadRows: the queries, the context or their gradients)."""
+    tile = program.tile
+    return head_rows(view, program.batch, head, tile.rows[:, None]) + tile.dims[None, :]
+
+
+@triton.jit
+def head_scores(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, HAS_RELATIVE: tl.constexpr,
+                HAS_CARRIED: tl.constexpr, PRECISION: tl.constexpr):
+    """Head `head`'s summed scores [M, N] of a tile of all_heads_program's (`pairs`: head 0's rows;
+    `piece`: records.PieceKeys, `keys`: records.KeyTile)."""
+    query = tl.load(head_tile(operands.query, program, head), mask=tile_mask, other=0.0)  # [M, D]
+    key_tile = tl.load(piece.keys + head * piece.head_stride + keys.at, mask=keys.key_ok, other=0.0)  # [N, D]
+    return summed_scores(query, key_tile, scales.query_scale, keys.ids,
+                         pairs.relative + head * operands.relative.head_stride,
+                         pairs.carried + head_score_offset(head, sizes) + keys.columns, keys.valid, HAS_RELATIVE,
+                         HAS_CARRIED, PRECISION)
 
 
 @triton.jit
@@ -130,14 +156,6 @@ def head_statistics(batch, sizes, tile, HEADS: tl.constexpr):
     head_index = tl.arange(0, HEADS)[:, None]  # [HEADS, 1]
     return ((batch * sizes.heads + head_index) * sizes.num_queries + tile.rows[None, :],
             (head_index < sizes.heads) & tile.row_ok[None, :])
-
-
-@triton.jit
-def head_mixes(mixes, HEADS: tl.constexpr):
-    """The offsets [HEADS, HEADS] of talking heads' mixes and their values (records.Mixes), read from
-    `mixes` (float32 [HEADS, HEADS])."""
-    mixing = tl.arange(0, HEADS)[:, None] * HEADS + tl.arange(0, HEADS)[None, :]
-    return mixing, Mixes(tl.load(mixes.pre + mixing), tl.load(mixes.post + mixing))
 
 
 @triton.jit
@@ -154,7 +172,7 @@ def piece_of(pieces, program, sizes, PIECE: tl.constexpr, WINDOWED: tl.constexpr
     else:
         low = 0
         high = piece.num_keys
-    return PieceKeys(keys, values, piece.row_stride, piece.num_keys, low, high)
+    return PieceKeys(keys, values, piece.head_stride, piece.row_stride, piece.num_keys, low, high)
 
 
 @triton.jit
@@ -247,15 +265,6 @@ def dropped(values, dropout, stream, element):
     bits, _, _, _ = tl.philox(dropout.seed, element, stream, 0, 0)
     kept = (bits >> 8).to(tl.int32) >= dropout.drop_threshold
     return tl.where(kept, values * dropout.keep_scale, 0.0)
-
-
-@triton.jit
-def mix_heads(mixing, values, HEADS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              PRECISION: tl.constexpr):
-    """Talking heads' mix of [HEADS, M, N] across heads: mixing [HEADS_out, HEADS_in] @ values, one
-    GEMM over the tile's pairs."""
-    flat = tl.reshape(values, (HEADS, BLOCK_M * BLOCK_N))
-    return tl.reshape(tl.dot(mixing, flat, input_precision=PRECISION), (HEADS, BLOCK_M, BLOCK_N))
 
 
 @triton.jit
