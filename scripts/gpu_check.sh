@@ -18,7 +18,8 @@
 #   tasks.md        every task's `longdoc train` (2 steps) and `longdoc predict --device cuda`, and
 #                   `longdoc pretrain`; each command's output in tasks/*.log
 #   softmax.md      one layer's two softmaxes at ETC-base sizes, gpu against eager backend: time and
-#                   peak memory, forward and forward+backward
+#                   peak memory, forward and forward+backward, with and without residual attention
+#                   and talking heads (docs/gpu/kernel.md: their kernels and what to expect)
 #   attention.md    one layer's attention at 8192 and 16384 tokens (batch 1, ETC-base, bfloat16): the
 #                   gpu and the eager backend against BERT's with SDPA, time and peak memory, and the
 #                   kernels' score traffic per second
