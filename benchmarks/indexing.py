@@ -15,6 +15,69 @@ import multiprocessing
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
+
+
+def _embedded_texts(text: str, embedder) -> list[str]:
+    """What indexing embeds of `text`: its passages and each of their sentences."""
+    from longdoc.ask.passages import split_passages
+
+    passages = split_passages(text, embedder.count_tokens)
+    return [text[p.start:p.end] for p in passages] + [text[start:end] for p in passages for start, end in p.sentences]
+
+
+def _forward(embedder, texts: list[str]) -> None:
+    """MiniLM's tokenizer and forward alone on `texts`, in the embedder's batches, longest first."""
+    import torch
+
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+    with torch.inference_mode():
+        for begin in range(0, len(order), embedder.batch_size):
+            encodings = embedder.batcher.encode_batch([texts[i] for i in order[begin:begin + embedder.batch_size]])
+            embedder.model(torch.tensor([encoding.ids for encoding in encodings]),
+                           torch.tensor([encoding.attention_mask for encoding in encodings]))
+
+
+def alternated_rows(texts: Sequence[str], rounds: int = 3) -> list[dict]:
+    """Indexing the documents `texts` (one file each, nothing cached) and MiniLM's tokenizer and
+    forward alone on what indexing embeds of them, alternated in one process on one thread, `rounds`
+    times: CPU seconds (time.process_time) and wall seconds, medians, and indexing's throughput as a
+    share of the forward's (the load of other work falls on both alike)."""
+    import hashlib
+    import statistics
+
+    import torch
+
+    from longdoc.ask.documents import SourceText
+    from longdoc.ask.embedding import SentenceEmbedder
+    from longdoc.ask.index import index_corpus
+
+    torch.set_num_threads(1)
+    embedder = SentenceEmbedder()
+    embedder.embed(["A first short text, so that lazy set-up is not timed."])
+    sources = [SourceText(f"document{number}.txt", text, hashlib.sha256(text.encode()).hexdigest(), False)
+               for number, text in enumerate(texts)]
+    embedded = [piece for text in texts for piece in _embedded_texts(text, embedder)]
+    times: dict[str, list[tuple[float, float]]] = {"forward": [], "index": []}
+    for _ in range(rounds):
+        for step in ("forward", "index"):
+            with tempfile.TemporaryDirectory() as cache:
+                cpu, wall = time.process_time(), time.perf_counter()
+                if step == "forward":
+                    _forward(embedder, embedded)
+                else:
+                    index_corpus(sources, embedder, cache_root=Path(cache), progress=False)
+                times[step].append((time.process_time() - cpu, time.perf_counter() - wall))
+    words = sum(len(text.split()) for text in texts)
+    forward_cpu = statistics.median(cpu for cpu, _ in times["forward"])
+    rows = []
+    for step, name in (("forward", "MiniLM tokenizer + forward on the passages and sentences"),
+                       ("index", f"index_corpus, nothing cached ({len(texts)} files)")):
+        cpu = statistics.median(cpu for cpu, _ in times[step])
+        rows.append({"step": name, "words": words, "texts embedded": len(embedded), "cpu_seconds": round(cpu, 2),
+                     "wall_seconds": round(statistics.median(wall for _, wall in times[step]), 2),
+                     "words_per_cpu_second": round(words / cpu), "throughput_vs_forward": round(forward_cpu / cpu, 3)})
+    return rows
 
 
 def _measure(step: str, text: str, queue) -> None:
@@ -22,8 +85,6 @@ def _measure(step: str, text: str, queue) -> None:
 
     configure_allocator()
     import hashlib
-
-    import torch
 
     from longdoc.ask.documents import SourceText
     from longdoc.ask.embedding import SentenceEmbedder
@@ -37,17 +98,10 @@ def _measure(step: str, text: str, queue) -> None:
     result = {}
     with tempfile.TemporaryDirectory() as cache:
         if step == "forward":
-            passages = split_passages(text, embedder.count_tokens)
-            texts = [text[p.start:p.end] for p in passages] + [text[start:end] for p in passages
-                                                               for start, end in p.sentences]
-            order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
-            with PeakMemory("cpu") as peak, torch.inference_mode():
+            texts = _embedded_texts(text, embedder)
+            with PeakMemory("cpu") as peak:
                 started = time.perf_counter()
-                for begin in range(0, len(order), embedder.batch_size):
-                    chosen = order[begin:begin + embedder.batch_size]
-                    encodings = embedder.batcher.encode_batch([texts[i] for i in chosen])
-                    embedder.model(torch.tensor([encoding.ids for encoding in encodings]),
-                                   torch.tensor([encoding.attention_mask for encoding in encodings]))
+                _forward(embedder, texts)
                 result["seconds"] = time.perf_counter() - started
         else:
             source = SourceText("document.txt", text, hashlib.sha256(text.encode()).hexdigest(), False)

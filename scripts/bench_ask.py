@@ -15,6 +15,10 @@
       MiniLM's tokenizer and forward alone on the same passages (benchmarks.indexing),
       for the reader benchmark's generated document of that many words and the HotpotQA file's
       paragraphs as one document.
+  python scripts/bench_ask.py indexing --alternate [--files 30] [--rounds 3] [--data HOTPOT_JSON]
+      indexing that many files of the scale corpus (below) against MiniLM's tokenizer and forward
+      alone on what indexing embeds of them, alternated in one process on one thread: CPU and wall
+      seconds, and indexing's throughput as a share of the forward's (benchmarks.indexing.alternated_rows).
   python scripts/bench_ask.py sentences [--data HOTPOT_JSON]
       sentence mode (no reader) on real text: each HotpotQA question that is not yes/no asked of its
       own paragraphs; how often the first answer sentence holds the gold answer, beside plain MiniLM
@@ -95,6 +99,10 @@ def main(argv=None) -> int:
     indexing = modes.add_parser("indexing", help="indexing throughput and peak memory beside MiniLM's forward")
     indexing.add_argument("--data", type=Path, default=SAMPLE)
     indexing.add_argument("--words", type=int, default=20_000)
+    indexing.add_argument("--alternate", action="store_true",
+                          help="index generated files and run MiniLM alone on their texts, alternated in one process")
+    indexing.add_argument("--files", type=int, default=30)
+    indexing.add_argument("--rounds", type=int, default=3)
     sentences = modes.add_parser("sentences", help="sentence mode on real text: the first answer sentence of each "
                                                    "HotpotQA question asked of its own paragraphs")
     sentences.add_argument("--data", type=Path, default=SAMPLE)
@@ -118,7 +126,15 @@ def main(argv=None) -> int:
     from longdoc.cpu_memory import configure_allocator
 
     configure_allocator()  # as the `longdoc` command: freed memory kept (longdoc/cpu_memory.py)
-    if args.mode == "indexing":
+    if args.mode == "indexing" and args.alternate:
+        from benchmarks.ask import write_generated_corpus
+        from benchmarks.indexing import alternated_rows
+
+        with tempfile.TemporaryDirectory() as work:
+            write_generated_corpus(args.data, Path(work), args.files)
+            texts = [path.read_text(encoding="utf-8") for path in sorted(Path(work).iterdir())]
+        rows = alternated_rows(texts, args.rounds)
+    elif args.mode == "indexing":
         from benchmarks.ask import hotpotqa_document
         from benchmarks.indexing import indexing_rows
         from benchmarks.readers import make_fact_questions

@@ -366,7 +366,7 @@ def _store_approximate(connection: sqlite3.Connection, dimension: int) -> None:
     with _transaction(connection):
         connection.execute("DELETE FROM approximate")
         connection.execute("INSERT INTO approximate VALUES (?, ?)",
-                           (json.dumps(keys), faiss.serialize_index(index).tobytes()))
+                           (json.dumps(keys), memoryview(faiss.serialize_index(index))))  # no copy
 
 
 def index_corpus(sources: Sequence[SourceText], embedder, *, named_by: Sequence[str] | None = None,
