@@ -56,6 +56,9 @@ from longdoc.distributed import ProcessInfo, SharedCounters, barrier, gather_obj
 
 SHARDS_SUFFIX = ".shards"
 RUN_FILE = "run.json"
+# Raised whenever the packs' numbering or what a pack's file holds changes (2: NQ's packs numbered
+# over the whole file, not within each chunk of examples).
+SHARD_LAYOUT = 2
 # How often the main process reads the others' progress while it waits for them.
 PROGRESS_SECONDS = 0.2
 
@@ -97,6 +100,8 @@ class PredictionRun:
     device_type: str  # "cpu", "cuda": processes on different GPUs of one kind run the same run
     dtype: str
     runtime: str
+    # How packs are numbered and saved: a longdoc that numbers them otherwise must not reuse them.
+    shard_layout: int = SHARD_LAYOUT
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,14 @@ class OutputShards:
         atomic_write_bytes(self._path(call, pack), buffer.getvalue())
 
     def load(self, call: int, pack: int) -> list[dict[str, Tensor]]:
-        return torch.load(self._path(call, pack), weights_only=True)
+        """The pack's saved outputs; InputError naming the file where it cannot be read (longdoc writes
+        it whole, so something else damaged it)."""
+        path = self._path(call, pack)
+        try:
+            return torch.load(path, weights_only=True)
+        except Exception as error:  # (torch.load fails in many ways on a damaged file)
+            raise InputError(f"{path}: saved outputs that cannot be read ({type(error).__name__}); remove the "
+                             "file and run the command again: its examples are predicted anew") from error
 
 
 def share_by_cost(costs: dict[int, int], processes: int) -> list[list[int]]:
@@ -307,7 +319,10 @@ class SharedRowsModel:
             outputs = task.run_pack(self.model, pack, held, windows)
             seconds = time.perf_counter() - started
         else:
-            outputs = self.shards.load(call, p)
+            try:
+                outputs = self.shards.load(call, p)
+            except InputError as error:
+                return {}, (min(pack.examples), str(error))
         decoded, problem = task.decode_pack(pack, held, windows, outputs)
         if problem is not None:
             return decoded, problem
@@ -369,7 +384,7 @@ def _open_shards(processes: ProcessInfo, run: PredictionRun, out_path: Path) -> 
     saved = any(folder.glob("*.pt"))
     if saved and (not run_file.is_file() or json.loads(run_file.read_text(encoding="utf-8")) != asdict(run)):
         problem = (f"{folder} holds the outputs of another prediction (other data, model, batch size or "
-                   "placement); remove it, or give another --out")
+                   "placement, or saved by another version of longdoc); remove it, or give another --out")
     elif not saved:  # nothing to reuse: a run stopped before its first batch (e.g. by bad data) is replaced
         atomic_write_json(run_file, asdict(run))
     problems = [p for p in gather_objects(processes, problem) if p]

@@ -2,7 +2,7 @@
 
 The decoders read a task model through three things, which `OnnxModel` has too: `config` (with
 `task_options`), `forward_rows(rows, collate, batch_size)` (every task's `decode.predict`, through
-`longdoc.data.prediction.score_examples`; the same loop, `longdoc.model.task_model.run_rows`) and
+`longdoc.data.prediction.decode_examples`; the same loop, `longdoc.model.task_model.run_rows`) and
 a call `model(**batch)` whose result has the outputs as attributes (ask's span reader). So
 `longdoc predict --runtime onnx` and `longdoc ask --runtime onnx` run the task's own decoding on the
 graph's outputs: nothing of it is copied here.

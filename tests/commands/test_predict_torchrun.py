@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ import torch
 
 from longdoc.cli import main
 from longdoc.convert.pretrained import default_tokenizer
-from longdoc.data.shared_prediction import shards_folder
+from longdoc.data.shared_prediction import PredictionRun, model_fingerprint, sha256_of_data, shards_folder
 from longdoc.tasks import get_task
 from tests.tasks.conftest import TINY_ENCODER, write_encoder
 from tests.tasks.predictions import HOTPOTQA_GOLD, NQ_GOLD, OPENKP_GOLD, WIKIHOP_GOLD
@@ -217,18 +218,45 @@ def test_processes_given_different_data_are_refused_before_anything_runs(models,
     assert not out.exists() and not shards_folder(out).exists()
 
 
-def test_the_saved_outputs_of_another_run_are_refused_not_mixed_in(models, shared_data, tmp_path):
+@pytest.mark.parametrize("saved_by", ["another run", "an older longdoc"])
+def test_the_saved_outputs_of_another_run_are_refused_not_mixed_in(models, shared_data, tmp_path, saved_by):
     out = tmp_path / "pred.json"
     folder = shards_folder(out)
     folder.mkdir()
-    (folder / "run.json").write_text(json.dumps({"task": "hotpotqa", "data_sha256": "0" * 64}), encoding="utf-8")
+    data = shared_data / HOTPOTQA_GOLD
+    if saved_by == "another run":
+        run_record = {"task": "hotpotqa", "data_sha256": "0" * 64}
+    else:  # this very run, as a longdoc that numbered its packs otherwise wrote it (no shard_layout)
+        run_record = asdict(PredictionRun("hotpotqa", sha256_of_data(data), model_fingerprint(models / "hotpotqa"),
+                                          2, "cpu", "float32", "torch"))
+        del run_record["shard_layout"]
+    (folder / "run.json").write_text(json.dumps(run_record), encoding="utf-8")
     (folder / "000000-000000.pt").write_bytes(b"")
-    run = subprocess.run(torchrun(2, predict_argv("hotpotqa", models / "hotpotqa", shared_data / HOTPOTQA_GOLD, out)),
+    run = subprocess.run(torchrun(2, predict_argv("hotpotqa", models / "hotpotqa", data, out)),
                          cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
     assert_every_process_ended_with(run, f"longdoc predict: error: {folder} holds the outputs of another prediction "
-                                         "(other data, model, batch size or placement); remove it, or give another "
-                                         "--out")
+                                         "(other data, model, batch size or placement, or saved by another version "
+                                         "of longdoc); remove it, or give another --out")
     assert not out.exists() and (folder / "000000-000000.pt").exists()
+
+
+def test_a_damaged_saved_pack_stops_every_process_naming_the_file(models, shared_data, tmp_path):
+    out = tmp_path / "pred.json"
+    folder = shards_folder(out)
+    folder.mkdir()
+    data = shared_data / HOTPOTQA_GOLD
+    run_record = PredictionRun("hotpotqa", sha256_of_data(data), model_fingerprint(models / "hotpotqa"), 2, "cpu",
+                               "float32", "torch")
+    (folder / "run.json").write_text(json.dumps(asdict(run_record)), encoding="utf-8")
+    damaged = folder / "000000-000000.pt"
+    damaged.write_bytes(b"not a saved pack")  # (what a disk or a hand, never longdoc's atomic writes, leaves)
+    run = subprocess.run(torchrun(2, predict_argv("hotpotqa", models / "hotpotqa", data, out)),
+                         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    # One line, in torchrun's summary too, naming the file; the reason is torch.load's exception's name.
+    assert run.returncode != 0 and "exitcode  : 2 " in run.stderr, run.stderr[-3000:]
+    assert f"traceback : longdoc predict: error: {damaged}: saved outputs that cannot be read (" in run.stderr
+    assert "); remove the file and run the command again: its examples are predicted anew\n" in run.stderr
+    assert not out.exists()
 
 
 def test_a_shards_folder_no_process_can_write_is_refused_naming_each_process(models, shared_data, tmp_path):
