@@ -19,6 +19,7 @@ wherever it is.
 """
 
 import bisect
+import functools
 import hashlib
 import io
 import logging
@@ -49,6 +50,12 @@ class SourceText:
     sha256: str
     extracted: bool  # True: `text` is the text extracted from HTML, PDF or DOCX, not the file's own characters
     page_starts: tuple[int, ...] = ()  # a PDF's: the offset in `text` where each page's text starts, page 1 first
+
+    @functools.cached_property
+    def resolved_path(self) -> str:
+        """The path resolved (links followed), worked out once: a corpus of 10,000 files asks for it on
+        every open, and each resolution reads every folder of the path."""
+        return str(Path(self.path).resolve())
 
     def page_at(self, offset: int) -> int | None:
         """The PDF page (from 1) that the character at `offset` of `text` comes from; None for other files."""

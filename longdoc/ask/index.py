@@ -132,7 +132,7 @@ class DocumentIndex:
 
 def document_path(source: SourceText) -> str:
     """The name a document is indexed under: its resolved path."""
-    return str(Path(source.path).resolve())
+    return source.resolved_path
 
 
 def corpus_folder(named_by: Sequence[str], settings: IndexSettings, root: Path | None = None) -> Path:
@@ -335,8 +335,6 @@ def _save(connection: sqlite3.Connection, documents: Sequence[tuple[SourceText, 
 def _store_approximate(connection: sqlite3.Connection, dimension: int) -> None:
     """Makes the file's HNSW index hold the passage vectors of its documents when they are
     APPROXIMATE_FROM or more (and removes it when fewer); nothing to do when it already does."""
-    import faiss
-
     keys = [key for (key,) in connection.execute("SELECT id FROM documents ORDER BY id")]
     stored = connection.execute("SELECT documents FROM approximate").fetchone()
     if stored is not None and json.loads(stored[0]) == keys:
@@ -348,6 +346,8 @@ def _store_approximate(connection: sqlite3.Connection, dimension: int) -> None:
             with _transaction(connection):
                 connection.execute("DELETE FROM approximate")
         return
+    import faiss
+
     index = faiss.IndexHNSWFlat(dimension, HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
     threads = faiss.omp_get_max_threads()
@@ -454,11 +454,11 @@ class CorpusIndex:
     def _read_approximate(self, connection: sqlite3.Connection) -> tuple[Any, list[tuple[int, int]]] | None:
         """The file's HNSW index and the (document, passage) of each of its vectors; None when the file
         has none, or one over other documents than these."""
-        import faiss
-
         row = connection.execute("SELECT documents, hnsw FROM approximate").fetchone()
         if row is None:
             return None
+        import faiss
+
         by_key = {document.key: d for d, document in enumerate(self.documents)}
         keys = json.loads(row[0])
         if sorted(keys) != sorted(by_key):
