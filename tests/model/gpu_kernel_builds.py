@@ -29,6 +29,7 @@ from triton.runtime.jit import JITFunction
 
 from longdoc.model.backends.gpu import TritonSoftmax
 from longdoc.model.kernels.gpu import softmax as gpu_softmax
+from longdoc.model.kernels.gpu.records import Flags
 from tests.model.one_softmax import Case, operands
 
 H100 = GPUTarget("cuda", 90, 32)
@@ -88,7 +89,8 @@ def main() -> int:
     def build_instead_of_launching(kernel_function, grid):
         def launch(*args, **kwargs):
             kernel = kernel_function.warmup(*args, grid=grid, **kwargs)
-            flags = {name: value for name, value in kwargs.items() if name.isupper()}
+            flags = next({name: value.value for name, value in arg._asdict().items()}
+                         for arg in args if isinstance(arg, Flags))
             key = json.dumps([kernel_function.fn.__name__, dtype, flags], sort_keys=True)
             if key not in built:
                 build = dict(kernel=kernel_function.fn.__name__, dtype=dtype, flags=flags,

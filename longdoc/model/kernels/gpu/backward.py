@@ -20,61 +20,55 @@ from longdoc.model.kernels.gpu.tiles import (
 
 @triton.jit
 def _plain_piece_backward(grad_query, query, grad_out, delta, row_max, row_sum, program, operands, grad_pieces, pairs,
-                          grad_pairs, sizes, scales, dropout, PIECE: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, WINDOWED: tl.constexpr, HAS_RELATIVE: tl.constexpr,
-                          HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr, HAS_GRAD_SUMMED: tl.constexpr,
-                          WRITE_GRAD_SCORES: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
+                          grad_pairs, sizes, scales, dropout, PIECE: tl.constexpr, flags):
     """Piece PIECE of the keys of `attention_backward` (arguments as forward._plain_piece's;
     `grad_pairs`: pointers to the rows of grad_summed and grad_scores): returns grad_query + this
     piece's part."""
     tile = program.tile
     grad_summed, grad_scores = grad_pairs
-    piece = piece_of(operands.pieces, program, sizes, PIECE, WINDOWED)
+    piece = piece_of(operands.pieces, program, sizes, PIECE, flags)
     grad_keys, grad_values = piece_heads(grad_pieces[PIECE], program.batch, program.head)
-    for start in range(piece.low, piece.high, BLOCK_N):
-        keys = pair_tile(start, tile, sizes, piece, pairs, PIECE, BLOCK_N, WINDOWED, HAS_RELATIVE)
+    for start in range(piece.low, piece.high, flags.BLOCK_N):
+        keys = pair_tile(start, tile, sizes, piece, pairs, PIECE, flags)
         key_tile = tl.load(piece.keys + keys.at, mask=keys.key_ok, other=0.0)  # [N, D]
         value_tile = tl.load(piece.key_values + keys.at, mask=keys.key_ok, other=0.0)  # [N, D]
-        scores = saved_or_summed_scores(query, key_tile, scales.query_scale, keys.ids, pairs.relative,
-                                        pairs.carried + keys.columns, pairs.summed + keys.columns, keys.valid,
-                                        HAS_RELATIVE, HAS_CARRIED, SUMMED_SAVED, PRECISION)  # [M, N]
+        scores = saved_or_summed_scores(query, key_tile, scales.query_scale, keys.ids, pairs.relative, pairs.carried +
+                                        keys.columns, pairs.summed + keys.columns, keys.valid, flags)  # [M, N]
         logits = masked_logits(scores, keys.mask_bias, keys.valid, scales.scale)
         probs = normalized_weights(logits, row_max, row_sum)
         # The gradient of the weights that multiplied the values, and those weights (after dropout).
-        grad_weights = tl.dot(grad_out, tl.trans(value_tile), input_precision=PRECISION)  # [M, N]
+        grad_weights = tl.dot(grad_out, tl.trans(value_tile), input_precision=flags.PRECISION)  # [M, N]
         weights = probs
-        if DROPOUT:
+        if flags.DROPOUT:
             element = tile.rows[:, None] * sizes.width + keys.columns
             grad_weights = dropped(grad_weights, dropout, program.stream, element)
             weights = dropped(probs, dropout, program.stream, element)
         grad = scales.scale * probs * (grad_weights - delta[:, None])
-        if HAS_GRAD_SUMMED:
+        if flags.HAS_GRAD_SUMMED:
             grad += tl.load(grad_summed + keys.columns, mask=keys.valid, other=0.0).to(tl.float32)
         grad = tl.where(keys.valid, grad, 0.0)
-        if WRITE_GRAD_SCORES:
+        if flags.WRITE_GRAD_SCORES:
             tl.store(grad_scores + keys.columns, grad.to(grad_scores.dtype.element_ty), mask=keys.valid)
-        grad_query += tl.dot(grad.to(key_tile.dtype), key_tile, input_precision=PRECISION)
+        grad_query += tl.dot(grad.to(key_tile.dtype), key_tile, input_precision=flags.PRECISION)
         grad_at = keys.index[:, None] * grad_pieces[PIECE].row_stride + tile.dims[None, :]  # [N, D]
-        tl.atomic_add(grad_keys + grad_at, tl.dot(tl.trans(grad.to(query.dtype)), query, input_precision=PRECISION)
+        tl.atomic_add(grad_keys + grad_at, tl.dot(tl.trans(grad.to(query.dtype)), query,
+        input_precision=flags.PRECISION)
                       * scales.query_scale, mask=keys.key_ok, sem="relaxed")
         tl.atomic_add(grad_values + grad_at, tl.dot(tl.trans(weights.to(grad_out.dtype)), grad_out,
-                                                    input_precision=PRECISION), mask=keys.key_ok, sem="relaxed")
+                                                    input_precision=flags.PRECISION), mask=keys.key_ok, sem="relaxed")
     return grad_query
 
 
 @triton.jit
-def attention_backward(operands, summed, grad_summed, grad_scores, grad_context, statistics, delta, grad_q,
-                       grad_pieces, sizes, scales, dropout, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       D: tl.constexpr, WINDOWED: tl.constexpr, HAS_RELATIVE: tl.constexpr, HAS_CARRIED: tl.constexpr,
-                       SUMMED_SAVED: tl.constexpr, HAS_GRAD_SUMMED: tl.constexpr, WRITE_GRAD_SCORES: tl.constexpr,
-                       DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
+def attention_backward(operands, summed, grad_summed, grad_scores, grad_context, statistics, delta, grad_q, grad_pieces,
+                       sizes, scales, dropout, flags):
     """A tile of queries of one head (program ids as attention_forward's): the weights recomputed from
     the rows' statistics (row_max, row_sum, delta), the gradient of the summed scores
     grad = scale * p * (dropout(grad_context @ v^T) - delta) + grad_summed
     (delta [B, h, Nq]: the rows' sum of grad_context * context, computed by the caller), written;
     then grad_q = query_scale grad @ k (stored: the program holds the queries' every key) and,
     added atomically, grad_k += query_scale grad^T @ q, grad_v += dropout(p)^T @ grad_context."""
-    program, tile_mask, pairs, own_rows = one_head_program(operands, summed, sizes, BLOCK_M, D, WINDOWED)
+    program, tile_mask, pairs, own_rows = one_head_program(operands, summed, sizes, flags)
     batch, head, tile = program.batch, program.head, program.tile
     query = tl.load(head_rows(operands.query, batch, head, tile.rows[:, None]) + tile.dims[None, :], mask=tile_mask,
                     other=0.0)  # [M, D]
@@ -86,38 +80,30 @@ def attention_backward(operands, summed, grad_summed, grad_scores, grad_context,
     row_delta = tl.load(delta + stats, mask=tile.row_ok, other=0.0)
     grad_pairs = (grad_summed + own_rows, grad_scores + own_rows)
 
-    grad_query = tl.zeros((BLOCK_M, D), dtype=tl.float32)
+    grad_query = tl.zeros((flags.BLOCK_M, flags.D), dtype=tl.float32)
     for piece in tl.static_range(2):
-        grad_query = _plain_piece_backward(
-            grad_query, query, grad_out, row_delta, row_max, row_sum, program, operands, grad_pieces, pairs,
-            grad_pairs, sizes, scales, dropout, piece, BLOCK_M, BLOCK_N, WINDOWED, HAS_RELATIVE, HAS_CARRIED,
-            SUMMED_SAVED, HAS_GRAD_SUMMED, WRITE_GRAD_SCORES, DROPOUT, PRECISION)
+        grad_query = _plain_piece_backward(grad_query, query, grad_out, row_delta, row_max, row_sum, program, operands,
+                                           grad_pieces, pairs, grad_pairs, sizes, scales, dropout, piece, flags)
     tl.store(head_rows(grad_q, batch, head, tile.rows[:, None]) + tile.dims[None, :],
              (grad_query * scales.query_scale).to(grad_q.data.dtype.element_ty), mask=tile_mask)
 
 
 @triton.jit
-def _head_summed(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, HAS_RELATIVE: tl.constexpr,
-                 HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr, PRECISION: tl.constexpr):
+def _head_summed(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, flags):
     """Head `head`'s summed scores [M, N] of a tile of talking_heads_backward's: read where the
     forward wrote them (SUMMED_SAVED: residual attention), else computed again (tiles.head_scores)."""
-    if SUMMED_SAVED:
+    if flags.SUMMED_SAVED:
         scores = tl.load(pairs.summed + head_score_offset(head, sizes) + keys.columns, mask=keys.valid,
                          other=0.0).to(tl.float32)
     else:
-        scores = head_scores(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, HAS_RELATIVE,
-                             HAS_CARRIED, PRECISION)
+        scores = head_scores(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, flags)
     return scores
 
 
 @triton.jit
-def _talking_piece_backward(
-    delta, grad_pre, grad_post, tile_mask, row_max, row_sum, program, operands, grad_context, grad_q, grad_pieces,
-    pairs, grad_pairs, mixes, sizes, scales, dropout, PIECE: tl.constexpr, HEADS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WINDOWED: tl.constexpr, HAS_RELATIVE: tl.constexpr,
-    HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr, HAS_GRAD_SUMMED: tl.constexpr,
-    WRITE_GRAD_SCORES: tl.constexpr, DROPOUT: tl.constexpr, DELTA: tl.constexpr, PRECISION: tl.constexpr,
-):
+def _talking_piece_backward(delta, grad_pre, grad_post, tile_mask, row_max, row_sum, program, operands, grad_context,
+                            grad_q, grad_pieces, pairs, grad_pairs, mixes, sizes, scales, dropout, PIECE: tl.constexpr,
+                            flags, DELTA: tl.constexpr):
     """Piece PIECE of the keys of `talking_heads_backward` (arguments as in forward._talking_piece and
     _plain_piece_backward). DELTA: the first pass, which sums each mixed row's weights times their
     gradient (delta); otherwise the second, which returns the gradients.
@@ -127,40 +113,39 @@ def _talking_piece_backward(
     (by pre's columns), of the weights' gradients (by post's rows), of the logits' gradients (by
     pre's rows), so that at most two [HEADS, M, N] tiles are live."""
     tile = program.tile
-    heads = tl.arange(0, HEADS)[:, None, None]  # [HEADS, 1, 1]
-    mix_rows = tl.arange(0, HEADS)[:, None]  # [HEADS, 1]: grad_pre's and grad_post's rows
+    heads = tl.arange(0, flags.HEADS)[:, None, None]  # [HEADS, 1, 1]
+    mix_rows = tl.arange(0, flags.HEADS)[:, None]  # [HEADS, 1]: grad_pre's and grad_post's rows
     grad_summed, grad_scores = grad_pairs
-    piece = piece_of(operands.pieces, program, sizes, PIECE, WINDOWED)
+    piece = piece_of(operands.pieces, program, sizes, PIECE, flags)
     grad_piece = grad_pieces[PIECE]
     grad_keys, grad_values = piece_heads(grad_piece, program.batch, program.head)
-    for start in range(piece.low, piece.high, BLOCK_N):
-        keys = pair_tile(start, tile, sizes, piece, pairs, PIECE, BLOCK_N, WINDOWED, HAS_RELATIVE)
+    for start in range(piece.low, piece.high, flags.BLOCK_N):
+        keys = pair_tile(start, tile, sizes, piece, pairs, PIECE, flags)
         grad_at = keys.index[:, None] * grad_piece.row_stride + tile.dims[None, :]  # [N, D]
-        mixed = tl.zeros((HEADS, BLOCK_M, BLOCK_N), dtype=tl.float32)
+        mixed = tl.zeros((flags.HEADS, flags.BLOCK_M, flags.BLOCK_N), dtype=tl.float32)
         for head in range(0, sizes.heads):
-            mixed += tl.load(mixes.pre + heads * HEADS + head) * _head_summed(
-                head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, HAS_RELATIVE, HAS_CARRIED,
-                SUMMED_SAVED, PRECISION)[None, :, :]
+            mixed += tl.load(mixes.pre + heads * flags.HEADS + head) * _head_summed(head, program, tile_mask, operands,
+                             piece, keys, pairs, sizes, scales, flags)[None, :, :]
         logits = masked_logits(mixed, keys.mask_bias[None, :, :], keys.valid[None, :, :], scales.scale)
         probs = tl.where(program.head_ok, normalized_weights(logits, row_max, row_sum), 0.0)  # (no padding heads)
         # grad_probs = post^T grad_W, a head's grad_W (the gradient of its weights, dropout's kept ones) at a time.
         element = tile.rows[:, None] * sizes.width + keys.columns  # [M, N]
-        grad_probs = tl.zeros((HEADS, BLOCK_M, BLOCK_N), dtype=tl.float32)
+        grad_probs = tl.zeros((flags.HEADS, flags.BLOCK_M, flags.BLOCK_N), dtype=tl.float32)
         for head in range(0, sizes.heads):
             grad_out = tl.load(head_tile(grad_context, program, head), mask=tile_mask, other=0.0)  # [M, D]
             value_tile = tl.load(piece.key_values + head * piece.head_stride + keys.at, mask=keys.key_ok, other=0.0)
-            grad_weights = tl.dot(grad_out, tl.trans(value_tile), input_precision=PRECISION)  # [M, N]
-            if DROPOUT:
+            grad_weights = tl.dot(grad_out, tl.trans(value_tile), input_precision=flags.PRECISION)  # [M, N]
+            if flags.DROPOUT:
                 grad_weights = dropped(grad_weights, dropout, program.stream + head, element)
-            grad_probs += tl.load(mixes.post + head * HEADS + heads) * grad_weights[None, :, :]
+            grad_probs += tl.load(mixes.post + head * flags.HEADS + heads) * grad_weights[None, :, :]
             if not DELTA:
                 grad_post += tl.where(mix_rows == head, tl.sum(tl.sum(grad_weights[None, :, :] * probs, 2), 1)[None, :],
                                       0.0)
-                weights = tl.sum(tl.load(mixes.post + head * HEADS + heads) * probs, 0)  # [M, N]
-                if DROPOUT:
+                weights = tl.sum(tl.load(mixes.post + head * flags.HEADS + heads) * probs, 0)  # [M, N]
+                if flags.DROPOUT:
                     weights = dropped(weights, dropout, program.stream + head, element)
                 tl.atomic_add(grad_values + head * grad_piece.head_stride + grad_at,
-                              tl.dot(tl.trans(weights.to(grad_out.dtype)), grad_out, input_precision=PRECISION),
+                              tl.dot(tl.trans(weights.to(grad_out.dtype)), grad_out, input_precision=flags.PRECISION),
                               mask=keys.key_ok, sem="relaxed")
         if DELTA:
             delta += tl.sum(probs * grad_probs, -1)
@@ -168,36 +153,33 @@ def _talking_piece_backward(
             grad_logits = probs * (grad_probs - tl.expand_dims(delta, -1))  # [HEADS, M, N]
             for head in range(0, sizes.heads):
                 own = head_score_offset(head, sizes) + keys.columns
-                head_summed = _head_summed(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales,
-                                           HAS_RELATIVE, HAS_CARRIED, SUMMED_SAVED, PRECISION)
+                head_summed = _head_summed(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, flags)
                 # grad_pre[:, head] += scale grad_X S_head^T; grad_S_head = scale pre[:, head]^T grad_X
                 by_row = tl.sum(tl.sum(grad_logits * head_summed[None, :, :], 2), 1)  # [HEADS]
-                grad_pre += tl.where(tl.arange(0, HEADS)[None, :] == head, scales.scale * by_row[:, None], 0.0)
-                grad = scales.scale * tl.sum(tl.load(mixes.pre + heads * HEADS + head) * grad_logits, 0)  # [M, N]
-                if HAS_GRAD_SUMMED:
+                grad_pre += tl.where(tl.arange(0, flags.HEADS)[None, :] == head, scales.scale * by_row[:, None], 0.0)
+                grad = scales.scale * tl.sum(tl.load(mixes.pre + heads * flags.HEADS + head) * grad_logits, 0)  # [M, N]
+                if flags.HAS_GRAD_SUMMED:
                     grad += tl.load(grad_summed + own, mask=keys.valid, other=0.0).to(tl.float32)
                 grad = tl.where(keys.valid, grad, 0.0)
-                if WRITE_GRAD_SCORES:
+                if flags.WRITE_GRAD_SCORES:
                     tl.store(grad_scores + own, grad.to(grad_scores.dtype.element_ty), mask=keys.valid)
                 query = tl.load(head_tile(operands.query, program, head), mask=tile_mask, other=0.0)  # [M, D]
                 key_tile = tl.load(piece.keys + head * piece.head_stride + keys.at, mask=keys.key_ok, other=0.0)
                 grad = grad.to(key_tile.dtype)
                 # (added, as the keys' are: an accumulator of all heads' [M, D] would not fit in the registers)
                 tl.atomic_add(head_tile(grad_q, program, head),
-                              tl.dot(grad, key_tile, input_precision=PRECISION) * scales.query_scale, mask=tile_mask,
+                              tl.dot(grad, key_tile, input_precision=flags.PRECISION) * scales.query_scale,
+                              mask=tile_mask,
                               sem="relaxed")
                 tl.atomic_add(grad_keys + head * grad_piece.head_stride + grad_at,
-                              tl.dot(tl.trans(grad), query, input_precision=PRECISION) * scales.query_scale,
+                              tl.dot(tl.trans(grad), query, input_precision=flags.PRECISION) * scales.query_scale,
                               mask=keys.key_ok, sem="relaxed")
     return delta, grad_pre, grad_post
 
 
 @triton.jit
 def talking_heads_backward(operands, summed, grad_summed, grad_scores, grad_context, statistics, grad_q, grad_pieces,
-                           mixes, grad_mixes, sizes, scales, dropout, HEADS: tl.constexpr, BLOCK_M: tl.constexpr,
-                           BLOCK_N: tl.constexpr, D: tl.constexpr, WINDOWED: tl.constexpr, HAS_RELATIVE: tl.constexpr,
-                           HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr, HAS_GRAD_SUMMED: tl.constexpr,
-                           WRITE_GRAD_SCORES: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
+                           mixes, grad_mixes, sizes, scales, dropout, flags):
     """A tile of queries of all heads (program ids as talking_heads_forward's), in two passes over the
     keys. With W = post P (then dropout), P = softmax(X), X = scale pre S + mask:
     grad_W = dropout(grad_context @ v^T), grad_P = post^T grad_W, delta = rowsum(P * grad_P) (first
@@ -205,25 +187,24 @@ def talking_heads_backward(operands, summed, grad_summed, grad_scores, grad_cont
     grad_pre += scale grad_X S^T, grad_post += grad_W P^T over the tile's pairs (this program's sums,
     into `grad_mixes` (records.Mixes) [programs, HEADS, HEADS]), and q, k, v's gradients as in
     attention_backward (second pass)."""
-    program, tile_mask, pairs, own_rows = all_heads_program(operands, summed, sizes, HEADS, BLOCK_M, D, WINDOWED)
+    program, tile_mask, pairs, own_rows = all_heads_program(operands, summed, sizes, flags)
     batch, tile = program.batch, program.tile
-    stats, stats_mask = head_statistics(batch, sizes, tile, HEADS)  # [HEADS, M]
+    stats, stats_mask = head_statistics(batch, sizes, tile, flags)  # [HEADS, M]
     row_max = tl.load(statistics.row_max + stats, mask=stats_mask, other=0.0)
     row_sum = tl.load(statistics.row_sum + stats, mask=stats_mask, other=1.0)
-    mixing = tl.arange(0, HEADS)[:, None] * HEADS + tl.arange(0, HEADS)[None, :]  # [HEADS, HEADS]
+    mixing = tl.arange(0, flags.HEADS)[:, None] * flags.HEADS + tl.arange(0, flags.HEADS)[None, :]  # [HEADS, HEADS]
     grad_pairs = (grad_summed + own_rows, grad_scores + own_rows)
 
-    delta = tl.zeros((HEADS, BLOCK_M), dtype=tl.float32)
-    grad_pre = tl.zeros((HEADS, HEADS), dtype=tl.float32)
-    grad_post = tl.zeros((HEADS, HEADS), dtype=tl.float32)
+    delta = tl.zeros((flags.HEADS, flags.BLOCK_M), dtype=tl.float32)
+    grad_pre = tl.zeros((flags.HEADS, flags.HEADS), dtype=tl.float32)
+    grad_post = tl.zeros((flags.HEADS, flags.HEADS), dtype=tl.float32)
     for delta_pass in tl.static_range(2):
         for piece in tl.static_range(2):
-            delta, grad_pre, grad_post = _talking_piece_backward(
-                delta, grad_pre, grad_post, tile_mask, row_max, row_sum, program, operands, grad_context, grad_q,
-                grad_pieces, pairs, grad_pairs, mixes, sizes, scales, dropout, piece, HEADS, BLOCK_M, BLOCK_N,
-                WINDOWED, HAS_RELATIVE, HAS_CARRIED, SUMMED_SAVED, HAS_GRAD_SUMMED, WRITE_GRAD_SCORES, DROPOUT,
-                delta_pass == 0, PRECISION)
+            delta, grad_pre, grad_post = _talking_piece_backward(delta, grad_pre, grad_post, tile_mask, row_max,
+                                                                 row_sum, program, operands, grad_context, grad_q,
+                                                                 grad_pieces, pairs, grad_pairs, mixes, sizes, scales,
+                                                                 dropout, piece, flags, delta_pass == 0)
 
-    programs = (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * HEADS * HEADS
+    programs = (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * flags.HEADS * flags.HEADS
     tl.store(grad_mixes.pre + programs + mixing, grad_pre)
     tl.store(grad_mixes.post + programs + mixing, grad_post)

@@ -1,8 +1,10 @@
 """The named records the Triton kernels take and pass between their helpers (see
 longdoc.model.kernels.gpu): Triton passes a NamedTuple into a kernel and between @triton.jit
 functions field by field (tensors become pointers), and a helper may build and return one (Triton
-3.3 on), so the kernels read `sizes.width`, not a numbered slot. The launcher (softmax.py) builds
-those of a launch; tiles.py builds those of a program. This module imports no Triton.
+3.3 on), so the kernels read `sizes.width`, not a numbered slot. A record of tl.constexpr values
+(Flags) is one too: the kernels and their helpers take their compile-time choices as one `flags`
+argument, not a dozen. The launcher (softmax.py) builds those of a launch; tiles.py builds those
+of a program. This module imports no Triton.
 """
 
 from typing import Any, NamedTuple
@@ -88,6 +90,30 @@ class Mixes(NamedTuple):
 
     pre: Any
     post: Any
+
+
+class Flags(NamedTuple):
+    """A kernel's compile-time choices, each a tl.constexpr (Triton builds a kernel for each distinct
+    record, and a helper's `if flags.DROPOUT:` is decided then): its tiles (BLOCK_M queries x
+    BLOCK_N keys, D the head size padded, HEADS the heads of a talking-heads program, padded; 1
+    otherwise), WINDOWED (the first piece is a window of blocks), HAS_RELATIVE, HAS_CARRIED,
+    DROPOUT, PRECISION (tl.dot's for float32 operands); the forward's WRITE_SUMMED, the backward's
+    SUMMED_SAVED (the summed scores read where the forward wrote them), HAS_GRAD_SUMMED and
+    WRITE_GRAD_SCORES (each False in the other direction)."""
+
+    BLOCK_M: Any
+    BLOCK_N: Any
+    D: Any
+    HEADS: Any
+    WINDOWED: Any
+    HAS_RELATIVE: Any
+    HAS_CARRIED: Any
+    DROPOUT: Any
+    PRECISION: Any
+    WRITE_SUMMED: Any
+    SUMMED_SAVED: Any
+    HAS_GRAD_SUMMED: Any
+    WRITE_GRAD_SCORES: Any
 
 
 class QueryTile(NamedTuple):

@@ -15,7 +15,9 @@ import torch
 from torch import Tensor
 
 from longdoc.model.dropout import kept_scale
-from longdoc.model.kernels.gpu.records import Dropout, HeadRows, Mixes, Operands, Piece, RowStatistics, Scales, Sizes
+from longdoc.model.kernels.gpu.records import (
+    Dropout, Flags, HeadRows, Mixes, Operands, Piece, RowStatistics, Scales, Sizes,
+)
 
 # Dropout's keep decisions compare 24 random bits with the drop probability times 2^24 (tiles.dropped).
 DROP_BITS = 24
@@ -282,6 +284,19 @@ def _mixes(pre: Tensor, post: Tensor, heads: int) -> Mixes:
     return Mixes(padded[0], padded[1])
 
 
+def _flags(o: SoftmaxTensors, tiles: Tiles, dropout: _Dropout, **direction: bool) -> Flags:
+    """The kernels' `flags` (records.Flags) for one softmax: its tiles and operands, and `direction`'s
+    flags (the forward's or the backward's; the others False), each a tl.constexpr."""
+    import triton.language as tl  # (a kernel is about to run: Triton is imported by now)
+
+    values = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, D=tiles.head_dim, HEADS=tiles.heads,
+                  WINDOWED=o.window > 0, HAS_RELATIVE=o.relative is not None, HAS_CARRIED=o.carried is not None,
+                  DROPOUT=dropout.active, PRECISION=_precision(o.query.dtype), WRITE_SUMMED=False, SUMMED_SAVED=False,
+                  HAS_GRAD_SUMMED=False, WRITE_GRAD_SCORES=False)
+    values.update(direction)
+    return Flags(**{name: tl.constexpr(value) for name, value in values.items()})
+
+
 def run_forward(operands: SoftmaxTensors, pre: Tensor | None, post: Tensor | None, scale: float,
                 summed_out: Tensor | None, dropout: _Dropout) -> tuple[Tensor, Tensor, Tensor]:
     """One softmax's forward: (context [B, Nq, h, d], row_max, row_sum [B, h, Nq]); the summed scores
@@ -296,17 +311,14 @@ def run_forward(operands: SoftmaxTensors, pre: Tensor | None, post: Tensor | Non
                                             device=o.query.device))
     summed = summed_out if summed_out is not None else o.mask
     arguments = [o.operands(), summed, _head_rows(context.transpose(1, 2)), statistics]
-    flags = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, D=tiles.head_dim, WINDOWED=o.window > 0,
-                 HAS_RELATIVE=o.relative is not None, HAS_CARRIED=o.carried is not None,
-                 WRITE_SUMMED=summed_out is not None, DROPOUT=dropout.active, PRECISION=_precision(o.query.dtype),
-                 **tiles.launch_options())
-    settings = [o.sizes(), o.scales(scale), dropout.record()]
+    flags = _flags(o, tiles, dropout, WRITE_SUMMED=summed_out is not None)
+    settings = [o.sizes(), o.scales(scale), dropout.record(), flags]
     query_tiles = query_tile_count(o.num_queries, o.window, tiles.block_m)
     if talking:
         forward.talking_heads_forward[(query_tiles, o.batch)](*arguments, _mixes(pre, post, tiles.heads), *settings,
-                                                              HEADS=tiles.heads, **flags)
+                                                              **tiles.launch_options())
     else:
-        forward.attention_forward[(o.batch * o.heads, query_tiles)](*arguments, *settings, **flags)
+        forward.attention_forward[(o.batch * o.heads, query_tiles)](*arguments, *settings, **tiles.launch_options())
     return context, statistics.row_max, statistics.row_sum
 
 
@@ -353,14 +365,11 @@ def run_backward(operands: SoftmaxTensors, gradients: HeadGradients, pre: Tensor
         _head_rows(grad_out),
     ]
     query_tiles = query_tile_count(o.num_queries, o.window, tiles.block_m)
-    flags = dict(BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, D=tiles.head_dim, WINDOWED=o.window > 0,
-                 HAS_RELATIVE=o.relative is not None, HAS_CARRIED=o.carried is not None,
-                 SUMMED_SAVED=summed is not None, HAS_GRAD_SUMMED=grad_summed is not None,
-                 WRITE_GRAD_SCORES=want_scores, DROPOUT=dropout.active,
-                 PRECISION=_precision(o.query.dtype), **tiles.launch_options())
+    flags = _flags(o, tiles, dropout, SUMMED_SAVED=summed is not None, HAS_GRAD_SUMMED=grad_summed is not None,
+                   WRITE_GRAD_SCORES=want_scores)
     grad_heads = [_head_rows(gradients.query), (_piece(gradients.first_keys, gradients.first_values),
                                                 _piece(gradients.second_keys, gradients.second_values))]
-    settings = [o.sizes(), o.scales(scale), dropout.record()]
+    settings = [o.sizes(), o.scales(scale), dropout.record(), flags]
     grad_pre = grad_post = None
     if talking:
         # Each program's sums of the mixes' gradients, added up here (in a fixed order).
@@ -368,11 +377,11 @@ def run_backward(operands: SoftmaxTensors, gradients: HeadGradients, pre: Tensor
                                    device=device)
         backward.talking_heads_backward[(query_tiles, o.batch)](
             *arguments, RowStatistics(row_max, row_sum), *grad_heads, _mixes(pre, post, tiles.heads),
-            Mixes(*mix_partials), *settings, HEADS=tiles.heads, **flags)
+            Mixes(*mix_partials), *settings, **tiles.launch_options())
         grad_pre, grad_post = mix_partials.sum(1)[:, : o.heads, : o.heads].unbind(0)
     else:
         # delta: each row's sum of grad_context * context (= sum of weights * their gradient).
         delta = (grad_context.float() * context.float()).sum(-1).transpose(1, 2).contiguous()  # [B, h, Nq]
         backward.attention_backward[(o.batch * o.heads, query_tiles)](
-            *arguments, RowStatistics(row_max, row_sum), delta, *grad_heads, *settings, **flags)
+            *arguments, RowStatistics(row_max, row_sum), delta, *grad_heads, *settings, **tiles.launch_options())
     return ScoreGradients(grad_scores, grad_pre, grad_post)

@@ -33,21 +33,21 @@ def loop_probe(out, low):
 
 
 @triton.jit
-def query_tile(tile, sizes, BLOCK_M: tl.constexpr, D: tl.constexpr, WINDOWED: tl.constexpr):
+def query_tile(tile, sizes, flags):
     """Tile `tile` of BLOCK_M queries (QueryTile). Windowed, the tiles of a block of `window` queries
     start at the block's first query and cover it (the last one's rows past it do not exist), so
     that every query of a tile has the same window of keys; otherwise tile t holds queries
     t BLOCK_M .. (t + 1) BLOCK_M - 1."""
-    offsets = tl.arange(0, BLOCK_M)  # [M]
-    if WINDOWED:
-        tiles_per_block = tl.cdiv(sizes.window, BLOCK_M)
-        within = (tile % tiles_per_block) * BLOCK_M
+    offsets = tl.arange(0, flags.BLOCK_M)  # [M]
+    if flags.WINDOWED:
+        tiles_per_block = tl.cdiv(sizes.window, flags.BLOCK_M)
+        within = (tile % tiles_per_block) * flags.BLOCK_M
         row_start = (tile // tiles_per_block) * sizes.window + within
         row_ok = (within + offsets < sizes.window) & (row_start + offsets < sizes.num_queries)
     else:
-        row_start = tile * BLOCK_M
+        row_start = tile * flags.BLOCK_M
         row_ok = row_start + offsets < sizes.num_queries
-    dims = tl.arange(0, D)  # [D]
+    dims = tl.arange(0, flags.D)  # [D]
     return QueryTile(row_start, row_start + offsets, row_ok, dims, dims < sizes.head_size)
 
 
@@ -92,13 +92,13 @@ def _pair_rows(operands, summed, batch, head, rows, own_rows, num_queries, width
 
 
 @triton.jit
-def one_head_program(operands, summed, sizes, BLOCK_M: tl.constexpr, D: tl.constexpr, WINDOWED: tl.constexpr):
+def one_head_program(operands, summed, sizes, flags):
     """A program of one head's tile of queries (program ids: batch * heads + head, tile): its
     records.Program (one head, which exists), the mask of its [M, D] tiles, the rows of its pairs
     (records.PairRows) and the offsets of its rows in per-head scores ([M, 1])."""
     stream = tl.program_id(0)
     batch, head = (stream // sizes.heads).to(tl.int64), (stream % sizes.heads).to(tl.int64)
-    tile = query_tile(tl.program_id(1), sizes, BLOCK_M, D, WINDOWED)
+    tile = query_tile(tl.program_id(1), sizes, flags)
     own_rows = score_rows(stream.to(tl.int64), tile.rows[:, None], sizes.num_queries, sizes.width)  # [M, 1]
     pairs = _pair_rows(operands, summed, batch, head, tile.rows, own_rows, sizes.num_queries, sizes.width)
     return (Program(batch, head, True, stream, tile), tile.row_ok[:, None] & tile.dim_ok[None, :], pairs,
@@ -106,18 +106,17 @@ def one_head_program(operands, summed, sizes, BLOCK_M: tl.constexpr, D: tl.const
 
 
 @triton.jit
-def all_heads_program(operands, summed, sizes, HEADS: tl.constexpr, BLOCK_M: tl.constexpr, D: tl.constexpr,
-                      WINDOWED: tl.constexpr):
+def all_heads_program(operands, summed, sizes, flags):
     """A program of all heads of a tile of queries (talking heads; program ids: tile, batch), the
     heads padded to HEADS, which reads them a head at a time: its records.Program (head 0, which
     head_offset moves to another; which heads exist, [HEADS, 1, 1]; head 0's stream), the mask of
     its [M, D] tiles, the rows of head 0's pairs (records.PairRows) and their offsets in per-head
     scores ([M, 1])."""
     batch = tl.program_id(1).to(tl.int64)
-    tile = query_tile(tl.program_id(0), sizes, BLOCK_M, D, WINDOWED)
+    tile = query_tile(tl.program_id(0), sizes, flags)
     own_rows = score_rows(batch * sizes.heads, tile.rows[:, None], sizes.num_queries, sizes.width)  # [M, 1]
     pairs = _pair_rows(operands, summed, batch, 0, tile.rows, own_rows, sizes.num_queries, sizes.width)
-    program = Program(batch, 0, tl.arange(0, HEADS)[:, None, None] < sizes.heads, tl.program_id(1) * sizes.heads,
+    program = Program(batch, 0, tl.arange(0, flags.HEADS)[:, None, None] < sizes.heads, tl.program_id(1) * sizes.heads,
                       tile)
     return program, tile.row_ok[:, None] & tile.dim_ok[None, :], pairs, own_rows
 
@@ -137,36 +136,34 @@ def head_tile(view, program, head):
 
 
 @triton.jit
-def head_scores(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, HAS_RELATIVE: tl.constexpr,
-                HAS_CARRIED: tl.constexpr, PRECISION: tl.constexpr):
+def head_scores(head, program, tile_mask, operands, piece, keys, pairs, sizes, scales, flags):
     """Head `head`'s summed scores [M, N] of a tile of all_heads_program's (`pairs`: head 0's rows;
     `piece`: records.PieceKeys, `keys`: records.KeyTile)."""
     query = tl.load(head_tile(operands.query, program, head), mask=tile_mask, other=0.0)  # [M, D]
     key_tile = tl.load(piece.keys + head * piece.head_stride + keys.at, mask=keys.key_ok, other=0.0)  # [N, D]
-    return summed_scores(query, key_tile, scales.query_scale, keys.ids,
-                         pairs.relative + head * operands.relative.head_stride,
-                         pairs.carried + head_score_offset(head, sizes) + keys.columns, keys.valid, HAS_RELATIVE,
-                         HAS_CARRIED, PRECISION)
+    return summed_scores(query, key_tile, scales.query_scale, keys.ids, pairs.relative + head *
+                         operands.relative.head_stride, pairs.carried + head_score_offset(head, sizes) + keys.columns,
+                         keys.valid, flags)
 
 
 @triton.jit
-def head_statistics(batch, sizes, tile, HEADS: tl.constexpr):
+def head_statistics(batch, sizes, tile, flags):
     """The offsets [HEADS, M] of all heads' rows of a tile in the [B, h, Nq] statistics, and which
     exist."""
-    head_index = tl.arange(0, HEADS)[:, None]  # [HEADS, 1]
+    head_index = tl.arange(0, flags.HEADS)[:, None]  # [HEADS, 1]
     return ((batch * sizes.heads + head_index) * sizes.num_queries + tile.rows[None, :],
             (head_index < sizes.heads) & tile.row_ok[None, :])
 
 
 @triton.jit
-def piece_of(pieces, program, sizes, PIECE: tl.constexpr, WINDOWED: tl.constexpr):
+def piece_of(pieces, program, sizes, PIECE: tl.constexpr, flags):
     """Piece PIECE of the keys (0: the queries' own, in a window if WINDOWED; 1: the other
     stream's) as the program's tile of queries reads it (records.PieceKeys). With a window of
     blocks of `window` queries, the tile's block i reads keys (i - 1) b .. (i + 2) b - 1 (beyond
     [0, num_keys) is the window's zero padding); otherwise all."""
     piece = pieces[PIECE]
     keys, values = piece_heads(piece, program.batch, program.head)
-    if WINDOWED and PIECE == 0:
+    if flags.WINDOWED and PIECE == 0:
         low = (program.tile.row_start // sizes.window - 1) * sizes.window
         high = low + sizes.first_width
     else:
@@ -176,16 +173,15 @@ def piece_of(pieces, program, sizes, PIECE: tl.constexpr, WINDOWED: tl.constexpr
 
 
 @triton.jit
-def pair_tile(start, tile, sizes, piece, pairs, PIECE: tl.constexpr, BLOCK_N: tl.constexpr,
-              WINDOWED: tl.constexpr, HAS_RELATIVE: tl.constexpr):
+def pair_tile(start, tile, sizes, piece, pairs, PIECE: tl.constexpr, flags):
     """The tile of BLOCK_N keys of piece PIECE (records.PieceKeys) from `start` and its pairs with
     the tile of queries (records.KeyTile; their relative ids are the columns without HAS_RELATIVE),
     read from the rows of `pairs` (records.PairRows). Windowed, the queries of block i have columns
     0..3b-1 for keys (i - 1) b .. (i + 2) b - 1 (those outside [0, num_keys) are the zero padding);
     otherwise key j of the first piece has column j, of the second first_width + j."""
-    keys = start + tl.arange(0, BLOCK_N)  # [N]
+    keys = start + tl.arange(0, flags.BLOCK_N)  # [N]
     key_ok = (keys >= 0) & (keys < piece.num_keys)
-    if WINDOWED and PIECE == 0:
+    if flags.WINDOWED and PIECE == 0:
         # (the tile's queries share one window: piece.low is its first key, column 0)
         columns = keys - piece.low
         valid = (columns < sizes.first_width)[None, :] & tile.row_ok[:, None]  # [M, N]
@@ -194,7 +190,7 @@ def pair_tile(start, tile, sizes, piece, pairs, PIECE: tl.constexpr, BLOCK_N: tl
         valid = key_ok[None, :] & tile.row_ok[:, None]
     columns = columns[None, :]  # [1, N]: the same for every row of the tile
     pair_ids = columns
-    if HAS_RELATIVE:
+    if flags.HAS_RELATIVE:
         pair_ids = tl.load(pairs.ids + columns, mask=valid, other=0)
     mask_bias = tl.load(pairs.mask + columns, mask=valid, other=0.0).to(tl.float32)
     at, key_mask = key_rows(keys, key_ok, piece.row_stride, tile.dims, tile.dim_ok)  # [N, D]
@@ -202,30 +198,26 @@ def pair_tile(start, tile, sizes, piece, pairs, PIECE: tl.constexpr, BLOCK_N: tl
 
 
 @triton.jit
-def summed_scores(query, keys, query_scale, ids, relative_rows, carried_at, valid, HAS_RELATIVE: tl.constexpr,
-                  HAS_CARRIED: tl.constexpr, PRECISION: tl.constexpr):
+def summed_scores(query, keys, query_scale, ids, relative_rows, carried_at, valid, flags):
     """query_scale q.k + relative[ids] + carried, in float32 ([.., M, D] x [.., N, D] -> [.., M, N]).
     `ids` [M, N] (loaded: the heads share them), `relative_rows` pointers to each row's relative
     terms ([.., M, 1]), `carried_at` pointers to the carried scores of the pairs."""
-    summed = tl.dot(query, tl.trans(keys), input_precision=PRECISION) * query_scale
-    if HAS_RELATIVE:
+    summed = tl.dot(query, tl.trans(keys), input_precision=flags.PRECISION) * query_scale
+    if flags.HAS_RELATIVE:
         summed += tl.load(relative_rows + ids, mask=valid, other=0.0).to(tl.float32)
-    if HAS_CARRIED:
+    if flags.HAS_CARRIED:
         summed += tl.load(carried_at, mask=valid, other=0.0).to(tl.float32)
     return summed
 
 
 @triton.jit
-def saved_or_summed_scores(query, keys, query_scale, ids, relative_rows, carried_at, summed_at, valid,
-                           HAS_RELATIVE: tl.constexpr, HAS_CARRIED: tl.constexpr, SUMMED_SAVED: tl.constexpr,
-                           PRECISION: tl.constexpr):
+def saved_or_summed_scores(query, keys, query_scale, ids, relative_rows, carried_at, summed_at, valid, flags):
     """The backward's summed scores of a tile: read at `summed_at` where the forward wrote them
     (SUMMED_SAVED: residual attention), else computed again (summed_scores)."""
-    if SUMMED_SAVED:
+    if flags.SUMMED_SAVED:
         scores = tl.load(summed_at, mask=valid, other=0.0).to(tl.float32)
     else:
-        scores = summed_scores(query, keys, query_scale, ids, relative_rows, carried_at, valid, HAS_RELATIVE,
-                               HAS_CARRIED, PRECISION)
+        scores = summed_scores(query, keys, query_scale, ids, relative_rows, carried_at, valid, flags)
     return scores
 
 
