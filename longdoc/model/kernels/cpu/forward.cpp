@@ -145,7 +145,7 @@ struct SmallTable {
   __m256 part[kParts];
 
   SmallTable(const float* table, int64_t vocab) {
-    for (int64_t j = 0; j < kParts; ++j) part[j] = Avx2::load(table + 8 * j, Avx2::first_lanes(vocab - 8 * j));
+    for (int64_t j = 0; j < kParts; ++j) part[j] = Avx2::masked_load(table + 8 * j, Avx2::first_lanes(vocab - 8 * j));
   }
 
   __m256 operator()(__m256i ids) const {
@@ -183,16 +183,16 @@ int64_t first_pass_with_small_table(const float* s, const float* table, int64_t 
   const auto columns = [&](int64_t c, const __m256i* lanes, bool streamed) {
     const __m256i ids = lanes ? _mm256_maskload_epi32(id + c, *lanes)
                               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(id + c));
-    __m256 value = _mm256_add_ps(lanes ? Avx2::load(s + c, *lanes) : Avx2::load(s + c), lookup(ids));
+    __m256 value = _mm256_add_ps(lanes ? Avx2::masked_load(s + c, *lanes) : Avx2::load(s + c), lookup(ids));
     if (kCarry) {
       _mm_prefetch(reinterpret_cast<const char*>(carry + c + 2048), _MM_HINT_T0);
-      value = _mm256_add_ps(value, lanes ? Avx2::load(carry + c, *lanes) : Avx2::load(carry + c));
+      value = _mm256_add_ps(value, lanes ? Avx2::masked_load(carry + c, *lanes) : Avx2::load(carry + c));
     }
     if (kSummed && streamed) _mm256_stream_ps(summed + c, value);
-    if (kSummed && !streamed) lanes ? Avx2::store(summed + c, value, *lanes) : Avx2::store(summed + c, value);
+    if (kSummed && !streamed) lanes ? Avx2::masked_store(summed + c, value, *lanes) : Avx2::store(summed + c, value);
     if (kSoftmax) {
-      value = _mm256_fmadd_ps(scale, value, lanes ? Avx2::load(mask + c, *lanes) : Avx2::load(mask + c));
-      lanes ? Avx2::store(x + c, value, *lanes) : Avx2::store(x + c, value);
+      value = _mm256_fmadd_ps(scale, value, lanes ? Avx2::masked_load(mask + c, *lanes) : Avx2::load(mask + c));
+      lanes ? Avx2::masked_store(x + c, value, *lanes) : Avx2::store(x + c, value);
       const __m256 higher = _mm256_max_ps(top, value);
       top = lanes ? _mm256_blendv_ps(top, higher, _mm256_castsi256_ps(*lanes)) : higher;
     }
@@ -238,8 +238,8 @@ float exponentials(const float* x, float largest, int64_t width, float* probs) {
   if (c < width) {
     const __m256i lanes = Avx2::first_lanes(width - c);
     const __m256 numerator = _mm256_and_ps(_mm256_castsi256_ps(lanes),
-                                           exp_vector(_mm256_sub_ps(Avx2::load(x + c, lanes), shift)));
-    Avx2::store(probs + c, numerator, lanes);
+                                           exp_vector(_mm256_sub_ps(Avx2::masked_load(x + c, lanes), shift)));
+    Avx2::masked_store(probs + c, numerator, lanes);
     total = _mm256_add_ps(total, numerator);
   }
   return reduce_add(total);

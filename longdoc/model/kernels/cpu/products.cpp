@@ -31,47 +31,23 @@ bool own_products = false;
 // sgemm (AMD EPYC Zen 5 at ATEN_CPU_CAPABILITY=avx2, one thread, 4096 tokens; tiles 4 vectors wide
 // were slower than MKL).
 
-// Isa::kLanes rows of as many floats -> their columns, in registers.
-#if defined(__AVX512F__)
-inline void transpose(Avx512::Vector r[16]) {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+// Isa::kLanes rows of as many floats -> their columns, in registers: pairs of rows interleaved, then
+// quadruples of rows gathered within each 128-bit lane, then the lanes exchanged (Isa::cross_lanes).
+template <typename Isa>
+inline void transpose(typename Isa::Vector r[Isa::kLanes]) {
+  constexpr int kLanes = static_cast<int>(Isa::kLanes);
+  typename Isa::Vector t[kLanes], u[kLanes];
+  for (int i = 0; i < kLanes / 2; ++i) {
+    t[2 * i] = Isa::unpack_low(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = Isa::unpack_high(r[2 * i], r[2 * i + 1]);
   }
-  for (int i = 0; i < 4; ++i) {  // u[4i + q], 128-bit lane l: column 4l + q of rows 4i .. 4i + 3
-    u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  for (int i = 0; i < kLanes / 4; ++i) {  // u[4i + q], 128-bit lane l: column 4l + q of rows 4i .. 4i + 3
+    u[4 * i] = Isa::template shuffle<_MM_SHUFFLE(1, 0, 1, 0)>(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = Isa::template shuffle<_MM_SHUFFLE(3, 2, 3, 2)>(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = Isa::template shuffle<_MM_SHUFFLE(1, 0, 1, 0)>(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = Isa::template shuffle<_MM_SHUFFLE(3, 2, 3, 2)>(t[4 * i + 1], t[4 * i + 3]);
   }
-  for (int q = 0; q < 4; ++q) {
-    const __m512 v0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x88), v1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xdd);
-    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x88), v3 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xdd);
-    r[q] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-    r[q + 4] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-    r[q + 8] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
-    r[q + 12] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
-  }
-}
-#endif
-
-inline void transpose(Avx2::Vector r[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 2; ++i) {  // u[4i + q], 128-bit lane l: column 4l + q of rows 4i .. 4i + 3
-    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int q = 0; q < 4; ++q) {
-    r[q] = _mm256_permute2f128_ps(u[q], u[4 + q], 0x20);
-    r[q + 4] = _mm256_permute2f128_ps(u[q], u[4 + q], 0x31);
-  }
+  Isa::cross_lanes(u, r);
 }
 
 // B [n, k] (row stride ldb) -> packed [k, np]: column j of the packed rows is row j of B.
@@ -84,9 +60,9 @@ void pack_transposed(const float* b, int64_t ldb, int64_t n, int64_t k, float* p
     for (int64_t depth = 0; depth < k; depth += kLanes) {
       const auto lanes = Isa::first_lanes(k - depth);
       for (int64_t i = 0; i < kLanes; ++i) {
-        r[i] = i < rows ? Isa::load(b + (j + i) * ldb + depth, lanes) : Isa::zero();
+        r[i] = i < rows ? Isa::masked_load(b + (j + i) * ldb + depth, lanes) : Isa::zero();
       }
-      transpose(r);
+      transpose<Isa>(r);
       for (int64_t q = 0; q < std::min<int64_t>(kLanes, k - depth); ++q) Isa::store(packed + (depth + q) * np + j, r[q]);
     }
   }
@@ -106,7 +82,7 @@ inline void product_tile(const float* a, int64_t lda, const float* b, int64_t ld
   for (int64_t depth = 0; depth < k; ++depth) {
     Vector row[V];
     for (int q = 0; q < V; ++q) {
-      row[q] = Masked && q == V - 1 ? Isa::load(b + depth * ldb + kLanes * q, last) : Isa::load(b + depth * ldb + kLanes * q);
+      row[q] = Masked && q == V - 1 ? Isa::masked_load(b + depth * ldb + kLanes * q, last) : Isa::load(b + depth * ldb + kLanes * q);
     }
     for (int r = 0; r < R; ++r) {
       const Vector x = Isa::broadcast(TransposeA ? a[depth * lda + r] : a[r * lda + depth]);
@@ -119,7 +95,7 @@ inline void product_tile(const float* a, int64_t lda, const float* b, int64_t ld
       float* out = c + r * ldc + kLanes * q;
       const Vector value = Isa::mul(sum[r][q], scale);
       if (Masked && q == V - 1) {
-        Isa::store(out, accumulate ? Isa::add(Isa::load(out, last), value) : value, last);
+        Isa::masked_store(out, accumulate ? Isa::add(Isa::masked_load(out, last), value) : value, last);
       } else {
         Isa::store(out, accumulate ? Isa::add(Isa::load(out), value) : value);
       }
