@@ -14,8 +14,12 @@ clock: the step itself, without the profiler's start and stop).
 """
 
 import contextlib
+import os
+import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -174,12 +178,40 @@ def _in_backward(event) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def _without_profiler_trace_lines() -> Iterator[None]:
+    """What the process writes to stderr meanwhile, less the lines torch's profiler library (Kineto)
+    writes there itself as it starts and stops ("USDT:... profiler_start"), which no setting turns
+    off: the table's reader needs none of them."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [line for line in caught.read().decode(errors="replace").splitlines(keepends=True)
+                    if not line.startswith("USDT:")]
+            sys.stderr.write("".join(kept))
+
+
 def profile_step(runner, mode: str) -> tuple[float, dict[str, float]]:
     """One step of `runner` in `mode` under the profiler, labelled: (its ms, its ms by part)."""
     step = step_for(runner, mode)
-    with labelled(runner.model), profile(activities=[ProfilerActivity.CPU]) as profiler:
-        with record_function(_STEP_LABEL):
-            step()
+    profiler = profile(activities=[ProfilerActivity.CPU])
+    with labelled(runner.model):
+        with _without_profiler_trace_lines():
+            profiler.start()
+        try:
+            with record_function(_STEP_LABEL):
+                step()
+        finally:
+            with _without_profiler_trace_lines():
+                profiler.stop()
     return parts_of(profiler.events())
 
 

@@ -2,11 +2,14 @@
 of BERT with SDPA split by part of the model, the parts summing to the step's time; the labels are
 there while profiling only."""
 
+import os
+
 import pytest
 from longdoc.bench import BenchSettings, Shape
 from longdoc.bench.models import build_runner
 from longdoc.bench.profile import (
     FEED_FORWARD, GLOBAL_SOFTMAX, GLUE, LAYER_NORMS, LONG_SOFTMAX, PARTS, PROJECTIONS, SDPA, _attention_backend,
+    _without_profiler_trace_lines,
     labelled, module_parts, profiled_variants, render_profile, run_profile,
 )
 from longdoc.bench.settings import BERT, FORWARD, REFERENCE, TRAIN, Job
@@ -77,3 +80,15 @@ def test_profile_refuses_plain_and_batched_in_one_line(capsys):
         assert main(["bench", "--profile", other]) == 2
         assert capsys.readouterr().err == ("longdoc bench: error: --profile runs on its own: not with --plain or "
                                            "--batched\n")
+
+
+def test_the_profilers_own_start_and_stop_lines_stay_off_stderr_and_other_lines_pass(capfd):
+    # torch's profiler library writes "USDT:... profiler_start" / "profiler_stop" to the process's
+    # stderr itself (torch 2.13): 4 lines a profiled step, before the table.
+    settings = BenchSettings(shape=TINY, repeats=1, threads=1)
+    run_profile(settings, LENGTH, profiled_variants(settings))
+    assert "USDT:" not in capfd.readouterr().err
+    with _without_profiler_trace_lines():
+        os.write(2, b"USDT:2026-11-29 01:00:13 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"a warning the user needs\n")
+    assert capfd.readouterr().err == "a warning the user needs\n"
