@@ -10,8 +10,12 @@ at fixed numbers of passages and with the adaptive budget `longdoc ask` uses by 
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -67,27 +71,31 @@ def write_paragraph_files(path: Path, folder: Path) -> list[str]:
     return [record["question"] for record in records]
 
 
+def _command_line(work: Path) -> tuple[dict, list[str]]:
+    """The environment (a cache of its own under `work`) and the command that run `longdoc` quietly."""
+    return {**os.environ, "LONGDOC_CACHE": str(work / "cache")}, [sys.executable, "-m", "longdoc.cli", "--quiet"]
+
+
+def _seconds(environment: dict, command: list[str], stdin: str = "") -> float:
+    """Wall seconds of `command` run to its end (checked) in `environment`, `stdin` on its input."""
+    started = time.perf_counter()
+    subprocess.run(command, input=stdin, env=environment, check=True, capture_output=True, text=True)
+    return time.perf_counter() - started
+
+
 def corpus_timing_rows(data: Path, work: Path, rounds: int = 3) -> list[dict]:
     """The command line's times on a HotpotQA file's paragraphs, one file each (`write_paragraph_files`),
     in fresh processes: `longdoc index` on a fresh cache, then in `rounds` alternating rounds `python -c
     "import torch"`, a cached `longdoc ask --question` over every file and over one file, and `longdoc
     ask --json` with every question of the file on standard input and with one (the difference, per
     question, is the time a question takes in one process). Sentence mode; medians."""
-    import os
     import statistics
-    import subprocess
-    import sys
 
     questions = write_paragraph_files(data, work / "paragraphs")
     (work / "one").mkdir()
     (work / "one" / "0001.txt").write_bytes((work / "paragraphs" / "0001.txt").read_bytes())
-    environment = {**os.environ, "LONGDOC_CACHE": str(work / "cache")}
-    longdoc = [sys.executable, "-m", "longdoc.cli", "--quiet"]
-
-    def seconds(command: list[str], stdin: str = "") -> float:
-        started = time.perf_counter()
-        subprocess.run(command, input=stdin, env=environment, check=True, capture_output=True, text=True)
-        return time.perf_counter() - started
+    environment, longdoc = _command_line(work)
+    seconds = partial(_seconds, environment)
 
     indexing = seconds(longdoc + ["index", str(work / "paragraphs")])
     seconds(longdoc + ["index", str(work / "one")])
@@ -161,10 +169,7 @@ def scale_rows(data: Path, work: Path, documents: int, words: int = 500, rounds:
     file's questions against one); then, in this process, the corpus's vector searches for those
     questions: milliseconds a query exact and approximate, and the approximate search's recall@8
     against exact (`approximate_recall`; "-" when the corpus is below APPROXIMATE_FROM passages)."""
-    import os
     import statistics
-    import subprocess
-    import sys
 
     from longdoc.ask.documents import load_sources
     from longdoc.ask.embedding import SentenceEmbedder
@@ -172,13 +177,8 @@ def scale_rows(data: Path, work: Path, documents: int, words: int = 500, rounds:
     folder = work / "generated"
     written = write_generated_corpus(data, folder, documents, words)
     questions = [record["question"] for record in json.loads(Path(data).read_text(encoding="utf-8"))]
-    environment = {**os.environ, "LONGDOC_CACHE": str(work / "cache")}
-    longdoc = [sys.executable, "-m", "longdoc.cli", "--quiet"]
-
-    def seconds(command: list[str], stdin: str = "") -> float:
-        started = time.perf_counter()
-        subprocess.run(command, input=stdin, env=environment, check=True, capture_output=True, text=True)
-        return time.perf_counter() - started
+    environment, longdoc = _command_line(work)
+    seconds = partial(_seconds, environment)
 
     started = time.perf_counter()
     indexing = subprocess.Popen(longdoc + ["index", str(folder)], env=environment, stdout=subprocess.DEVNULL)

@@ -56,6 +56,16 @@ def torchrun(processes: int, argv: list[str]) -> list[str]:
             "-m", "longdoc.cli", *argv]
 
 
+def torchrun_per_process(first: str, second: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """`longdoc` with `argv` in 2 torchrun processes, process 0 after the shell commands `first`,
+    process 1 after `second` (what differs between machines: a folder, a variable in argv)."""
+    script = (f'if [ "$RANK" = 0 ]; then {first}; else {second}; fi; '
+              f'exec {sys.executable} -m longdoc.cli {" ".join(argv)}')
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "--no-python", "sh", "-c", script], cwd=ROOT, env=child_env(), capture_output=True,
+                          text=True, timeout=300)
+
+
 def child_env() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
@@ -206,11 +216,7 @@ def test_processes_given_different_data_are_refused_before_anything_runs(models,
     out = tmp_path / "pred.json"
     # Each process its own --data: process 0 the first file, process 1 the second.
     argv = predict_argv("hotpotqa", models / "hotpotqa", Path("$DATA"), out)
-    script = (f'if [ "$RANK" = 0 ]; then DATA={first}; else DATA={second}; fi; '
-              f'exec {sys.executable} -m longdoc.cli {" ".join(argv)}')
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "--no-python", "sh", "-c", script], cwd=ROOT, env=child_env(), capture_output=True,
-                         text=True, timeout=300)
+    run = torchrun_per_process(f'DATA={first}', f'DATA={second}', argv)
     digests = [hashlib.sha256(path.read_bytes()).hexdigest()[:12] for path in (first, second)]
     assert_every_process_ended_with(run, f"longdoc predict: error: --data differs between torchrun's processes "
                                          f"(process 0: {first} (sha256 {digests[0]}); process 1: {second} (sha256 "
@@ -277,11 +283,7 @@ def test_an_out_one_process_cannot_write_is_refused_naming_it_and_the_others_lea
     (tmp_path / "first").mkdir(), (tmp_path / "second").mkdir()
     (tmp_path / "second" / "pred.json.shards").write_text("in the way", encoding="utf-8")
     argv = predict_argv("hotpotqa", models / "hotpotqa", shared_data / HOTPOTQA_GOLD, Path("pred.json"))
-    script = (f'if [ "$RANK" = 0 ]; then cd {tmp_path}/first; else cd {tmp_path}/second; fi; '
-              f'exec {sys.executable} -m longdoc.cli {" ".join(argv)}')
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "--no-python", "sh", "-c", script], cwd=ROOT, env=child_env(), capture_output=True,
-                         text=True, timeout=300)
+    run = torchrun_per_process(f'cd {tmp_path}/first', f'cd {tmp_path}/second', argv)
     assert_every_process_ended_with(run, "longdoc predict: error: --out pred.json: process 1 cannot write "
                                          "pred.json.shards (File exists); give a folder every process can write")
     assert not list((tmp_path / "first").iterdir())  # process 0 made its shards folder, then removed it
@@ -289,11 +291,7 @@ def test_an_out_one_process_cannot_write_is_refused_naming_it_and_the_others_lea
 
 def test_processes_given_different_out_are_refused_before_anything_runs(models, shared_data, tmp_path):
     argv = predict_argv("hotpotqa", models / "hotpotqa", shared_data / HOTPOTQA_GOLD, Path("$OUT"))
-    script = (f'if [ "$RANK" = 0 ]; then OUT={tmp_path}/a.json; else OUT={tmp_path}/b.json; fi; '
-              f'exec {sys.executable} -m longdoc.cli {" ".join(argv)}')
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "--no-python", "sh", "-c", script], cwd=ROOT, env=child_env(), capture_output=True,
-                         text=True, timeout=300)
+    run = torchrun_per_process(f'OUT={tmp_path}/a.json', f'OUT={tmp_path}/b.json', argv)
     assert_every_process_ended_with(run, f"longdoc predict: error: --out differs between torchrun's processes "
                                          f"(process 0: {tmp_path}/a.json; process 1: {tmp_path}/b.json); give every "
                                          "process the same path")
