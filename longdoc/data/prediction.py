@@ -118,11 +118,11 @@ class ChunkTask:
 
     def decode_pack(self, pack: Pack, examples: Mapping[int, StructuredExample], windows: Mapping[int, list[Features]],
                     outputs: Sequence[dict[str, Tensor]]) -> tuple[dict[int, Any], Problem]:
-        """({example: decoded} of a pack's examples, from `run_pack`'s outputs; the bad example met, if
-        any: outputs that are not finite (`refuse_non_finite`) or an example the decoder refuses,
-        which stops the pack's decoding)."""
-        decoded, start = {}, 0
-        for e in pack.examples:
+        """({example: decoded} of a pack's examples, from `run_pack`'s outputs; the first bad example
+        (by index) of the pack, if any: outputs that are not finite (`refuse_non_finite`) or an
+        example the decoder refuses)."""
+        decoded, problems, start = {}, [], 0
+        for e in pack.examples:  # (the pack's order: longest first, not the examples')
             example_outputs = outputs[start:start + len(windows[e])]
             start += len(windows[e])
             try:
@@ -131,8 +131,8 @@ class ChunkTask:
                 decoded[e] = self.decode(examples[e], [WindowScores(features, output)
                                                       for features, output in zip(windows[e], example_outputs)])
             except InputError as error:
-                return decoded, (e, str(error))
-        return decoded, None
+                problems.append((e, str(error)))
+        return decoded, min(problems, default=None)
 
 
 def decode_examples(
