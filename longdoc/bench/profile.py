@@ -56,12 +56,14 @@ BACKWARD_PREFIX = "autograd::engine::evaluate_function"
 @dataclass(frozen=True)
 class StepProfile:
     """One model's step in one mode: the time of the median of its profiled steps (milliseconds) and
-    that step's time by part (every part in PARTS, 0 where the model has none)."""
+    that step's time by part (every part in PARTS, 0 where the model has none), and of that the time
+    of the backward's operators by part (all 0 in a forward)."""
 
     model: str
     mode: str
     total_ms: float
     parts_ms: dict
+    backward_ms: dict
 
     def share(self, part: str) -> float:
         return self.parts_ms[part] / self.total_ms if self.total_ms else 0.0
@@ -130,10 +132,10 @@ def _label_of(event) -> str | None:
     return _OPERATOR_PARTS.get(event.name)
 
 
-def parts_of(events) -> tuple[float, dict[str, float]]:
-    """The profiled step in `events` (a profiler's events): its milliseconds, and those by part: each
-    event's self time goes to its innermost label, a backward's events to the part of the forward
-    operator that made their node, the rest to glue."""
+def parts_of(events) -> tuple[float, dict[str, float], dict[str, float]]:
+    """The profiled step in `events` (a profiler's events): its milliseconds, those by part, and the
+    backward's share of each part: each event's self time goes to its innermost label, a backward's
+    events to the part of the forward operator that made their node, the rest to glue."""
     step = next(event for event in events if event.name == _STEP_LABEL)
     inside = [event for event in events if event.time_range.start >= step.time_range.start
               and event.time_range.end <= step.time_range.end and event.thread == step.thread]
@@ -158,7 +160,7 @@ def parts_of(events) -> tuple[float, dict[str, float]]:
     for event in inside:
         if event.name.startswith(BACKWARD_PREFIX):
             backward_parts[id(event)] = node_parts.get(event.sequence_nr)
-    totals = defaultdict(float)
+    totals, backward_totals = defaultdict(float), defaultdict(float)
     for event in inside:
         part = _label_of(event)
         ancestor = event
@@ -166,7 +168,10 @@ def parts_of(events) -> tuple[float, dict[str, float]]:
             part = backward_parts.get(id(ancestor)) if id(ancestor) in backward_parts else _label_of(ancestor)
             ancestor = ancestor.cpu_parent
         totals[part or GLUE] += event.self_cpu_time_total / 1e3
-    return step.cpu_time_total / 1e3, {part: totals.get(part, 0.0) for part in PARTS}
+        if event.name.startswith(BACKWARD_PREFIX) or _in_backward(event):
+            backward_totals[part or GLUE] += event.self_cpu_time_total / 1e3
+    return (step.cpu_time_total / 1e3, {part: totals.get(part, 0.0) for part in PARTS},
+            {part: backward_totals.get(part, 0.0) for part in PARTS})
 
 
 def _in_backward(event) -> bool:
@@ -199,8 +204,9 @@ def _without_profiler_trace_lines() -> Iterator[None]:
             sys.stderr.write("".join(kept))
 
 
-def profile_step(runner, mode: str) -> tuple[float, dict[str, float]]:
-    """One step of `runner` in `mode` under the profiler, labelled: (its ms, its ms by part)."""
+def profile_step(runner, mode: str) -> tuple[float, dict[str, float], dict[str, float]]:
+    """One step of `runner` in `mode` under the profiler, labelled: (its ms, its ms by part, its
+    backward's ms by part)."""
     step = step_for(runner, mode)
     profiler = profile(activities=[ProfilerActivity.CPU])
     with labelled(runner.model):
@@ -228,8 +234,7 @@ def run_profile(settings: BenchSettings, length: int, variants: tuple[Variant, .
         for mode in MODES:
             step_for(runner, mode)()
             steps = sorted((profile_step(runner, mode) for _ in range(settings.repeats)), key=lambda step: step[0])
-            total_ms, parts = steps[len(steps) // 2]
-            profiles.append(StepProfile(variant.name, mode, total_ms, parts))
+            profiles.append(StepProfile(variant.name, mode, *steps[len(steps) // 2]))
         del runner
     return profiles
 

@@ -43,10 +43,15 @@ def test_each_model_has_its_parts(profiles):
             assert bert[part] > 0, (mode, part)
         assert bert[LONG_SOFTMAX] == bert[GLOBAL_SOFTMAX] == 0
     # The backward's operators go to the parts whose forward made their nodes, not to the glue: the
-    # backward of the long softmax's kernel is the long softmax's.
-    forward, train = profiles[REFERENCE.name, FORWARD].parts_ms, profiles[REFERENCE.name, TRAIN].parts_ms
-    assert train[LONG_SOFTMAX] > forward[LONG_SOFTMAX]
-    assert train[GLUE] < 0.6 * profiles[REFERENCE.name, TRAIN].total_ms
+    # backward of the long softmax's kernel is the long softmax's, the feed-forward's the feed-forward's.
+    for model in (REFERENCE.name, BERT):
+        assert not any(profiles[model, FORWARD].backward_ms.values()), model
+        train = profiles[model, TRAIN]
+        assert all(0 <= train.backward_ms[part] <= train.parts_ms[part] for part in PARTS), model
+        assert train.backward_ms[FEED_FORWARD] > 0 and train.backward_ms[PROJECTIONS] > 0, model
+    train = profiles[REFERENCE.name, TRAIN]
+    assert train.backward_ms[LONG_SOFTMAX] > 0 and train.backward_ms[GLOBAL_SOFTMAX] > 0
+    assert train.parts_ms[GLUE] < 0.6 * train.total_ms
 
 
 def test_the_table_names_every_part_and_the_total(profiles):
