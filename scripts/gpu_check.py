@@ -688,11 +688,13 @@ HOTPOTQA_EXAMPLES = 90447  # HotpotQA's training set
 def longformer_step_rate(device: torch.device, batch_size: int, length: int, question: int, steps: int,
                          warmups: int = 2, shape: str = "base") -> float:
     """Examples/s of a Longformer-base question-answering training step as transformers' users run it:
-    AdamW, bf16 autocast on float32 weights, window 512, global attention on the question's tokens."""
+    AdamW, bf16 autocast on float32 weights where `longdoc train` autocasts (a GPU that supports it; float32
+    on the CPU, as ours), window 512, global attention on the question's tokens."""
     from transformers import LongformerConfig, LongformerForQuestionAnswering
 
     from longdoc.bench.worker import timed
     from longdoc.model.config import PRESETS
+    from longdoc.train.engine import bf16_by_default
 
     sizes = PRESETS[shape]
     torch.manual_seed(0)
@@ -709,7 +711,7 @@ def longformer_step_rate(device: torch.device, batch_size: int, length: int, que
     positions = torch.randint(question, length, (batch_size,), device=device)
 
     def step() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_by_default(device)):
             loss = model(input_ids=ids, global_attention_mask=global_mask, start_positions=positions,
                          end_positions=positions).loss
         loss.backward()

@@ -562,13 +562,19 @@ def _train(run: _Run) -> TrainingResult:
     return TrainingResult(run.step, run.total_steps, metrics, False, checkpoint, info.is_main)
 
 
+def bf16_by_default(device: torch.device) -> bool:
+    """Whether a run without --bf16 or --no-bf16 autocasts to bfloat16: on a GPU that supports it;
+    not on the CPU, where most CPUs have no bfloat16 instructions and it would run many times slower."""
+    return device.type == "cuda" and torch.cuda.is_bf16_supported()
+
+
 def _start(job: TrainingJob, info: ProcessInfo) -> _Run:
     """The run's plan, the model (resumed from the latest checkpoint in out_dir, if any) wrapped
     for the processes, its optimizer and schedule, the RNG streams and the log."""
     options = job.options
     use_bf16 = options.bf16
     if use_bf16 is None:
-        use_bf16 = info.device.type == "cuda" and torch.cuda.is_bf16_supported()
+        use_bf16 = bf16_by_default(info.device)
     if options.attention is not None:  # this run's attention backend (the saved config keeps its own)
         from longdoc.model.inference import check_attention
 
