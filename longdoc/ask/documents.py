@@ -11,7 +11,9 @@ file under it, in sorted order. Bytes that are not UTF-8 are replaced (U+FFFD) w
 A file that is missing, unreadable, binary (a NUL byte in its first 8 KiB; PDF and DOCX excepted),
 of an unsupported type, empty (nothing but whitespace), a PDF without a text layer, or a PDF/DOCX
 that cannot be parsed, and a folder with no supported file, give a `SourceError`
-naming the path; the other files are still read (`load_sources` returns both lists). So does a file
+naming the path; the other files are still read (`load_sources` returns both lists). Given what a
+corpus index recorded of the files, `load_sources` leaves unread those whose signature is unchanged
+(`file_signature`; their text is read when first used, and its hash checked). So does a file
 that a symbolic link inside a given folder brings in from outside that folder: a folder stands for
 what lies in it (`longdoc serve` shows its documents to whoever reaches its page, and ask, index and
 serve read the same documents, so that they share one corpus index); a file given by name is read
@@ -26,11 +28,13 @@ import logging
 import os
 import zipfile
 import re
+import time
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping, NamedTuple
 
+from longdoc.errors import InputError
 from longdoc.io import decode_text
 
 TEXT_SUFFIXES = (".txt", ".md")
@@ -38,18 +42,61 @@ HTML_SUFFIXES = (".html", ".htm")
 PDF_SUFFIXES = (".pdf",)
 DOCX_SUFFIXES = (".docx",)
 SUPPORTED_SUFFIXES = TEXT_SUFFIXES + HTML_SUFFIXES + PDF_SUFFIXES + DOCX_SUFFIXES
+EXTRACTED_SUFFIXES = HTML_SUFFIXES + PDF_SUFFIXES + DOCX_SUFFIXES
 BINARY_PROBE_BYTES = 8192
 
 
-@dataclass(frozen=True)
-class SourceText:
-    """One readable document: its path as given, its text, and the hash of its bytes."""
+# A file whose modification or change time is this close to when its status was taken may change
+# again within the same timestamp (a coarse clock ticks every few milliseconds, some file systems
+# every second or two): its status is not recorded, and the next run hashes it (git's racy-clean rule).
+RACY_NS = 2_000_000_000
+FileSignature = tuple[int, int, int, int, int]  # st_size, st_mtime_ns, st_ctime_ns, st_ino, st_dev
 
-    path: str
-    text: str
-    sha256: str
-    extracted: bool  # True: `text` is the text extracted from HTML, PDF or DOCX, not the file's own characters
-    page_starts: tuple[int, ...] = ()  # a PDF's: the offset in `text` where each page's text starts, page 1 first
+
+def file_signature(status: os.stat_result) -> FileSignature | None:
+    """What says a file has not changed since `status` was taken (its size, modification and change
+    times, inode and device: git's checks; the change time moves on any write or `os.utime`, and
+    nobody sets it back); None when the file changed too recently for its times to tell (RACY_NS)."""
+    if max(status.st_mtime_ns, status.st_ctime_ns) >= time.time_ns() - RACY_NS:
+        return None
+    return status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino, status.st_dev
+
+
+class SourceText:
+    """One readable document: its path as given, its text, the hash of its bytes, and the file's
+    signature when they were read (None: racy, or not read from a file). A document whose file
+    still has the signature the corpus index recorded (`SourceText.unread`) has its text read when
+    first used, and checked against the hash then."""
+
+    def __init__(self, path: str, text: str | None, sha256: str, extracted: bool, page_starts: tuple[int, ...] = (),
+                 signature: FileSignature | None = None):
+        self.path, self._text, self.sha256 = path, text, sha256
+        self.extracted = extracted  # True: `text` is the text extracted from HTML, PDF or DOCX, not the file's own characters
+        self.page_starts = page_starts  # a PDF's: the offset in `text` where each page's text starts, page 1 first
+        self.signature = signature
+
+    @classmethod
+    def unread(cls, path: str, resolved: str, sha256: str, page_starts: tuple[int, ...],
+               signature: FileSignature) -> "SourceText":
+        """A document known by the index, whose text is read when first used."""
+        source = cls(path, None, sha256, Path(path).suffix.lower() in EXTRACTED_SUFFIXES, page_starts, signature)
+        source.__dict__["resolved_path"] = resolved
+        return source
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            read = read_source(Path(self.path))
+            if isinstance(read, SourceError):
+                raise InputError(f"{read}; it was readable when this question began")
+            if read.sha256 != self.sha256:
+                raise InputError(f"{self.path}: changed while this question was answered (its index is of the "
+                                 "earlier contents); ask again to index it again")
+            self._text = read.text
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"SourceText({self.path!r}, sha256={self.sha256[:12]}, {'read' if self._text is not None else 'unread'})"
 
     @functools.cached_property
     def resolved_path(self) -> str:
@@ -219,9 +266,12 @@ def _expand(path: Path) -> tuple[list[Path], list[SourceError]]:
 def read_source(path: Path) -> SourceText | SourceError:
     """One file as a SourceText, or the SourceError that says why it cannot be read."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as file:
+            status = os.fstat(file.fileno())  # before reading: a write meanwhile changes what is recorded
+            data = file.read()
     except OSError as error:
         return SourceError(str(path), f"cannot read: {error.strerror or error}")
+    signature = file_signature(status)
     suffix = path.suffix.lower()
     if suffix in PDF_SUFFIXES + DOCX_SUFFIXES:
         try:
@@ -231,7 +281,7 @@ def read_source(path: Path) -> SourceText | SourceError:
         if not text.strip():
             return SourceError(str(path), "a PDF with no text layer (scanned?): longdoc reads text, run OCR first"
                                if suffix in PDF_SUFFIXES else "no text in this .docx's paragraphs")
-        return SourceText(str(path), text, hashlib.sha256(data).hexdigest(), True, page_starts)
+        return SourceText(str(path), text, hashlib.sha256(data).hexdigest(), True, page_starts, signature)
     if b"\x00" in data[:BINARY_PROBE_BYTES]:
         return SourceError(str(path), "binary file (contains NUL bytes), not text")
     text = decode_text(data, str(path))
@@ -240,11 +290,24 @@ def read_source(path: Path) -> SourceText | SourceError:
         text = html_to_text(text)
     if not text.strip():
         return SourceError(str(path), "empty file (no text)" if not extracted else "no visible text in this HTML")
-    return SourceText(str(path), text, hashlib.sha256(data).hexdigest(), extracted)
+    return SourceText(str(path), text, hashlib.sha256(data).hexdigest(), extracted, (), signature)
 
 
-def load_sources(paths: Iterable[str | os.PathLike]) -> tuple[list[SourceText], list[SourceError]]:
-    """Every readable document under `paths` (files and folders), and an error for each that is not."""
+class IndexedFile(NamedTuple):
+    """What a corpus index recorded of a file: its signature when read (None: none recorded), the
+    hash of its bytes and a PDF's page starts."""
+
+    signature: FileSignature | None
+    sha256: str
+    page_starts: tuple[int, ...]
+
+
+def load_sources(paths: Iterable[str | os.PathLike], indexed: Mapping[str, IndexedFile] | None = None
+                 ) -> tuple[list[SourceText], list[SourceError]]:
+    """Every readable document under `paths` (files and folders), and an error for each that is not.
+    `indexed`: what a corpus index recorded of files, by resolved path; a file whose signature is the
+    one recorded is not read (`SourceText.unread`), as git and make trust a file's status; the others
+    are read and hashed, and the hash decides whether they changed."""
     sources, errors, seen = [], [], set()
     for given in map(Path, paths):
         files, problems = _expand(given)
@@ -259,7 +322,18 @@ def load_sources(paths: Iterable[str | os.PathLike]) -> tuple[list[SourceText], 
             if key in seen:
                 continue
             seen.add(key)
+            known = None if indexed is None else indexed.get(str(key))
+            if known is not None and known.signature is not None and _signature_of(key) == known.signature:
+                sources.append(SourceText.unread(str(file), str(key), known.sha256, known.page_starts,
+                                                 known.signature))
+                continue
             result = read_source(file)
             (errors if isinstance(result, SourceError) else sources).append(result)
     return sources, errors
 
+
+def _signature_of(path: Path) -> FileSignature | None:
+    try:
+        return file_signature(os.stat(path))
+    except OSError:
+        return None

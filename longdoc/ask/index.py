@@ -29,8 +29,17 @@ so that a resumed indexing stores the graph an uninterrupted one stores. A searc
 than HNSW_EF_SEARCH (reading everything) stays exact.
 
 Incremental by content: a document indexed with the same hash is kept, a changed one is indexed
-again, one no longer among the documents (removed, or unreadable now) is dropped with a warning,
-and its offsets are never used, as every document's text is read from its file for the session. A
+again, one no longer among the documents (removed, or unreadable now) is dropped with a warning.
+A question over an unchanged corpus reads none of its files whole: each document's file signature
+(size, modification and change times, inode, device) is recorded with its hash, and `read_corpus`
+hashes only the files whose signature differs (as git and make trust a file's status; a file
+touched with the same bytes is hashed, kept, and its signature recorded). The change time is what
+catches a file rewritten to as many bytes with its modification time set back: any write or
+`os.utime` sets it to the present, and nothing sets it back. A signature taken within RACY_NS of a
+write is not recorded (git's racy-clean rule: a second write in the same clock tick would leave it
+equal), so that file is hashed at the next run. The text of a document not read is read when a
+passage of it is used, and its hash checked then: a file changed meanwhile ends the question with an
+InputError naming it, never a stale offset. A
 file SQLite cannot read, or one of other settings, is removed and built again with a warning naming it;
 one damaged while a session reads it ends that session's question with an InputError naming it (the
 next run rebuilds it).
@@ -51,13 +60,13 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from longdoc.ask.documents import SourceText
+from longdoc.ask.documents import IndexedFile, SourceError, SourceText, load_sources
 from longdoc.ask.lexical import LEXICAL_FORMAT, LexicalIndex, add_rows, create_table, delete_rows
 from longdoc.ask.passages import MAX_TOKENS, MIN_TOKENS, PASSAGE_FORMAT, Passage, split_passages
 from longdoc.errors import InputError
 from longdoc.model.cache import cache_dir
 
-INDEX_FORMAT = 2
+INDEX_FORMAT = 3
 INDEX_FILE, LOCK_FILE = "index.sqlite", "lock"
 # Passages and sentences embedded and committed together: what indexing holds in memory at once, and
 # what a kill loses.
@@ -71,7 +80,11 @@ HNSW_NEIGHBOURS, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 128
 APPROXIMATE_TABLE = "CREATE TABLE IF NOT EXISTS approximate (documents TEXT NOT NULL, hnsw BLOB NOT NULL)"
 SCHEMA = (
     "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # signature: the file's when it was read (JSON; NULL: none to trust), checked before its hash;
+    # characters, words (split at whitespace) and page_starts: its text's length and a PDF's page
+    # starts, known without reading it.
     "CREATE TABLE documents (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, sha256 TEXT NOT NULL, "
+    "signature TEXT, characters INTEGER NOT NULL, words INTEGER NOT NULL, page_starts TEXT NOT NULL, "
     "passages TEXT NOT NULL, first_row INTEGER NOT NULL, sentences INTEGER NOT NULL, passage_vectors BLOB NOT NULL)",
     "CREATE TABLE sentence_vectors (document INTEGER PRIMARY KEY, vectors BLOB NOT NULL)",
     APPROXIMATE_TABLE,
@@ -125,6 +138,7 @@ class DocumentIndex:
     vectors: np.ndarray  # [passages, dimension] float32, unit rows
     key: int  # its id in the index file
     first_row: int  # the BM25 row of its first sentence; its sentences follow in passage order
+    words: int  # in its text, split at whitespace: each is one wordpiece or more, read or not
 
     def passage_text(self, passage: Passage) -> str:
         return self.source.text[passage.start:passage.end]
@@ -210,6 +224,26 @@ class CorpusStore:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{self.path}{suffix}").unlink(missing_ok=True)
 
+    def indexed_files(self) -> dict[str, IndexedFile]:
+        """What the file recorded of each document's file, by resolved path (`load_sources`' `indexed`);
+        empty when there is no sound file of these settings (the update says why, and rebuilds it)."""
+        if not self.path.exists():
+            return {}
+        try:
+            connection = sqlite3.connect(self.path, isolation_level=None, timeout=600)
+            try:
+                settings = connection.execute("SELECT value FROM meta WHERE name = 'settings'").fetchone()
+                if settings is None or settings[0] != json.dumps(self.settings.to_json(), sort_keys=True):
+                    return {}
+                return {path: IndexedFile(None if signature is None else tuple(json.loads(signature)), sha256,
+                                          tuple(json.loads(page_starts)))
+                        for path, sha256, signature, page_starts in
+                        connection.execute("SELECT path, sha256, signature, page_starts FROM documents")}
+            finally:
+                connection.close()
+        except (sqlite3.DatabaseError, ValueError, TypeError):
+            return {}
+
     def update(self, sources: Sequence[SourceText], embedder, *, progress: bool = True,
                on_indexed: Callable[[SourceText, int], None] | None = None) -> IndexChanges:
         """Makes the file hold `sources` (see the module docstring); `on_indexed(source, passages)` is
@@ -253,17 +287,24 @@ class CorpusStore:
 
     def _update(self, connection: sqlite3.Connection, sources: Sequence[SourceText], embedder, progress: bool,
                 on_indexed: Callable[[SourceText, int], None] | None) -> IndexChanges:
-        indexed = {path: (key, sha256, first_row, rows) for key, path, sha256, first_row, rows in
-                   connection.execute("SELECT id, path, sha256, first_row, sentences FROM documents")}
+        indexed = {path: (key, sha256, first_row, rows, signature) for key, path, sha256, first_row, rows, signature
+                   in connection.execute("SELECT id, path, sha256, first_row, sentences, signature FROM documents")}
         wanted = {document_path(source): source for source in sources}
-        stale = [path for path, (_, sha256, _, _) in indexed.items()
+        stale = [path for path, (_, sha256, _, _, _) in indexed.items()
                  if path not in wanted or wanted[path].sha256 != sha256]
         kept = indexed.keys() - set(stale)
         missing = [source for path, source in wanted.items() if path not in kept]
+        # Kept files read again (touched, copied, or racy before): their signature now, so that the
+        # next run trusts it rather than hash them again.
+        touched = [(_signature_json(wanted[path]), indexed[path][0]) for path in kept
+                   if _signature_json(wanted[path]) != indexed[path][4]]
+        if touched:
+            with _transaction(connection):
+                connection.executemany("UPDATE documents SET signature = ? WHERE id = ?", touched)
         if stale:
             with _transaction(connection):
                 for path in stale:
-                    key, _, first_row, rows = indexed[path]
+                    key, _, first_row, rows, _ = indexed[path]
                     connection.execute("DELETE FROM documents WHERE id = ?", (key,))
                     connection.execute("DELETE FROM sentence_vectors WHERE document = ?", (key,))
                     delete_rows(connection, first_row, rows)
@@ -306,6 +347,10 @@ class CorpusStore:
                 pending, texts = [], 0
 
 
+def _signature_json(source: SourceText) -> str | None:
+    return None if source.signature is None else json.dumps(list(source.signature))
+
+
 def _save(connection: sqlite3.Connection, documents: Sequence[tuple[SourceText, list[Passage]]], embedder) -> None:
     """Embeds the passages and sentences of `documents` and writes them in one transaction."""
     passage_texts = [source.text[p.start:p.end] for source, passages in documents for p in passages]
@@ -319,9 +364,10 @@ def _save(connection: sqlite3.Connection, documents: Sequence[tuple[SourceText, 
         for source, passages in documents:
             sentences = sum(len(passage.sentences) for passage in passages)
             cursor = connection.execute(
-                "INSERT INTO documents (path, sha256, passages, first_row, sentences, passage_vectors) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (document_path(source), source.sha256,
+                "INSERT INTO documents (path, sha256, signature, characters, words, page_starts, passages, "
+                "first_row, sentences, passage_vectors) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (document_path(source), source.sha256, _signature_json(source), len(source.text),
+                 len(source.text.split()), json.dumps(source.page_starts),
                  json.dumps([[p.start, p.end, [list(s) for s in p.sentences]] for p in passages]), first_row,
                  sentences, passage_vectors[passage_at:passage_at + len(passages)].tobytes()))
             connection.execute("INSERT INTO sentence_vectors VALUES (?, ?)",
@@ -379,6 +425,15 @@ def index_corpus(sources: Sequence[SourceText], embedder, *, named_by: Sequence[
                         min_tokens=min_tokens).open(sources, embedder, progress=progress, on_indexed=on_indexed)
 
 
+def read_corpus(paths: Sequence[str], embedder, *, cache_root: Path | None = None, max_tokens: int = MAX_TOKENS,
+                min_tokens: int = MIN_TOKENS) -> tuple[list[SourceText], list[SourceError]]:
+    """`load_sources(paths)`, but a file whose signature (size, times, inode) is the one the corpus
+    index of `paths` recorded is not read: a question over an unchanged corpus reads only the files
+    of the passages it uses, and their hashes are checked then."""
+    settings = IndexSettings(embedder.key, max_tokens, min_tokens)
+    return load_sources(paths, CorpusStore(corpus_folder(paths, settings, cache_root), settings).indexed_files())
+
+
 def corpus_store(sources: Sequence[SourceText], embedder, *, named_by: Sequence[str] | None = None,
                  cache_root: Path | None = None, max_tokens: int = MAX_TOKENS,
                  min_tokens: int = MIN_TOKENS) -> CorpusStore:
@@ -419,14 +474,15 @@ class CorpusIndex:
         """`connection`: inside the read transaction whose snapshot the corpus keeps, on the file `path`."""
         self.path = path
         self.connection, self.changes = connection, changes
-        stored = {path: (key, passages, first_row, vectors) for key, path, passages, first_row, vectors in
-                  connection.execute("SELECT id, path, passages, first_row, passage_vectors FROM documents")}
+        stored = {path: (key, passages, first_row, vectors, characters, words) for key, path, passages, first_row,
+                  vectors, characters, words in connection.execute(
+                      "SELECT id, path, passages, first_row, passage_vectors, characters, words FROM documents")}
         self.documents = []
         for source in sources:
             found = stored.get(document_path(source))
             if found is None:
                 raise DamagedIndex(f"{source.path} is not in the index")
-            key, passages_json, first_row, blob = found
+            key, passages_json, first_row, blob, characters, words = found
             try:
                 passages = [Passage(start, end, tuple((s, e) for s, e in sentences))
                             for start, end, sentences in json.loads(passages_json)]
@@ -434,10 +490,10 @@ class CorpusIndex:
                 raise DamagedIndex(f"the passages of {source.path} are unreadable ({error})") from None
             vectors = np.frombuffer(blob, dtype=np.float32)
             if (vectors.size != len(passages) * dimension
-                    or not all(0 <= p.start < p.end <= len(source.text) for p in passages)):
+                    or not all(0 <= p.start < p.end <= characters for p in passages)):
                 raise DamagedIndex(f"the passages of {source.path} do not fit it")
             self.documents.append(DocumentIndex(source, passages, vectors.reshape(len(passages), dimension), key,
-                                                first_row))
+                                                first_row, words))
         self.locations = [(d, p) for d, document in enumerate(self.documents) for p in range(len(document.passages))]
         self.dimension = dimension
         self._exact: Any = None

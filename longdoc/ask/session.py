@@ -153,24 +153,28 @@ class AskSession:
         self.evidence = SentenceEvidence(self.corpus)
         self.retriever = Retriever(self.corpus, self.embedder, self.evidence)
         self.second_hop = second_hop
-        # Retrieval is for what the reader cannot read at once: documents that fit its input (beside
-        # the question) are read whole, as the reader was trained.
-        if self.model is not None:
-            corpus_texts = [document.passage_text(passage) for document in self.corpus.documents
-                            for passage in document.passages]
-            self.corpus_wordpieces = sum(len(ids) for ids in
-                                         self.tokenizer(corpus_texts, add_special_tokens=False)["input_ids"])
+        self._corpus_wordpieces: int | None = None
 
     def reads_whole_corpus(self, question: str) -> bool:
         """Whether the question and every document fit the reader's input at once: the long input of a
-        task model, one row of a QA reader."""
+        task model, one row of a QA reader. Retrieval is for what the reader cannot read at once:
+        documents that fit are read whole, as the reader was trained. A corpus of more words (the
+        index's count) than that input holds wordpieces cannot fit, and its files are not read to
+        count them."""
         if self.model is None:
             return False
         from longdoc.ask.span_reading import row_length
 
-        question_wordpieces = len(self.tokenizer(question, add_special_tokens=False)["input_ids"])
         limit = row_length(self.model) if self.reading is None else self.model.config.long_max_len
-        return self.corpus_wordpieces + question_wordpieces + 3 <= limit
+        if sum(document.words for document in self.corpus.documents) + 3 > limit:
+            return False
+        if self._corpus_wordpieces is None:
+            texts = [document.passage_text(passage) for document in self.corpus.documents
+                     for passage in document.passages]
+            self._corpus_wordpieces = sum(len(ids) for ids in
+                                          self.tokenizer(texts, add_special_tokens=False)["input_ids"])
+        question_wordpieces = len(self.tokenizer(question, add_special_tokens=False)["input_ids"])
+        return self._corpus_wordpieces + question_wordpieces + 3 <= limit
 
     def ask(self, question: str, **options) -> dict:
         """The result object for `question` (see the module docstring): `answer(question, **options)` as JSON."""

@@ -138,7 +138,8 @@ def _questions(interactive: bool):
 
 
 def run(args: argparse.Namespace) -> int:
-    from longdoc.ask.documents import load_sources
+    from longdoc.ask.embedding import SentenceEmbedder
+    from longdoc.ask.index import read_corpus
     from longdoc.ask.session import AskSession, ReaderPlacement, question_problem
     from longdoc.model_folder import read_model_folder
     from longdoc.tasks import REGISTRY
@@ -162,14 +163,15 @@ def run(args: argparse.Namespace) -> int:
     device, dtype = inference.resolve_placement(args.device, args.dtype)
     runtime = "torch" if args.model is None else resolve_runtime(
         args.runtime, args.model, device, dtype if args.dtype else None, args.attention)
-    sources, errors = load_sources(args.paths)
+    embedder = SentenceEmbedder()
+    sources, errors = read_corpus(args.paths, embedder)
     for error in errors:
         print(f"longdoc ask: error: {error}", file=sys.stderr)
     if not sources:
         return 2
     session = AskSession(sources, folder, passages=args.passages, second_hop=args.second_hop,
                          progress=args.progress, placement=ReaderPlacement(device, dtype, args.attention, runtime),
-                         tasks=REGISTRY, named_by=args.paths)
+                         tasks=REGISTRY, named_by=args.paths, embedder=embedder)
     changes = session.corpus.changes.describe()
     if changes is not None and args.progress:
         print(f"longdoc ask: index updated: {changes}", file=sys.stderr)

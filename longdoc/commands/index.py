@@ -2,7 +2,8 @@
 `longdoc serve PATH...` answer from (longdoc.ask.index), with a progress bar of files, words and
 words a second.
 
-Only what changed is indexed: new and changed files, in chunks each committed whole, so a run
+Only what changed is indexed (a file whose size, times and inode are as recorded is not even read;
+longdoc.ask.index): new and changed files, in chunks each committed whole, so a run
 stopped by Ctrl-C or killed keeps the chunks committed, and running it again goes on from there.
 A path that cannot be read gets a one-line error and exit status 2, after the others are indexed.
 """
@@ -23,18 +24,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from longdoc.ask.documents import load_sources
     from longdoc.ask.embedding import SentenceEmbedder
-    from longdoc.ask.index import corpus_store
+    from longdoc.ask.index import corpus_store, read_corpus
 
     if not args.paths:
         raise InputError("give the documents to index: longdoc index PATH...")
-    sources, errors = load_sources(args.paths)
+    embedder = SentenceEmbedder()
+    sources, errors = read_corpus(args.paths, embedder)
     for error in errors:
         print(f"longdoc index: error: {error}", file=sys.stderr)
     if not sources:
         return 2
-    embedder = SentenceEmbedder()
     store = corpus_store(sources, embedder, named_by=args.paths)
     try:
         changes = store.update(sources, embedder, progress=args.progress)

@@ -1,5 +1,7 @@
 """Shared by the retrieval and index tests: MiniLM's sentence embedder, once per module, and a
-wrapper that counts what it embeds (a cached index embeds nothing)."""
+wrapper that counts what it embeds (a cached index embeds nothing), and damage done to an index file."""
+
+from pathlib import Path
 
 import pytest
 
@@ -28,3 +30,14 @@ def indexed_texts(documents) -> int:
 @pytest.fixture(scope="module")
 def embedder():
     return SentenceEmbedder()
+
+
+def damage_index(path: Path) -> None:
+    """Overwrites a corpus index file and its WAL journal past their first bytes, as a bad disk or a
+    stray write would."""
+    for damaged, keep in ((path, 4096), (Path(f"{path}-wal"), 32)):
+        size = damaged.stat().st_size if damaged.exists() else 0
+        if size:
+            with open(damaged, "r+b") as file:
+                file.seek(keep)
+                file.write(b"\xa5" * (size - keep))

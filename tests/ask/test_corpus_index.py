@@ -4,7 +4,6 @@ two processes indexing one corpus at once (the second saying it waits, --quiet o
 between indexing and asking, an index damaged while a session reads it, and a corpus large enough
 for the approximate vector index (the size lowered)."""
 
-import contextlib
 import hashlib
 import json
 import os
@@ -23,7 +22,7 @@ from longdoc.ask.index import INDEX_FILE, IndexChanges, corpus_store, index_corp
 from longdoc.ask.retrieve import RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.cli import main
 from longdoc.errors import InputError
-from tests.ask.conftest import CountingEmbedder, indexed_texts
+from tests.ask.conftest import CountingEmbedder, damage_index, indexed_texts
 from tests.conftest import SHARED_DATA
 
 
@@ -223,12 +222,7 @@ def test_an_index_damaged_while_a_session_reads_it_ends_the_question_with_an_err
     corpus = index_corpus(sources, embedder, named_by=["docs"], cache_root=tmp_path, progress=False)  # a session
     path = next(tmp_path.glob(f"corpus/*/{INDEX_FILE}"))
     assert corpus.path == path
-    for damaged, keep in ((path, 4096), (Path(f"{path}-wal"), 32)):  # as a bad disk or a stray write would
-        size = damaged.stat().st_size if damaged.exists() else 0
-        with open(damaged, "r+b") if size else contextlib.nullcontext() as file:
-            if size:
-                file.seek(keep)
-                file.write(b"\xa5" * (size - keep))
+    damage_index(path)
     question = f"Where was {facts[0].facts[0][0]} born?"
     with pytest.raises(InputError, match=f"^{path}: the corpus index was damaged while this session read it "
                                          r"\(.*\); the next longdoc ask, index or serve with these paths rebuilds it$"):
@@ -260,3 +254,70 @@ def test_a_second_indexer_says_once_that_it_waits_even_when_quiet(tmp_path):
     assert said == (f"longdoc: {lock_path.parent / INDEX_FILE}: another process is updating this corpus index; "
                     "waiting for it\n")
     assert status == 0 and "waiting" not in rest and "1 file indexed (0 new, 1 changed), 1 unchanged" in out
+
+
+def test_an_unchanged_corpus_is_asked_without_reading_its_files_and_a_changed_file_is_still_noticed(
+        embedder, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from longdoc.ask import documents as documents_module
+    from longdoc.ask.index import read_corpus
+
+    documents = tmp_path / "docs"
+    documents.mkdir()
+    for number, town in enumerate(["Brackenford", "Lowmere", "Ortorhaven"]):
+        (documents / f"note{number:02}.txt").write_text(f"Person {number} moved to {town}. They keep goats.\n",
+                                                        encoding="utf-8")
+    assert documents_module.file_signature(os.stat(documents / "note00.txt")) is None  # just written: racy
+    # Ten seconds on: the files are older than the racy window, as a corpus asked again usually is.
+    now = documents_module.time.time_ns
+    monkeypatch.setattr(documents_module, "time", SimpleNamespace(time_ns=lambda: now() + 10_000_000_000))
+    read = []
+    real_read_source = documents_module.read_source
+    monkeypatch.setattr(documents_module, "read_source", lambda path: read.append(path.name) or real_read_source(path))
+    counting = CountingEmbedder(embedder)
+
+    def ask_again():
+        read.clear()
+        sources, errors = read_corpus([str(documents)], counting, cache_root=tmp_path / "cache")
+        assert not errors
+        files = list(read)
+        corpus = index_corpus(sources, counting, named_by=[str(documents)], cache_root=tmp_path / "cache",
+                              progress=False)
+        return files, corpus
+
+    files, corpus = ask_again()
+    assert files == ["note00.txt", "note01.txt", "note02.txt"] and corpus.changes.describe().startswith("3 files")
+    embedded = counting.embedded
+    files, corpus = ask_again()
+    assert files == [] and corpus.changes.describe() is None  # the signatures recorded: nothing read
+    [hit] = corpus.search_text("Ortorhaven", 1)
+    assert corpus.text(hit).startswith("Person 2") and read == ["note02.txt"]  # a passage used: its file alone
+
+    # Touched, the same bytes: hashed once, not indexed again, then trusted again.
+    os.utime(documents / "note01.txt")
+    files, corpus = ask_again()
+    assert files == ["note01.txt"] and corpus.changes.describe() is None and counting.embedded == embedded
+    assert ask_again()[0] == []
+
+    # Changed to as many bytes, its modification time set back: its change time (set by any write and by
+    # os.utime, never back) still differs, so it is hashed and indexed again.
+    status = os.stat(documents / "note02.txt")
+    text = (documents / "note02.txt").read_text(encoding="utf-8")
+    (documents / "note02.txt").write_text(text.replace("Ortorhaven", "Ortorhavem"), encoding="utf-8")
+    os.utime(documents / "note02.txt", ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert os.stat(documents / "note02.txt").st_size == status.st_size
+    files, corpus = ask_again()
+    assert files == ["note02.txt"]
+    assert corpus.changes.describe() == "1 file indexed (0 new, 1 changed), 2 unchanged"
+    assert counting.embedded > embedded
+
+    # Changed after the question trusted its signature: its text is refused when used, never a stale offset.
+    read.clear()
+    sources, _ = read_corpus([str(documents)], counting, cache_root=tmp_path / "cache")
+    corpus = index_corpus(sources, counting, named_by=[str(documents)], cache_root=tmp_path / "cache", progress=False)
+    assert read == []
+    (documents / "note02.txt").write_text("Person 2 moved away.\n", encoding="utf-8")
+    [hit] = corpus.search_text("Ortorhavem", 1)
+    with pytest.raises(InputError, match=f"^{documents / 'note02.txt'}: changed while this question was answered"):
+        corpus.text(hit)
