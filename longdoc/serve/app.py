@@ -14,7 +14,8 @@ Routes (the OpenAPI description is at /api/openapi.json):
 Errors are JSON objects {"error": message, "field": the request field at fault or null} with a
 4xx status: 400 for a body that is not JSON, 404 for an unknown document or example, 413 for a
 body over 1 MB, 422 for a field that is missing, of the wrong type, out of range or unknown, 503
-while the documents are being indexed. The server answers the next request as usual.
+while the documents are being indexed, and where the documents cannot be answered from (their corpus
+index damaged while the server reads it: the line `longdoc ask` prints, naming the file). The server answers the next request as usual.
 """
 
 from pathlib import Path
@@ -26,6 +27,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from longdoc.errors import InputError
 from longdoc.serve.analysis import AnalysisFolder
 from longdoc.serve.asking import AskService, NotReady
 from longdoc.serve.browser import PredictionBrowser
@@ -175,6 +177,8 @@ def create_app(*, asking: AskService | None = None, browser: PredictionBrowser |
             except NotReady as error:
                 return JSONResponse({"error": str(error), "field": None}, status_code=503,
                                     headers={"Retry-After": "2"})
+            except InputError as error:  # the documents or their index, not the request: ask's one line
+                return error_response(503, str(error))
 
         @app.get("/api/documents", summary="the documents served, their sizes and index state")
         def documents() -> dict:

@@ -268,3 +268,30 @@ def test_serve_loads_minilm_once_and_updates_the_index_once(ask_documents, monke
     answers = service.session.ask("Who kept the lighthouse?")
     assert answers and len(loaded) == 1
     service.close()
+
+
+def test_an_index_damaged_while_served_is_told_in_one_line_naming_it(ask_documents, tmp_path, monkeypatch):
+    from longdoc.ask.documents import load_sources
+    from longdoc.serve.app import create_app
+    from longdoc.serve.asking import AskService
+    from tests.ask.conftest import damage_index
+
+    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path))  # an index of its own to damage
+    folder = str(ask_documents.served[0])
+    # Indexed by another process, as `longdoc index` does: the server's connection then holds none of the
+    # file's pages in its cache, and reads them from the disk when asked.
+    assert main(["--quiet", "index", folder]) == 0
+    sources, _ = load_sources([folder])
+    service = AskService(sources, None, named_by=[folder])
+    service.started.result(timeout=300)
+    path = service.session.corpus.path
+    assert path.is_relative_to(tmp_path)
+    damage_index(path)
+    with running(create_app(asking=service)) as base:
+        status, error = request(f"{base}/api/ask", {"question": ask_documents.records[0]["question"]})
+        assert status == 503, error
+        assert error["field"] is None and "\n" not in error["error"]
+        assert error["error"].startswith(f"{path}: the corpus index was damaged while this session read it (")
+        assert error["error"].endswith("; the next longdoc ask, index or serve with these paths rebuilds it")
+        assert request(f"{base}/api/documents")[0] == 200  # still serving
+    service.close()
