@@ -95,7 +95,9 @@ def settings_from_arguments(args: argparse.Namespace):
         raise InputError(f"--allocator: {error}") from None
     overrides = dict(dtype=args.dtype, device=args.device, allocator=allocator, threads=args.threads or 0,
                      attention=args.attention or "auto", shape=Shape.from_preset(args.shape), compile=args.compile)
-    if args.device == "cuda":  # the peers' length limit is the CPU's: on a GPU its memory decides (OOM rows)
+    # The peers' length limit keeps the default sweep's minutes on the CPU: lengths named with --lengths
+    # run the peers too, and on a GPU its memory decides (OOM rows).
+    if args.device == "cuda" or args.lengths:
         overrides["peer_max_length"] = max(args.lengths or FULL_LENGTHS)
     if args.lengths:
         overrides["lengths"] = args.lengths

@@ -353,6 +353,10 @@ def test_gpu_command_line_options():
         "ours(res)", "ours(plain)", "ours(res,th)", "longformer", "bigbird", "bert"]
     assert settings.shape == Shape(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072)
     assert bench_command.settings_from_arguments(parser.parse_args([])).peer_max_length == 8192
+    # on the CPU lengths named by --lengths run the peers too (the limit keeps the default sweep short)
+    named = bench_command.settings_from_arguments(parser.parse_args(["--plain", "--lengths", "16384"]))
+    assert named.peer_max_length == 16384
+    assert {job.variant.family for job in named.jobs()} == {"ours", "longformer", "bigbird", "bert"}
     from longdoc.model.config import PRESETS
 
     shape_flag = next(action for action in parser._actions if action.dest == "shape")
