@@ -33,8 +33,15 @@ SHARED_CACHE_ENTRIES = ("kernels", "lifted")
 SESSION_CACHE = pytest.StashKey[Path]()
 
 
+_session_cache: Path | None = None  # this process's LONGDOC_CACHE before any test set its own
+
+
 def pytest_configure(config):
+    global _session_cache
     _use_a_session_cache(config)
+    from longdoc.model.cache import cache_dir
+
+    _session_cache = cache_dir()
     _share_the_cores()
 
 
@@ -54,12 +61,27 @@ def _use_a_session_cache(config) -> None:
     from longdoc.model.cache import ENVIRONMENT_VARIABLE, cache_dir
 
     user_cache = cache_dir()
-    session_cache = Path(tempfile.mkdtemp(prefix="longdoc-test-cache-"))
     for name in SHARED_CACHE_ENTRIES:
         (user_cache / name).mkdir(parents=True, exist_ok=True)
-        (session_cache / name).symlink_to(user_cache / name, target_is_directory=True)
+    session_cache = _linked(Path(tempfile.mkdtemp(prefix="longdoc-test-cache-")), user_cache)
     os.environ[ENVIRONMENT_VARIABLE] = str(session_cache)
     config.stash[SESSION_CACHE] = session_cache
+
+
+def _linked(cache: Path, shared: Path) -> Path:
+    """`cache` (made if missing) with `shared`'s SHARED_CACHE_ENTRIES linked into it (where not yet)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in SHARED_CACHE_ENTRIES:
+        if not (cache / name).is_symlink():
+            (cache / name).symlink_to((shared / name).resolve(), target_is_directory=True)
+    return cache
+
+
+def new_cache(path: Path) -> Path:
+    """A cache folder of a test's own at `path` (for LONGDOC_CACHE; the same folder if called again)
+    that shares the session's compiled kernels and lifted MiniLM: without them every command run on
+    it compiled the attention kernels again (about a minute on two cores)."""
+    return _linked(path, _session_cache)
 
 
 def _share_the_cores() -> None:
@@ -127,12 +149,17 @@ def pytest_collection_finish(session) -> None:
     """Build the attention's C++ kernels once, before the first test, when the session's tests use the
     encoder (their modules imported it) and the kernels are not in the cache yet: built inside the
     first test that runs the encoder on the CPU, the build (minutes on two cores) was that test's
-    time. Nothing happens with LONGDOC_KERNELS=0, or where they are built already."""
+    time. Built or found, they are loaded here, in each process: a test that points LONGDOC_CACHE at
+    a folder of its own then runs them as they are, where its first use in the process compiled them
+    again into that folder. Nothing happens with LONGDOC_KERNELS=0."""
     if not session.items or "longdoc.model.modeling" not in sys.modules:
         return
     from longdoc.model.kernels import cpu
 
-    if not cpu.enabled() or cpu.is_built():
+    if not cpu.enabled():
+        return
+    if cpu.is_built():
+        cpu.compiled()
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     say = reporter.write_line if reporter is not None else (lambda line: print(line, file=sys.stderr))

@@ -17,6 +17,7 @@ from longdoc.cli import main
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
+from tests.conftest import new_cache
 from tests.tasks.conftest import span_answering_model
 
 TEXT = ("Zoë Quellmann works for Brünnhilde Labs.\r\n\r\nThe weather was mild. Café owners were pleased.\r\n\r\n"
@@ -43,7 +44,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture()
 def documents(tmp_path, monkeypatch):
-    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LONGDOC_CACHE", str(new_cache(tmp_path / "cache")))
     (tmp_path / "notes.txt").write_bytes(TEXT.encode("utf-8"))
     (tmp_path / "page.html").write_bytes(HTML.encode("utf-8"))
     return tmp_path
@@ -307,7 +308,7 @@ def test_a_folder_of_txt_md_and_html_reads_both_facts_of_each_question_and_refus
     from longdoc.demo import write_document
     from longdoc.tasks.multihop.generator import make_examples
 
-    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LONGDOC_CACHE", str(new_cache(tmp_path / "cache")))
     records = make_examples(3, seed=1, length=768, min_distance=512, comparison_fraction=0.0, relation_share=0.0,
                             chain_order=True, tokenizer=default_tokenizer(), progress=False)
     folder = tmp_path / "reports"

@@ -13,6 +13,7 @@ from longdoc.cli import main
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.modeling import GlobalLocalModel
+from tests.conftest import new_cache
 
 WINDOW = 192  # the reader's long input, in wordpieces
 
@@ -72,7 +73,7 @@ def records():
 
 
 def _ask(model, path, question, monkeypatch, capsys, tmp_path, *options):
-    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LONGDOC_CACHE", str(new_cache(tmp_path / "cache")))
     assert main(["ask", "--model", str(model), "--question", question, *options, "--json", str(path)]) == 0
     return json.loads(capsys.readouterr().out)
 

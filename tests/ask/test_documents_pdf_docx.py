@@ -9,6 +9,7 @@ import pytest
 
 from longdoc.ask.documents import load_sources, read_source
 from longdoc.cli import main
+from tests.conftest import new_cache
 
 from .test_ask_command import model_dir  # noqa: F401  (the tiny untrained reader, a fixture)
 
@@ -105,7 +106,7 @@ def _page_in_pdf(text: str, start: int) -> int:
 
 
 def test_ask_answers_from_pdf_and_docx_with_offsets_into_the_extracted_text(model_dir, files, capsys, monkeypatch):
-    monkeypatch.setenv("LONGDOC_CACHE", str(files / "cache"))
+    monkeypatch.setenv("LONGDOC_CACHE", str(new_cache(files / "cache")))
     paths = [str(files / "facts.pdf"), str(files / "facts.docx")]
     argv = ["ask", "--model", str(model_dir / "model"), "--question", "Where is the employer of Ada based?",
             "--top-k", "5", "--min-score", "0", "--min-evidence", "-1", *paths]

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+from tests.conftest import new_cache
+
 # What a question in sentence mode does not need: transformers (MiniLM runs on torch alone), the reader.
 UNNEEDED = ("transformers", "transformers.modeling_utils", "transformers.models.bert.modeling_bert",
             "transformers.models.auto.modeling_auto", "transformers.tokenization_utils_base",
@@ -30,7 +32,7 @@ print(json.dumps({"status": status, "modules": modules,
 def test_sentence_mode_leaves_transformers_and_the_reader_unimported(tmp_path):
     document = tmp_path / "notes.txt"
     document.write_text("Ada Quell works for Orbix Group.\n\nOrbix Group is based in Tallinnford.\n")
-    environment = {**os.environ, "LONGDOC_CACHE": str(tmp_path / "cache")}
+    environment = {**os.environ, "LONGDOC_CACHE": str(new_cache(tmp_path / "cache"))}
     result = subprocess.run([sys.executable, "-c", PROGRAM, str(document)], capture_output=True, text=True,
                             timeout=300, env=environment)
     assert result.returncode == 0, result.stderr

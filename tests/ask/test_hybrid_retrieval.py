@@ -13,6 +13,7 @@ from longdoc.ask.index import INDEX_FILE, LOCK_FILE, index_corpus
 from longdoc.ask.retrieve import RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.cli import main
 from tests.ask.conftest import CountingEmbedder
+from tests.conftest import new_cache
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def test_a_fact_that_minilm_ranks_among_near_ties_is_read_because_bm25_ranks_it_
 
 
 def test_json_says_which_rankings_chose_each_passage_and_answer(document, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LONGDOC_CACHE", str(new_cache(tmp_path / "cache")))
     path = tmp_path / "facts.txt"
     path.write_text(document.context, encoding="utf-8")
     question = f"Where was {document.facts[0][0]} born?"
@@ -84,7 +85,7 @@ def test_json_says_which_rankings_chose_each_passage_and_answer(document, tmp_pa
 
 
 def test_a_question_with_no_word_the_documents_hold(document, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LONGDOC_CACHE", str(new_cache(tmp_path / "cache")))
     path = tmp_path / "facts.txt"
     path.write_text(document.context, encoding="utf-8")
     results = {}
@@ -102,7 +103,7 @@ def test_a_question_with_no_word_the_documents_hold(document, tmp_path, capsys, 
 
 
 def test_a_corpus_of_one_sentence(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LONGDOC_CACHE", str(new_cache(tmp_path / "cache")))
     path = tmp_path / "one.txt"
     path.write_text("Mara Quell was born in Tallinnford.", encoding="utf-8")
     for retrieval in ("hybrid", "bm25", "minilm"):

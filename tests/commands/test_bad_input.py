@@ -15,6 +15,7 @@ from longdoc import cli
 from longdoc.cli import main
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.tasks import get_task
+from tests.conftest import new_cache
 
 TINY = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, local_radius=8,
             max_relative_distance=4, relative_vocab_size=16)
@@ -184,11 +185,9 @@ def test_ctrl_c_while_ask_indexes_keeps_the_documents_indexed_so_far(tmp_path):
     import os
     import sqlite3
 
-    from longdoc.model.cache import ENVIRONMENT_VARIABLE, cache_dir
+    from longdoc.model.cache import ENVIRONMENT_VARIABLE
 
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache / "lifted").symlink_to(cache_dir() / "lifted", target_is_directory=True)  # the MiniLM, not lifted again
+    cache = new_cache(tmp_path / "cache")
     documents = tmp_path / "docs"
     documents.mkdir()
     for number, text in enumerate(["Mara Quell paints bridges.", "Orbix Group sells lamps."]):

@@ -18,6 +18,7 @@ import torch
 from longdoc.cli import main
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.tasks.wikihop.model import WikiHopModel
+from tests.conftest import new_cache
 from tests.tasks.conftest import span_answering_model, write_encoder
 
 TRAIN = "wikihop/wikihop_train.first22.json"
@@ -247,13 +248,13 @@ def test_quiet_and_verbose_together_exit_2(tmp_path, capsys):
 
 
 def test_quiet_hides_the_indexing_bar_of_ask(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))  # nothing indexed yet, in either run
+    monkeypatch.setenv("LONGDOC_CACHE", str(new_cache(tmp_path / "cache")))  # nothing indexed yet, in either run
     document = tmp_path / "notes.txt"
     document.write_text("Ada Quell works for Orbix Group.\n\nOrbix Group is based in Tallinnford.\n")
     argv = ["ask", "--question", "Where is Orbix Group based?", str(document), "--device", "cpu"]
     assert main(argv) == 0
     shown = capsys.readouterr().err
-    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache-2"))
+    monkeypatch.setenv("LONGDOC_CACHE", str(new_cache(tmp_path / "cache-2")))
     assert main(["--quiet", *argv]) == 0
     hidden = capsys.readouterr().err
     assert "indexing:" in shown and TQDM_BAR in shown
@@ -268,7 +269,7 @@ def test_ask_runs_its_reader_in_the_dtype_asked_and_refuses_a_missing_device(tmp
     from longdoc.model_folder import read_model_folder
     from longdoc.tasks import REGISTRY
 
-    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LONGDOC_CACHE", str(new_cache(tmp_path / "cache")))
     tokenizer = default_tokenizer()
     write_encoder(tmp_path / "encoder", tokenizer, **ENCODER)
     span_answering_model(tmp_path / "reader", tmp_path / "encoder", tokenizer, stride=32, max_question_len=32)
