@@ -11,13 +11,14 @@ file under it, in sorted order. Bytes that are not UTF-8 are replaced (U+FFFD) w
 A file that is missing, unreadable, binary (a NUL byte in its first 8 KiB; PDF and DOCX excepted),
 of an unsupported type, empty (nothing but whitespace), a PDF without a text layer, or a PDF/DOCX
 that cannot be parsed, and a folder with no supported file, give a `SourceError`
-naming the path; the other files are still read (`load_sources` returns both lists). Given what a
-corpus index recorded of the files, `load_sources` leaves unread those whose signature is unchanged
-(`file_signature`; their text is read when first used, and its hash checked). So does a file
+naming the path; the other files are still read (`load_sources` returns both lists). So does a file
 that a symbolic link inside a given folder brings in from outside that folder: a folder stands for
 what lies in it (`longdoc serve` shows its documents to whoever reaches its page, and ask, index and
 serve read the same documents, so that they share one corpus index); a file given by name is read
 wherever it is.
+
+Given what a corpus index recorded of the files, `load_sources` leaves unread those whose signature
+is unchanged (`file_signature`); their text is read when first used, and its hash checked then.
 """
 
 import bisect
@@ -71,7 +72,8 @@ class SourceText:
     def __init__(self, path: str, text: str | None, sha256: str, extracted: bool, page_starts: tuple[int, ...] = (),
                  signature: FileSignature | None = None):
         self.path, self._text, self.sha256 = path, text, sha256
-        self.extracted = extracted  # True: `text` is the text extracted from HTML, PDF or DOCX, not the file's own characters
+        # True: `text` is the text extracted from HTML, PDF or DOCX, not the file's own characters.
+        self.extracted = extracted
         self.page_starts = page_starts  # a PDF's: the offset in `text` where each page's text starts, page 1 first
         self.signature = signature
 

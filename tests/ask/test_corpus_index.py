@@ -112,10 +112,14 @@ def _finished(process: subprocess.Popen) -> tuple[int, str, str]:
 
 
 def _contents(cache: Path) -> dict:
+    """Every table's rows, but the files' signatures: whether one is recorded depends on how long ago
+    the file was written when it was read (the racy window), not on what was indexed."""
     [path] = cache.glob(f"ask/corpus/*/{INDEX_FILE}")
     with sqlite3.connect(path) as connection:
+        documents = ", ".join(name for _, name, *_ in connection.execute("PRAGMA table_info(documents)")
+                              if name != "signature")
         return {table: connection.execute(f"SELECT {columns} FROM {table} ORDER BY 1").fetchall()
-                for table, columns in (("meta", "*"), ("documents", "*"), ("sentence_vectors", "*"),
+                for table, columns in (("meta", "*"), ("documents", documents), ("sentence_vectors", "*"),
                                        ("sentences", "rowid, body"), ("approximate", "*"))}
 
 
