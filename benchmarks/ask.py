@@ -83,12 +83,14 @@ def _seconds(environment: dict, command: list[str], stdin: str = "") -> float:
     return time.perf_counter() - started
 
 
-def corpus_timing_rows(data: Path, work: Path, rounds: int = 3) -> list[dict]:
+def corpus_timing_rows(data: Path, work: Path, rounds: int = 3, reader: Path | None = None) -> list[dict]:
     """The command line's times on a HotpotQA file's paragraphs, one file each (`write_paragraph_files`),
     in fresh processes: `longdoc index` on a fresh cache, then in `rounds` alternating rounds `python -c
     "import torch"`, a cached `longdoc ask --question` over every file and over one file, and `longdoc
     ask --json` with every question of the file on standard input and with one (the difference, per
-    question, is the time a question takes in one process). Sentence mode; medians."""
+    question, is the time a question takes in one process). Sentence mode; with `reader` (a lifted QA
+    reader's folder) also the cached question and a question in one process with `--model reader
+    --passages 8`; medians."""
     import statistics
 
     questions = write_paragraph_files(data, work / "paragraphs")
@@ -99,25 +101,35 @@ def corpus_timing_rows(data: Path, work: Path, rounds: int = 3) -> list[dict]:
 
     indexing = seconds(longdoc + ["index", str(work / "paragraphs")])
     seconds(longdoc + ["index", str(work / "one")])
-    asked = ["--question", questions[0]]
+    asked, files = ["--question", questions[0]], len(list((work / "paragraphs").iterdir()))
     steps = {"python -c \"import torch\"": [sys.executable, "-c", "import torch"],
-             f"longdoc ask --question (cached, {len(list((work / 'paragraphs').iterdir()))} files)":
+             f"longdoc ask --question (cached, {files} files)":
                  longdoc + ["ask", *asked, str(work / "paragraphs")],
              "longdoc ask --question (cached, 1 file)": longdoc + ["ask", *asked, str(work / "one")]}
+    modes = {"": []}
+    if reader is not None:
+        reading = ["--model", str(reader), "--passages", "8"]
+        modes[f" --model {reader.name} --passages 8"] = reading
+        step = f"longdoc ask --question --model {reader.name} --passages 8 (cached, {files} files)"
+        steps[step] = longdoc + ["ask", *asked, *reading, str(work / "paragraphs")]
+        seconds(steps[step])  # untimed: the reader's first question compiles the CPU attention kernels (cached)
     times: dict[str, list[float]] = {step: [] for step in steps}
-    per_question = []
+    per_question: dict[str, list[float]] = {mode: [] for mode in modes}
     for _ in range(rounds):
         for step, command in steps.items():
             times[step].append(seconds(command))
-        all_questions = seconds(longdoc + ["ask", "--json", str(work / "paragraphs")], "\n".join(questions) + "\n")
-        one_question = seconds(longdoc + ["ask", "--json", str(work / "paragraphs")], questions[0] + "\n")
-        per_question.append((all_questions - one_question) / (len(questions) - 1))
+        for mode, options in modes.items():
+            asking = longdoc + ["ask", "--json", *options, str(work / "paragraphs")]
+            all_questions = seconds(asking, "\n".join(questions) + "\n")
+            one_question = seconds(asking, questions[0] + "\n")
+            per_question[mode].append((all_questions - one_question) / (len(questions) - 1))
     torch_seconds = statistics.median(times['python -c "import torch"'])
     rows = [{"step": "longdoc index, fresh cache", "seconds": round(indexing, 2), "vs import torch": ""}]
     rows += [{"step": step, "seconds": round(statistics.median(values), 2),
               "vs import torch": round(statistics.median(values) / torch_seconds, 2)} for step, values in times.items()]
-    rows.append({"step": f"longdoc ask --json < {len(questions)} questions: a question in one process",
-                 "seconds": round(statistics.median(per_question), 3), "vs import torch": ""})
+    rows += [{"step": f"longdoc ask --json{mode} < {len(questions)} questions: a question in one process",
+              "seconds": round(statistics.median(values), 3), "vs import torch": ""}
+             for mode, values in per_question.items()]
     return rows
 
 

@@ -26,11 +26,12 @@
   python scripts/bench_ask.py no-answer [--documents 40] [--calibration 20]
       the no-answer rule: how many right, off-topic and other-person questions reach the evidence
       floor on the demo's held-out generated documents (benchmarks.ask.no_answer_rows).
-  python scripts/bench_ask.py corpus [--data HOTPOT_JSON] [--rounds 3]
+  python scripts/bench_ask.py corpus [--data HOTPOT_JSON] [--rounds 3] [--reader DIR]
       the command line on the HotpotQA file's paragraphs, one file each: `longdoc index` on a fresh
       cache, then a cached `longdoc ask --question` over every file and over one, beside `python -c
       "import torch"` in the same rounds, and the time a question takes in one `ask --json` process
-      (benchmarks.ask.corpus_timing_rows).
+      (benchmarks.ask.corpus_timing_rows); with --reader DIR (the lifted QA reader of
+      `scripts/bench_readers.py reader --out OUT`: OUT/lifted) both also with `--model DIR --passages 8`.
   python scripts/bench_ask.py scale [--data HOTPOT_JSON] [--documents 10000] [--words 500] [--rounds 3]
       a corpus of that many generated files (HotpotQA sentences drawn at random, seeded: the same
       files each run; benchmarks.ask.write_generated_corpus): `longdoc index` on a fresh cache
@@ -113,6 +114,8 @@ def main(argv=None) -> int:
                                              "beside import torch")
     corpus.add_argument("--data", type=Path, default=SAMPLE)
     corpus.add_argument("--rounds", type=int, default=3)
+    corpus.add_argument("--reader", type=Path, metavar="DIR",
+                        help="also time ask with this reader (a lifted QA reader: scripts/bench_readers.py reader)")
     scale = modes.add_parser("scale", help="a generated corpus of many files: indexing, time a question, "
                                            "approximate search recall")
     scale.add_argument("--data", type=Path, default=SAMPLE)
@@ -146,7 +149,7 @@ def main(argv=None) -> int:
         from benchmarks.ask import corpus_timing_rows
 
         with tempfile.TemporaryDirectory() as work:
-            rows = corpus_timing_rows(args.data, Path(work), args.rounds)
+            rows = corpus_timing_rows(args.data, Path(work), args.rounds, args.reader)
     elif args.mode == "scale":
         from benchmarks.ask import scale_rows
 
