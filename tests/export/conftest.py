@@ -13,8 +13,10 @@ from longdoc.model.span_reader import SpanReader
 from longdoc.tasks import get_task
 from tests.tasks.conftest import TINY_ENCODER, write_encoder
 
-# Lengths the task tests read: the HotpotQA sample's windows fit 512 long tokens with 128 globals.
-TASK_ENCODER = dict(TINY_ENCODER, long_max_len=512, global_max_len=128, talking_heads=True)
+# Lengths the task tests read: the HotpotQA sample's windows fit 512 long tokens with 128 globals. One
+# layer: what these tests export is each head and folder on an encoder, and tracing a layer is most of an
+# export's time; the graph of several layers (the scores carried between them) is tests/export/test_graph.py's.
+TASK_ENCODER = dict(TINY_ENCODER, long_max_len=512, global_max_len=128, talking_heads=True, num_hidden_layers=1)
 # Options each task model needs to fit that encoder (question globals within global_max_len).
 TASK_OPTIONS = {"hotpotqa": dict(max_question_len=32, type_from_question=True), "wikihop": dict(max_question_len=32),
                 "nq": dict(max_question_len=32, stride=64), "openkp": {}}
