@@ -9,12 +9,15 @@ import torch
 from longdoc import GlobalLocalModel
 from tests.model.conftest import make_inputs, tiny_config
 
+# Two layers (tiny_config has three): the second reads the scores the first carries, which is all that
+# a third layer would trace and compile again.
+LAYERS = dict(num_hidden_layers=2)
 CONFIG = dict(talking_heads=True, residual_attention=True, cross_kv_projections=True)
 
 
 def model_and_inputs(length: int = 13, seed: int = 0):
     torch.manual_seed(seed)
-    model = GlobalLocalModel(tiny_config(**CONFIG)).eval()
+    model = GlobalLocalModel(tiny_config(**CONFIG, **LAYERS)).eval()
     return model, make_inputs(2, length, 4, padding=True, structure=True)
 
 
@@ -104,7 +107,7 @@ def test_torch_compile_keeps_the_cpu_kernels_inside_with_the_eager_backends_resu
     if cpu_kernels.failure() is not None:
         pytest.skip(f"the C++ kernels cannot be built here: {cpu_kernels.failure()}")
     torch.manual_seed(0)
-    model = GlobalLocalModel(tiny_config(**config)).train()
+    model = GlobalLocalModel(tiny_config(**config, **LAYERS)).train()
     inputs = make_inputs(2, 13, 4, padding=True, structure=True)
     expected, expected_grads = outputs_and_gradients(model, inputs, "eager")
     torch._dynamo.reset()
