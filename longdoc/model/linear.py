@@ -3,23 +3,17 @@ faster of the GEMMs torch's CPU build carries.
 
 F.linear calls torch's BLAS, MKL on x86, which keeps to its AVX2 code on CPUs not made by Intel.
 torch also carries oneDNN, which picks its code by instruction set alone, and so runs the encoder's
-products faster on such CPUs when they have AVX-512. At AVX2 MKL's products are the faster (AMD EPYC
-Zen 3, one thread, CPU seconds at load 3.9: 66 against 73 ms for the feed-forward's 4352 x 384 @ 384 x 1536, 73
-against 77 for its 4352 x 1536 @ 1536 x 384, 50 against 56 for the projections' 384 x 1152), and on
-Intel CPUs MKL is as fast, so both stay on MKL.
+products faster on such CPUs when they have AVX-512. On Intel CPUs MKL is as fast, and stays.
 
 `backend()` is the process's choice, from LONGDOC_GEMM: "auto" (the default: "onednn" on x86 CPUs
-not made by Intel where torch runs its AVX-512 code, "blas" elsewhere), "onednn" or "blas". With
-"onednn", `Linear` (nn.Linear: the same parameters, the same state dict) runs its float32 CPU
-products, forward and backward, on oneDNN. `own_attention_products()` says whether the compiled
-attention (longdoc.model.kernels.cpu) runs its small products on its own AVX-512 or AVX2 code
-instead of BLAS's sgemm: with "onednn", and with "auto" on every x86 CPU not made by Intel (at AVX2
-too, where the kernels' tiles beat MKL's sgemm on the softmax's small products). A value that
-cannot be used gives one warning that says what is used instead.
+not made by Intel, "blas" elsewhere), "onednn" or "blas". With "onednn", `Linear` (nn.Linear: the
+same parameters, the same state dict) runs its float32 CPU products, forward and backward, on oneDNN,
+and the compiled attention (longdoc.model.kernels.cpu) its small products on its own AVX-512 code
+instead of BLAS's sgemm. A value that cannot be used gives one warning that says what is used instead.
 `Linear` also applies its activation: fused into oneDNN's product where torch runs AVX-512 code, in
-place after the product otherwise (at AVX2 oneDNN's fused GELU costs more than the product's own
-writes: at 4352 x 384 @ 384 x 1536, 55 ms fused against 40 ms product then gelu_, AMD EPYC Zen 3,
-2 threads). Under torch.compile and export it is nn.Linear.
+place after the product at AVX2, where oneDNN's fused GELU costs more than the product's own writes
+(at 4352 x 384 @ 384 x 1536: 55 ms fused against 40 ms product then gelu_, AMD EPYC Zen 3, 2 threads).
+Under torch.compile and export it is nn.Linear.
 
 bfloat16 products run on oneDNN whatever LONGDOC_GEMM says, where the CPU has bfloat16 instructions
 (`bfloat16_instructions()`): torch's own bfloat16 product (F.linear) is oneDNN's too, after copying the
@@ -73,49 +67,33 @@ def bfloat16_instructions() -> bool:
 
 
 @functools.cache
-def _torch_at_avx512() -> bool:
-    """Whether torch runs its AVX-512 code (ATEN_CPU_CAPABILITY can hold it to AVX2): where oneDNN's
-    products beat MKL's on CPUs not made by Intel and apply the activation as they write (see the
-    module's docstring)."""
+def _fuses_activations() -> bool:
+    """Whether oneDNN applies the activation as it writes the product: at AVX-512 (see the module's
+    docstring)."""
     return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
-
-
-def _x86_not_intel() -> bool:
-    """Whether this is an x86 CPU not made by Intel: where MKL keeps to its AVX2 code."""
-    vendor = _cpu_vendor()
-    return platform.machine().lower() in ("x86_64", "amd64") and bool(vendor) and "GenuineIntel" not in vendor
 
 
 def _onednn_uses_bfloat16_instructions() -> bool:
     return torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
-def _setting() -> tuple[str, str]:
-    """(LONGDOC_GEMM as given, lower-cased; the setting used: AUTO for a value that is not one)."""
-    given = os.environ.get(ENVIRONMENT_VARIABLE, AUTO).strip().lower() or AUTO
-    return given, given if given in (AUTO, ONEDNN, BLAS) else AUTO
-
-
 @functools.cache
 def backend() -> str:
     """"onednn" or "blas": where this process's float32 CPU products run (see the module's docstring)."""
-    given, wanted = _setting()
-    if given != wanted:
-        warnings.warn(f"{ENVIRONMENT_VARIABLE}={given!r} is not one of {AUTO!r}, {ONEDNN!r}, {BLAS!r}; "
+    wanted = os.environ.get(ENVIRONMENT_VARIABLE, AUTO).strip().lower() or AUTO
+    if wanted not in (AUTO, ONEDNN, BLAS):
+        warnings.warn(f"{ENVIRONMENT_VARIABLE}={wanted!r} is not one of {AUTO!r}, {ONEDNN!r}, {BLAS!r}; "
                       f"using {AUTO!r}", RuntimeWarning, stacklevel=2)
+        wanted = AUTO
     if wanted == AUTO:
-        wanted = ONEDNN if _x86_not_intel() and _torch_at_avx512() and _onednn_available() else BLAS
+        vendor = _cpu_vendor()
+        x86 = platform.machine().lower() in ("x86_64", "amd64")
+        wanted = ONEDNN if x86 and vendor and "GenuineIntel" not in vendor and _onednn_available() else BLAS
     elif wanted == ONEDNN and not _onednn_available():
         warnings.warn(f"{ENVIRONMENT_VARIABLE}={ONEDNN!r}: this torch build has no oneDNN linear; using "
                       f"{BLAS!r}", RuntimeWarning, stacklevel=2)
         wanted = BLAS
     return wanted
-
-
-def own_attention_products() -> bool:
-    """Whether the compiled attention runs its small products on its own code rather than BLAS's
-    sgemm (see the module's docstring)."""
-    return backend() == ONEDNN or (_setting()[1] == AUTO and _x86_not_intel())
 
 
 def _on_onednn(x: Tensor, weight: Tensor) -> bool:
@@ -176,7 +154,7 @@ class Linear(nn.Linear):
     def forward(self, x: Tensor, activation: str | None = None) -> Tensor:
         grad = torch.is_grad_enabled()
         if _on_onednn(x, self.weight):
-            if not grad and activation in _ONEDNN_ACTIVATIONS and _torch_at_avx512():
+            if not grad and activation in _ONEDNN_ACTIVATIONS and _fuses_activations():
                 return _onednn_product(x, self.weight, self.bias, activation)
             out = _OneDnnLinear.apply(x, self.weight, self.bias) if grad else _onednn_product(x, self.weight, self.bias)
         else:

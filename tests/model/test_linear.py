@@ -53,7 +53,7 @@ def test_non_contiguous_inputs_and_expanded_gradients(linear_backend, backend):
 def test_the_activation_is_the_transformers_one(linear_backend, monkeypatch, backend, activation, grad, fused):
     # Fused into oneDNN's product, in place, or applied as a module: the same values.
     linear_backend(backend)
-    monkeypatch.setattr(linear, "_torch_at_avx512", lambda: fused)
+    monkeypatch.setattr(linear, "_fuses_activations", lambda: fused)
     torch.manual_seed(0)
     layer = linear.Linear(16, 32)
     x = torch.randn(3, 10, 16)
@@ -87,27 +87,18 @@ def test_the_model_gives_the_same_outputs_and_gradients_on_both_backends(linear_
         torch.testing.assert_close(onednn_grads[name], torch_grads[name], msg=name, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize(("machine", "vendor", "avx512", "expected", "own_products"), [
-    ("x86_64", "AuthenticAMD", True, linear.ONEDNN, True),
-    ("x86_64", "AuthenticAMD", False, linear.BLAS, True),  # at AVX2 MKL's products are the faster
-    ("x86_64", "GenuineIntel", True, linear.BLAS, False),
-    ("x86_64", "GenuineIntel", False, linear.BLAS, False),
-    ("aarch64", "", False, linear.BLAS, False),
-    ("AMD64", "AMD64 Family 25 Model 1 Stepping 1, AuthenticAMD", True, linear.ONEDNN, True),  # Windows
+@pytest.mark.parametrize(("machine", "vendor", "expected"), [
+    ("x86_64", "AuthenticAMD", linear.ONEDNN),
+    ("x86_64", "GenuineIntel", linear.BLAS),
+    ("aarch64", "", linear.BLAS),
+    ("AMD64", "AMD64 Family 25 Model 1 Stepping 1, AuthenticAMD", linear.ONEDNN),  # Windows
 ])
-def test_auto_picks_onednn_on_x86_cpus_not_made_by_intel_at_avx512(linear_backend, monkeypatch, machine, vendor,
-                                                                   avx512, expected, own_products):
+def test_auto_picks_onednn_on_x86_cpus_not_made_by_intel(linear_backend, monkeypatch, machine, vendor, expected):
     monkeypatch.setattr(linear.platform, "machine", lambda: machine)
     monkeypatch.setattr(linear, "_cpu_vendor", lambda: vendor)
     monkeypatch.setattr(linear, "_onednn_available", lambda: True)
-    monkeypatch.setattr(linear, "_torch_at_avx512", lambda: avx512)
     linear_backend("auto")
     assert linear.backend() == expected
-    assert linear.own_attention_products() == own_products
-    for setting, backend in (("onednn", linear.ONEDNN), ("blas", linear.BLAS)):  # named: whatever the CPU
-        linear_backend(setting)
-        assert linear.backend() == backend
-        assert linear.own_attention_products() == (backend == linear.ONEDNN)
 
 
 def test_a_setting_that_cannot_be_used_warns_once_and_says_what_is_used(linear_backend, monkeypatch):

@@ -248,7 +248,7 @@ def own_products(kernel):
     from longdoc.model import linear
 
     yield kernel.use_own_products
-    kernel.use_own_products(linear.own_attention_products())
+    kernel.use_own_products(linear.backend() == linear.ONEDNN)
 
 
 # Head sizes: below one vector (the packing's masked lanes), whole vectors (d = 16 .. 64: the

@@ -6,8 +6,8 @@ the `cpu` attention backend (longdoc.model.backends.cpu). The sources, one file 
   entry points, their shapes and checks);
 - forward.cpp, backward.cpp: the plain and the talking-heads softmax, each way;
 - products.h, products.cpp: their small products (q k^T, weights @ values) on BLAS's sgemm, or,
-  where longdoc.model.linear says so (`own_attention_products()`: by default on x86 CPUs not made by
-  Intel, where MKL keeps to AVX2; LONGDOC_GEMM), on the kernels' own AVX-512 or AVX2 code;
+  where longdoc.model.linear chose oneDNN (LONGDOC_GEMM; by default on x86 CPUs not made by Intel,
+  where MKL keeps to AVX2), on the kernels' own AVX-512 or AVX2 code;
 - vectors.h: the vector operations of that code and of the softmax's rows, for either instruction set;
 - binding.cpp: the Python module, whose entry points take their record's fields as keyword arguments.
 They are compiled with torch's C++ extension tools (a C++ compiler and ninja; both are on most
@@ -164,9 +164,9 @@ def _build():
         # The compiler's or the shell's own words, not the command line ninja echoes first.
         reason = next((line for line in lines if any(mark in line for mark in _FAILURE_MARKS)), lines[-1])
         return _unbuilt(reason.strip())
-    # The attention's small products on the kernels' own code on CPUs where MKL keeps to its AVX2 code
-    # (a no-op in a build with neither AVX-512 nor AVX2).
-    module.use_own_products(on=linear.own_attention_products())
+    # The attention's small products on the kernels' own code where the linear layers leave BLAS for
+    # oneDNN: on CPUs where MKL keeps to its AVX2 code (a no-op in a build with neither AVX-512 nor AVX2).
+    module.use_own_products(on=linear.backend() == linear.ONEDNN)
     return module, None
 
 
