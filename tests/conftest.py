@@ -2,12 +2,15 @@
 losses; a cache folder per test session; the attention's C++ kernels built once per session, before its
 tests."""
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,6 +131,20 @@ def new_cache(path: Path) -> Path:
     that shares the session's compiled kernels and lifted MiniLM: without them every command run on
     it compiled the attention kernels again (about a minute on two cores)."""
     return _linked(path, _session_cache)
+
+
+@contextlib.contextmanager
+def run_folder(tmp_path_factory, name: str) -> Iterator[Path]:
+    """A folder `name` of this test run, held locked: pytest-xdist's workers share it (the folder above
+    a worker's temporary folder is the run's), so what one worker builds there the others find."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    folder = base / name
+    folder.mkdir(exist_ok=True)
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield folder
 
 
 def _share_the_cores() -> None:

@@ -18,7 +18,6 @@ are normalised before comparing.
 """
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -30,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import run_folder
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -204,18 +205,11 @@ def clone_folder(shared_data, tmp_path_factory):
     """A function giving, for a chain of transcripts that read each other's files, a folder laid out as
     a fresh clone (../shared/data beside it, the shipped tests/fixtures in it) and the transcripts that
     ran in it (README line -> how its output differed, or None), held locked. pytest-xdist's workers
-    share the folders (the one above a worker's temporary folder is the run's), so each transcript runs
-    once in a test run, the Train transcript too, not once more for every later one that reads its run."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
+    share the folders (run_folder), so each transcript runs once in a test run, the Train transcript too, not once more for every later one that reads its run."""
 
     @contextlib.contextmanager
     def folder(chain: Transcript) -> Iterator[tuple[Path, dict[int, str | None]]]:
-        root = base / f"readme-{chain.line}"
-        root.mkdir(exist_ok=True)
-        with open(root / "lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with run_folder(tmp_path_factory, f"readme-{chain.line}") as root:
             clone, ran_file = root / "longdoc", root / "ran"
             if not clone.exists():
                 (clone / "tests").mkdir(parents=True)

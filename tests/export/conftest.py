@@ -1,5 +1,6 @@
 """Tiny model folders of every kind `longdoc export` takes, and exports of them shared by the tests
-(an export of a tiny model takes seconds: each is made once per session). Without the onnx extra the
+(an export of a tiny model takes seconds: each is made once per session, an encoder variant's graph
+once per test run). Without the onnx extra the
 tests skip, saying why; under CI=true (which installs it with the test extra) they fail instead."""
 
 import os
@@ -8,10 +9,27 @@ from pathlib import Path
 import pytest
 import torch
 
+from longdoc import GlobalLocalModel
 from longdoc.convert.pretrained import default_tokenizer
+from longdoc.export.graph import export_onnx
+from longdoc.export.signature import signature_of
 from longdoc.model.span_reader import SpanReader
 from longdoc.tasks import get_task
+from tests.conftest import run_folder
+from tests.model.conftest import tiny_config
 from tests.tasks.conftest import TINY_ENCODER, write_encoder
+
+# Encoders of each architecture variant (tiny_config's three layers), exported and checked against
+# PyTorch at several lengths: every flag of the attention and the layers.
+VARIANTS = {
+    # ETC as converted: relative ids with links, residual attention (running mean), talking heads, the
+    # cross projections, hard g2l and l2g, no local attention across paragraphs, a global embedding norm
+    "etc": dict(residual_attention=True, residual_attention_mean=True, talking_heads=True, cross_kv_projections=True,
+                hard_l2g=True, local_attention_within_paragraph=True, separate_global_embedding_norm=True),
+    # a lifted BERT: absolute positions, no carried scores, pre-LN, shared projections and feed-forward
+    "lifted": dict(position_embedding_type="absolute", residual_attention=False, pre_layer_norm=True, share_qkv=True,
+                   share_attention_output=True, share_feed_forward=True, global_absolute_positions=False),
+}
 
 # Lengths the task tests read: the HotpotQA sample's windows fit 512 long tokens with 128 globals. One
 # layer: what these tests export is each head and folder on an encoder, and tracing a layer is most of an
@@ -66,3 +84,26 @@ def exported_hotpotqa(tmp_path_factory, task_encoder, tokenizer) -> Path:
     write_task_model(root / "model", "hotpotqa", task_encoder, tokenizer)
     assert main(["export", "--model", str(root / "model"), "--out", str(root / "exported"), "--quiet"]) == 0
     return root / "exported"
+
+
+@pytest.fixture(scope="session")
+def exported_variant(tmp_path_factory):
+    """A function: a VARIANTS name -> (its encoder (seed 0, eval mode), its signature, an ONNX Runtime
+    session of its graph). The graph is exported once in a test run: pytest-xdist's workers read the
+    file the first wrote (a model of the same seed has the same weights)."""
+    import onnxruntime
+
+    def exported(name: str):
+        torch.manual_seed(0)
+        model = GlobalLocalModel(tiny_config(**VARIANTS[name])).eval()
+        signature = signature_of(model)
+        with run_folder(tmp_path_factory, f"export-{name}") as folder:
+            graph = folder / "model.onnx"
+            if not graph.exists():
+                partial = graph.with_suffix(".partial")
+                partial.write_bytes(export_onnx(model, signature).SerializeToString())
+                partial.rename(graph)
+            graph_bytes = graph.read_bytes()
+        return model, signature, onnxruntime.InferenceSession(graph_bytes, providers=["CPUExecutionProvider"])
+
+    return exported

@@ -8,21 +8,10 @@ import torch
 
 from longdoc import GlobalLocalModel
 from longdoc.export.check import TOLERANCE, check_lengths, compare, compare_batch
-from longdoc.export.graph import OpsetError, _converted, export_onnx, traced_length
+from longdoc.export.graph import OpsetError, _converted, traced_length
 from longdoc.export.signature import NEUTRAL, PositionalGraph, sample_batch, signature_of
+from tests.export.conftest import VARIANTS
 from tests.model.conftest import tiny_config
-
-# One export per variant, each checked at several lengths: every flag of the attention and the layers.
-VARIANTS = {
-    # ETC as converted: relative ids with links, residual attention (running mean), talking heads, the
-    # cross projections, hard g2l and l2g, no local attention across paragraphs, a global embedding norm
-    "etc": dict(residual_attention=True, residual_attention_mean=True, talking_heads=True, cross_kv_projections=True,
-                hard_l2g=True, local_attention_within_paragraph=True, separate_global_embedding_norm=True),
-    # a lifted BERT: absolute positions, no carried scores, pre-LN, shared projections and feed-forward
-    "lifted": dict(position_embedding_type="absolute", residual_attention=False, pre_layer_norm=True, share_qkv=True,
-                   share_attention_output=True, share_feed_forward=True, global_absolute_positions=False),
-}
-
 
 def assert_graph_matches(model, session, signature, inputs, expected_model_inputs=None) -> None:
     """The graph on `inputs` gives the model's outputs on `expected_model_inputs` (default the same),
@@ -39,15 +28,8 @@ def assert_graph_matches(model, session, signature, inputs, expected_model_input
 
 
 @pytest.fixture(scope="module", params=VARIANTS, ids=list(VARIANTS))
-def exported(request):
-    import onnxruntime
-
-    torch.manual_seed(0)
-    model = GlobalLocalModel(tiny_config(**VARIANTS[request.param])).eval()
-    signature = signature_of(model)
-    graph = export_onnx(model, signature)
-    session = onnxruntime.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
-    return model, signature, session
+def exported(request, exported_variant):
+    return exported_variant(request.param)
 
 
 @pytest.mark.slow
