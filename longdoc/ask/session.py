@@ -76,12 +76,21 @@ def load_reader(folder: ModelFolder, tasks: TaskLookup | None, runtime: str = "t
     """The reader in `folder`: a lifted extractive QA reader, or a trained model of a task of `tasks`
     that reads passages; InputError saying what the folder is otherwise (a damaged weights file
     included: TaskModel.from_pretrained reads it through readable_weights). `runtime` "onnx": the
-    folder's exported graph on ONNX Runtime (on `device`) in the place of the PyTorch model."""
-    from longdoc.model.span_reader import SpanReader
+    folder's exported graph on ONNX Runtime (on `device`) in the place of the PyTorch model. A lifted
+    reader on PyTorch is loaded on torch alone (longdoc.model.plain_reader: the same logits, without
+    transformers' model classes to import)."""
+    from longdoc.model.plain_reader import SPAN_READER_TASK
 
     task_name, model_dir = folder.task, folder.path
-    if task_name == SpanReader.task_name:
-        return Reader(*_load(folder, SpanReader, runtime, device), None)
+    if task_name == SPAN_READER_TASK:
+        if runtime == "onnx":
+            from longdoc.model.span_reader import SpanReader
+
+            return Reader(*_load(folder, SpanReader, runtime, device), None)
+        from longdoc.model.plain_reader import load_span_reader
+        from longdoc.model_folder import read_tokenizer
+
+        return Reader(load_span_reader(model_dir, folder.model_config()), read_tokenizer(model_dir), None)
     if not task_name:
         raise ModelFolderError(f"{model_dir}: is a bare encoder (GlobalLocalModel, no task head), not a reader",
                                model_dir, "", ModelFolderError.READER)

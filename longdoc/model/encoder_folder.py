@@ -9,21 +9,21 @@ wanted (the command line adds how to get the right one: `longdoc.commands.hints`
 `EncoderWithHeads.from_encoder` builds a model of an encoder (`self.encoder`) plus
 heads from the weights of a bare encoder folder, with fresh heads. The task models
 (`longdoc.model.task_model.TaskModel`) and the pretraining model (`longdoc.model.pretraining`)
-both start this way.
+both start this way. It is defined in longdoc.model.pretrained with the transformers classes it
+extends and named from here, loaded on first use: reading and checking a folder needs torch alone.
 """
 
 import hashlib
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, Iterator
 
 import torch
 from safetensors import SafetensorError
 
 from longdoc.errors import InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.modeling import HEAD_KEYS, GlobalLocalModel, GlobalLocalPreTrainedModel
 
 
 WEIGHTS_FILE = "model.safetensors"
@@ -132,44 +132,11 @@ def describe_checkpoint(directory: str | Path, wanted: str = "") -> dict[str, An
     return config
 
 
-class EncoderWithHeads(GlobalLocalPreTrainedModel):
-    """`self.encoder` (a GlobalLocalModel) plus the heads a subclass adds in `__init__(config)`."""
+# The model of an encoder plus heads, loaded on first use with transformers' model classes
+# (longdoc.model.modeling's docstring says why).
+def __getattr__(name: str):
+    if name == "EncoderWithHeads":
+        from longdoc.model.pretrained import EncoderWithHeads
 
-    base_model_prefix = "encoder"
-    # Trained tasks whose folders also hold an encoder to start from (a lifted span reader's).
-    encoder_sources: ClassVar[tuple[str, ...]] = ()
-
-    def __init__(self, config: GlobalLocalConfig):
-        super().__init__(config)
-        self.encoder = GlobalLocalModel(config)
-
-    def post_init(self) -> None:
-        """transformers' post_init, less the encoder's pattern of head keys it gathers from `self.encoder`
-        (modeling.HEAD_KEYS): this model's heads are its own, and keys it does not have are reported."""
-        super().post_init()
-        self._keys_to_ignore_on_load_unexpected.discard(HEAD_KEYS)
-
-    @classmethod
-    def from_encoder(cls, directory: str | Path, encoder_config: dict[str, Any] | None = None,
-                     **config_fields) -> "EncoderWithHeads":
-        """A new model of this class: the encoder weights in `directory`, fresh heads (drawn from the
-        current torch seed). `encoder_config` overrides encoder settings that need no new weights or
-        that start fresh (lengths, `residual_attention`, `talking_heads` starting at identity);
-        `config_fields` are set on the config before the model is built."""
-        found = describe_checkpoint(directory)
-        if found.get("task") and found["task"] not in cls.encoder_sources:
-            raise ModelFolderError(f"{directory}: holds a trained {found['task']} model, not a lifted encoder",
-                                   directory, found["task"], "")
-        with readable_weights(directory):
-            try:
-                encoder = GlobalLocalModel.from_pretrained(directory, **(encoder_config or {}))
-            except ValueError as error:
-                raise InputError(f"{directory}: cannot start a {cls.__name__} from this encoder: {error}") from None
-        config = encoder.config
-        for name, value in config_fields.items():
-            setattr(config, name, value)
-        model = cls(config)
-        # Parameters the encoder folder lacks (e.g. talking-heads matrices when switching them on)
-        # were initialised by from_pretrained; copy them as they are.
-        model.encoder.load_state_dict(encoder.state_dict())
-        return model
+        return EncoderWithHeads
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""GlobalLocalModel: embeddings, layers and encoder of the ETC-style global-local transformer.
+"""The ETC-style global-local transformer: embeddings, layers and encoder.
 
 One readable path from ids to hidden states: embeddings -> (pad the long input to whole blocks)
 -> side inputs from structure ids and the attention backend (once) -> layers (attention,
@@ -7,23 +7,28 @@ longdoc/model/attention.py (its backends in longdoc/model/backends), masks and r
 longdoc/model/side_inputs.py, argument checks in longdoc/model/inputs.py. The forward reads no
 tensor on the host (the checks of values run on CPU inputs only, or where batches are collated),
 so torch.compile traces it whole with the eager backend, and torch.export exports it.
+
+The modules here run on torch alone (transformers' `ModelOutput` aside, from its light utilities):
+`GlobalLocalEncoding` is the encoder as a plain nn.Module, built from a config and nothing else, what
+inference loads without transformers' model machinery (longdoc.model.inference.load_span_reading).
+`GlobalLocalModel`, the same encoder as a transformers `PreTrainedModel` (from_pretrained,
+save_pretrained, AutoModel, training's activation checkpointing), lives in longdoc.model.pretrained,
+with the same modules under the same names (the same state dict); it is named from here too, and
+loads transformers' model classes on first use (`transformers.modeling_utils` takes several times
+`import torch`'s time to import).
 """
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import AutoModel, PreTrainedModel
-from transformers import initialization as init
-from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput
 
 from longdoc.errors import InputError
-from longdoc.model.attention import (
-    OLD_PARAMETER_NAMES, AttentionCarry, AttentionWeights, GlobalLocalAttention, SoftmaxParameters,
-)
+from longdoc.model.attention import OLD_PARAMETER_NAMES, AttentionCarry, AttentionWeights, GlobalLocalAttention
 from longdoc.model.backends.base import AttentionBackend
 from longdoc.model.backends.resolution import check_backend_name, resolve_backend
 from longdoc.model.config import GlobalLocalConfig
@@ -94,7 +99,29 @@ class FeedForward(nn.Module):
         return self.output(self.intermediate(hidden, activation=self.activation))
 
 
-class GlobalLocalLayer(GradientCheckpointingLayer):
+class CheckpointedLayer(nn.Module):
+    """A layer whose forward transformers' activation checkpointing can wrap, as its
+    GradientCheckpointingLayer does: `PreTrainedModel.activation_checkpointing_enable` sets
+    `gradient_checkpointing` and `_gradient_checkpointing_func` on every module that has the first, and
+    a layer so marked, in training with autograd on, runs its forward through that function (which
+    recomputes it in the backward). Here so that the layers build without transformers' model classes."""
+
+    gradient_checkpointing = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        forward = cls.forward
+
+        @functools.wraps(forward)
+        def forward_with_checkpointing(self, *args, **kwargs):
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                return self._gradient_checkpointing_func(functools.partial(forward, self, **kwargs), *args)
+            return forward(self, *args, **kwargs)
+
+        cls.forward = forward_with_checkpointing
+
+
+class GlobalLocalLayer(CheckpointedLayer):
     """Attention then feed-forward for both streams; post-LN (BERT, RealFormer) or pre-LN."""
 
     def __init__(self, config: GlobalLocalConfig):
@@ -186,82 +213,41 @@ class GlobalLocalEncoder(nn.Module):
         return long_hidden, global_hidden, tuple(weights) if backend.keep_weights else None
 
 
-class GlobalLocalPreTrainedModel(PreTrainedModel):
-    config_class = GlobalLocalConfig
-    base_model_prefix = "encoder"  # the attribute task models hold it under (BertModel: "bert")
-    supports_gradient_checkpointing = True
-    _no_split_modules = ["GlobalLocalLayer"]
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """transformers' from_pretrained; a folder whose weights carry the attention's old parameter
-        names (attention.OLD_PARAMETER_NAMES) is refused with the command that renames them."""
-        refuse_old_parameter_names(pretrained_model_name_or_path)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-
-    def set_attention_backend(self, name: str | None) -> None:
-        """Compute the attention of every encoder in this model with backend `name` (one of
-        longdoc.model.backends.BACKEND_NAMES: auto, eager, cpu, gpu, dense), overriding
-        `config.attention_backend` without changing it (what `save_pretrained` writes); None: back to
-        the config's. A backend that cannot run where the model runs is refused at the next forward
-        pass (AttentionBackendError, one line saying what can)."""
-        if name is not None:
-            check_backend_name(name)
-        for module in self.modules():
-            if isinstance(module, GlobalLocalModel):
-                module.attention_backend = name
-
-    def keep_attention_weights(self, keep: bool = True) -> None:
-        """Have every encoder in this model return each layer's attention weights
-        (`GlobalLocalModelOutput.attention_weights`), with the masks and, under residual attention, the
-        carried and summed scores, for inspection (`longdoc analyze attention`): they cost memory (a [B,
-        h, L, 3b + G] tensor per layer, three under residual attention) and nothing in a forward pass
-        needs them."""
-        for module in self.modules():
-            if isinstance(module, GlobalLocalModel):
-                module.keeps_attention_weights = keep
-
-    def activation_checkpointing_enable(self, activation_checkpointing_kwargs=None, **kwargs):
-        """transformers' activation checkpointing (also reached from the deprecated
-        `gradient_checkpointing_enable`), non-reentrant only: reentrant checkpointing gave wrong
-        gradients here (against no checkpointing, with and without residual attention), so it is
-        refused rather than left to train silently on them."""
-        if (activation_checkpointing_kwargs or {}).get("use_reentrant", False):
-            raise ValueError(f"{type(self).__name__} supports non-reentrant activation checkpointing only: pass "
-                             "use_reentrant=False (transformers' default); reentrant checkpointing gives wrong "
-                             "gradients for this model")
-        super().activation_checkpointing_enable(activation_checkpointing_kwargs, **kwargs)
-
-    def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        if isinstance(module, SoftmaxParameters):
-            if module.relative_key is not None:
-                init.normal_(module.relative_key, mean=0.0, std=self.config.initializer_range)
-                init.normal_(module.relative_bias, mean=0.0, std=self.config.initializer_range)
-            if module.talking_heads_pre is not None:
-                init.eye_(module.talking_heads_pre)
-                init.eye_(module.talking_heads_post)
+def set_attention_backend(model: nn.Module, name: str | None) -> None:
+    """Compute the attention of every encoder in `model` with backend `name` (one of
+    longdoc.model.backends.BACKEND_NAMES: auto, eager, cpu, gpu, dense), overriding
+    `config.attention_backend` without changing it (what `save_pretrained` writes); None: back to
+    the config's. A backend that cannot run where the model runs is refused at the next forward
+    pass (AttentionBackendError, one line saying what can)."""
+    if name is not None:
+        check_backend_name(name)
+    for module in model.modules():
+        if isinstance(module, EncoderForward):
+            module.attention_backend = name
 
 
-class GlobalLocalModel(GlobalLocalPreTrainedModel):
-    """The ETC-style global-local encoder. See `forward` for the inputs."""
+def keep_attention_weights(model: nn.Module, keep: bool = True) -> None:
+    """Have every encoder in `model` return each layer's attention weights
+    (`GlobalLocalModelOutput.attention_weights`), with the masks and, under residual attention, the
+    carried and summed scores, for inspection (`longdoc analyze attention`): they cost memory (a [B,
+    h, L, 3b + G] tensor per layer, three under residual attention) and nothing in a forward pass
+    needs them."""
+    for module in model.modules():
+        if isinstance(module, EncoderForward):
+            module.keeps_attention_weights = keep
 
-    # transformers' patterns of checkpoint keys this model leaves out knowingly: a task model's folder
-    # holds the encoder under `encoder.` (stripped as the base model's prefix) and its heads beside it,
-    # and AutoModel on it gives the encoder, as BertModel from a BertForQuestionAnswering folder. So
-    # every key outside the encoder's own modules (`embeddings.`, `encoder.`) is a head's; a key
-    # inside them that this model lacks is still reported. A model of encoder plus heads drops the
-    # pattern it inherits from here (EncoderWithHeads.post_init): its heads' keys are its own.
-    _keys_to_ignore_on_load_unexpected = [HEAD_KEYS]
 
-    def __init__(self, config: GlobalLocalConfig):
-        super().__init__(config)
+class EncoderForward:
+    """The encoder's modules and forward pass, shared by `GlobalLocalEncoding` (a plain nn.Module) and
+    `GlobalLocalModel` (transformers' PreTrainedModel, longdoc.model.pretrained): `build(config)`
+    makes the modules, under the names their state dicts have."""
+
+    def build(self, config: GlobalLocalConfig) -> None:
         self.embeddings = GlobalLocalEmbeddings(config)
         self.encoder = GlobalLocalEncoder(config)
         # Run-time attention settings (set_attention_backend, keep_attention_weights): not saved.
         self.attention_backend: str | None = None
         self.keeps_attention_weights = False
-        self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embeddings.word_embeddings
@@ -379,6 +365,16 @@ class GlobalLocalModel(GlobalLocalPreTrainedModel):
                                       attention_weights=weights)
 
 
+class GlobalLocalEncoding(EncoderForward, nn.Module):
+    """The ETC-style global-local encoder as a plain nn.Module (see `forward` for the inputs): the
+    modules, state dict and outputs of `GlobalLocalModel`, built from a config alone."""
+
+    def __init__(self, config: GlobalLocalConfig):
+        nn.Module.__init__(self)
+        self.config = config
+        self.build(config)
+
+
 def old_parameter_names(weights_file: str | Path) -> list[str]:
     """The keys of the safetensors file `weights_file` named as attention.OLD_PARAMETER_NAMES names them."""
     from safetensors import safe_open
@@ -404,6 +400,13 @@ def _attention_dtype(hidden: Tensor) -> torch.dtype:
     return hidden.dtype
 
 
-# transformers' documented registration of a custom model: AutoModel on a longdoc folder (a task model's
-# too: its encoder) gives this class in any program that has it.
-AutoModel.register(GlobalLocalConfig, GlobalLocalModel, exist_ok=True)
+# The transformers classes, loaded on first use (see the module docstring).
+_PRETRAINED_NAMES = ("GlobalLocalPreTrainedModel", "GlobalLocalModel")
+
+
+def __getattr__(name: str):
+    if name in _PRETRAINED_NAMES:
+        from longdoc.model import pretrained
+
+        return getattr(pretrained, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

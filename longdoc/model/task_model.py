@@ -39,16 +39,16 @@ from tqdm.auto import tqdm
 
 from longdoc.errors import DeviceMemoryError, InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.encoder_folder import EncoderWithHeads, describe_checkpoint, readable_weights
+from longdoc.model.encoder_folder import describe_checkpoint, readable_weights
 from longdoc.model.heads import SpanHead
 from longdoc.model.inputs import (
     INPUT_ALIASES, MODEL_INPUT_NAMES, InputSpec, batch_shape, check_encoder_inputs, checked_batches,
 )
 from longdoc.model.modeling import GlobalLocalModelOutput
+from longdoc.model.plain_reader import SPAN_READER_TASK
+from longdoc.model.pretrained import EncoderWithHeads
 
 
-# The task name of a lifted extractive QA reader (longdoc.model.span_reader.SpanReader).
-SPAN_READER_TASK = "span_reader"
 # What lowers the memory a prediction batch takes (DeviceMemoryError; options named by field).
 PREDICTION_REMEDIES = "lower {batch_size}, or compute in bfloat16 ({bf16})"
 

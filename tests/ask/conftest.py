@@ -1,11 +1,16 @@
 """Shared by the retrieval and index tests: MiniLM's sentence embedder, once per module, and a
-wrapper that counts what it embeds (a cached index embeds nothing), and damage done to an index file."""
+wrapper that counts what it embeds (a cached index embeds nothing), and damage done to an index file;
+by the reader's tests: a small lifted extractive QA reader."""
 
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForQuestionAnswering
 
 from longdoc.ask.embedding import SentenceEmbedder
+from longdoc.cli import main
+from longdoc.convert.pretrained import minilm_path
 
 
 class CountingEmbedder:
@@ -41,3 +46,21 @@ def damage_index(path: Path) -> None:
             with open(damaged, "r+b") as file:
                 file.seek(keep)
                 file.write(b"\xa5" * (size - keep))
+
+
+@pytest.fixture(scope="module")
+def lifted_reader(tmp_path_factory):
+    """A random BertForQuestionAnswering (MiniLM's uncased WordPiece, 512 positions) saved as Hub readers
+    are, and the span reader `longdoc lift` makes of it."""
+    root = tmp_path_factory.mktemp("reader")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    source = BertForQuestionAnswering(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2,
+                                                 num_attention_heads=4, intermediate_size=128,
+                                                 max_position_embeddings=512))
+    with torch.no_grad():  # logits far apart, so that the best span is not a near tie
+        source.qa_outputs.weight.mul_(50)
+    source.save_pretrained(root / "source")
+    tokenizer.save_pretrained(root / "source")
+    assert main(["lift", "--from", str(root / "source"), "--out", str(root / "lifted")]) == 0
+    return root

@@ -10,30 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertForQuestionAnswering
+from transformers import AutoTokenizer
 
 from benchmarks.readers import SlidingWindowReader, make_fact_questions
 from longdoc.ask.span_reading import read_spans
 from longdoc.cli import main
 from longdoc.convert.pretrained import minilm_path
-
-
-@pytest.fixture(scope="module")
-def lifted_reader(tmp_path_factory):
-    """A random BertForQuestionAnswering (MiniLM's uncased WordPiece, 512 positions) saved as Hub readers
-    are, and the span reader `longdoc lift` makes of it."""
-    root = tmp_path_factory.mktemp("reader")
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    torch.manual_seed(0)
-    source = BertForQuestionAnswering(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2,
-                                                 num_attention_heads=4, intermediate_size=128,
-                                                 max_position_embeddings=512))
-    with torch.no_grad():  # logits far apart, so that the best span is not a near tie
-        source.qa_outputs.weight.mul_(50)
-    source.save_pretrained(root / "source")
-    tokenizer.save_pretrained(root / "source")
-    assert main(["lift", "--from", str(root / "source"), "--out", str(root / "lifted")]) == 0
-    return root
 
 
 @pytest.mark.slow  # every document read by both readers
@@ -182,12 +164,12 @@ def test_read_all_gives_the_sliding_window_readers_answer_on_a_real_document(lif
 
 def test_out_of_device_memory_names_what_ask_can_lower(lifted_reader, tmp_path, capsys, monkeypatch):
     # ask has no --batch-size: out of memory while reading, it names its own options in one line, exit 2
-    from longdoc import GlobalLocalModel
+    from longdoc.model.modeling import EncoderForward  # the encoder's forward, in every model class
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(GlobalLocalModel, "forward", out_of_memory)
+    monkeypatch.setattr(EncoderForward, "forward", out_of_memory)
     document = make_fact_questions(1, seed=4, words=200, distractors=2)[0]
     path = tmp_path / "notes.txt"
     path.write_text(document.context, encoding="utf-8")

@@ -95,13 +95,13 @@ def test_importing_longdoc_loads_neither_torch_nor_transformers_and_changes_noth
 @pytest.mark.parametrize("preamble", [
     "from longdoc import GlobalLocalModel",  # the README's order
     "import transformers.models.auto.modeling_auto\nfrom longdoc import GlobalLocalModel",  # Auto classes first
-    "from transformers import BertModel\nimport longdoc.model.modeling",  # transformers' model code first
+    "from transformers import BertModel\nfrom longdoc.model.modeling import GlobalLocalModel",  # transformers' first
 ])
 def test_auto_model_loads_a_saved_encoder_with_the_same_outputs(small_config, inputs, tmp_path, monkeypatch,
                                                                 preamble):
     expected = _saved_encoder(small_config, inputs, tmp_path / "encoder", monkeypatch)
     printed = _python(LOAD_AND_RUN.format(preamble=preamble), tmp_path / "encoder", inputs, tmp_path / "out.safetensors")
-    assert printed == ["longdoc.model.modeling GlobalLocalModel GlobalLocalConfig"]
+    assert printed == ["longdoc.model.pretrained GlobalLocalModel GlobalLocalConfig"]
     loaded = load_file(tmp_path / "out.safetensors")
     assert torch.equal(loaded["long"], expected[0]) and torch.equal(loaded["global"], expected[1])
 
@@ -123,7 +123,7 @@ def test_auto_model_on_a_task_folder_gives_its_encoder(small_config, inputs, tmp
     expected = _outputs(task_model.encoder, inputs, monkeypatch)
     printed = _python(LOAD_AND_RUN.format(preamble="from longdoc import GlobalLocalModel"), tmp_path / "task", inputs,
                       tmp_path / "out.safetensors")
-    assert printed[0] == "longdoc.model.modeling GlobalLocalModel GlobalLocalConfig"
+    assert printed[0] == "longdoc.model.pretrained GlobalLocalModel GlobalLocalConfig"
     loaded = load_file(tmp_path / "out.safetensors")
     assert torch.equal(loaded["long"], expected[0]) and torch.equal(loaded["global"], expected[1])
 
