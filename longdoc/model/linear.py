@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
-from transformers.activations import ACT2FN
 
 ENVIRONMENT_VARIABLE = "LONGDOC_GEMM"
 AUTO, ONEDNN, BLAS = "auto", "onednn", "blas"
@@ -163,4 +162,8 @@ class Linear(nn.Linear):
             return out
         if not grad and activation in _IN_PLACE_ACTIVATIONS:
             return _IN_PLACE_ACTIVATIONS[activation](out)
+        # (imported here: transformers.activations imports its hub kernels, seconds at start-up, and
+        # inference reaches this only with an activation that has no in-place form)
+        from transformers.activations import ACT2FN
+
         return ACT2FN[activation](out)
