@@ -87,6 +87,38 @@ def test_the_model_gives_the_same_outputs_and_gradients_on_both_backends(linear_
         torch.testing.assert_close(onednn_grads[name], torch_grads[name], msg=name, rtol=1e-4, atol=1e-5)
 
 
+def _at_offset(tensor: torch.Tensor, offset: int) -> torch.Tensor:
+    """A copy of `tensor` that starts `offset` floats into a fresh buffer (0: where torch aligns it)."""
+    buffer = torch.empty(tensor.numel() + 16, dtype=tensor.dtype)
+    return buffer[offset:offset + tensor.numel()].view(tensor.shape).copy_(tensor)
+
+
+@needs_onednn
+@pytest.mark.parametrize(("rows", "inputs", "outputs"), [(64, 384, 2), (100, 37, 37), (4, 384, 384), (1, 32, 3)])
+def test_onednn_gives_the_same_bits_wherever_the_operands_lie(linear_backend, rows, inputs, outputs):
+    # What auto picks must not depend on the operands' alignment: a training run resumed from a
+    # checkpoint ends on the uninterrupted run's weights only if it does. MKL's sgemm fails this
+    # without MKL_CBWR (64 x 384 on 2 x 384: 12 of the 15 offsets differ on an AMD EPYC Zen 3).
+    linear_backend(linear.ONEDNN)
+    torch.manual_seed(0)
+    x, weight, bias, grad = torch.randn(rows, inputs), torch.randn(outputs, inputs), torch.randn(outputs), torch.randn(rows, outputs)
+    layer = linear.Linear(inputs, outputs)
+    results = []
+    for offset in range(16):
+        layer.weight.data = _at_offset(weight, (7 * offset) % 16)
+        layer.bias.data = bias.clone()
+        layer.zero_grad(set_to_none=True)
+        x_here = _at_offset(x, offset).requires_grad_()
+        out = layer(x_here)
+        out.backward(_at_offset(grad, (3 * offset) % 16))
+        with torch.inference_mode():
+            inference = layer(_at_offset(x, offset), activation="gelu")
+        results.append((out.detach(), inference, x_here.grad, layer.weight.grad))
+    for offset, result in enumerate(results[1:], start=1):
+        for name, got, expected in zip(("output", "inference", "input grad", "weight grad"), result, results[0]):
+            assert torch.equal(got, expected), f"{name} differs at offset {offset}"
+
+
 @pytest.mark.parametrize(("machine", "vendor", "expected"), [
     ("x86_64", "AuthenticAMD", linear.ONEDNN),
     ("x86_64", "GenuineIntel", linear.BLAS),
