@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = {"hotpotqa": HOTPOTQA_GOLD, "wikihop": WIKIHOP_GOLD, "nq": NQ_GOLD, "openkp": OPENKP_GOLD}
 ENCODER = dict(TINY_ENCODER, global_max_len=128, long_max_len=256)
 pytestmark = pytest.mark.slow
+# The killed run's data: the HotpotQA sample's first questions, and the windows they take at 256 long tokens.
+KILLED_EXAMPLES, KILLED_WINDOWS = 24, 288
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +119,9 @@ def _workers(parent: int) -> list[int]:
 
 
 def test_a_process_killed_halfway_then_the_same_command_reuses_and_ends_byte_identical(models, shared_data, tmp_path):
-    data = shared_data / HOTPOTQA_GOLD
+    # The sample's first 24 questions: four runs of them (one uninterrupted, one killed, two resumed).
+    data = tmp_path / "hotpotqa.json"
+    data.write_text(json.dumps(json.loads((shared_data / HOTPOTQA_GOLD).read_text())[:KILLED_EXAMPLES]))
     (tmp_path / "one").mkdir(), (tmp_path / "two").mkdir()
     one_process(predict_argv("hotpotqa", models / "hotpotqa", data, tmp_path / "one" / "pred.json", batch_size=1))
     out = tmp_path / "two" / "pred.json"
@@ -125,7 +129,7 @@ def test_a_process_killed_halfway_then_the_same_command_reuses_and_ends_byte_ide
     run = subprocess.Popen(torchrun(2, argv), cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 180
-    while len(list(shards_folder(out).glob("*.pt"))) < 20:  # of 53 examples, one per pack at batch size 1
+    while len(list(shards_folder(out).glob("*.pt"))) < 8:  # of 24 examples, one per pack at batch size 1
         assert run.poll() is None, run.stderr.read()
         assert time.monotonic() < deadline
         time.sleep(0.05)
@@ -133,7 +137,7 @@ def test_a_process_killed_halfway_then_the_same_command_reuses_and_ends_byte_ide
     assert run.wait(timeout=120) != 0
     assert not out.exists()
     saved = len(list(shards_folder(out).glob("*.pt")))
-    assert saved < 53
+    assert saved < KILLED_EXAMPLES
     shutil.copytree(out.parent, tmp_path / "killed", symlinks=True)  # the folder as the kill left it
 
     # Resumed by 2 processes, then (from the folder as the kill left it again) by 1, with its progress
@@ -145,10 +149,11 @@ def test_a_process_killed_halfway_then_the_same_command_reuses_and_ends_byte_ide
         rerun = subprocess.run(torchrun(resumed_with, argv[1:]), cwd=ROOT, env=child_env(), capture_output=True,
                                text=True, timeout=300)
         assert rerun.returncode == 0, (resumed_with, rerun.stderr[-3000:])
-        assert f"reused {saved} of 53 examples (" in rerun.stderr, resumed_with
-        assert " of 640 windows) predicted by an interrupted run" in rerun.stderr, resumed_with
+        assert f"reused {saved} of {KILLED_EXAMPLES} examples (" in rerun.stderr, resumed_with
+        assert f" of {KILLED_WINDOWS} windows) predicted by an interrupted run" in rerun.stderr, resumed_with
         assert rerun.stderr.count("predict:   0%") == 1, resumed_with
-        assert "53/53" in rerun.stderr and "640 windows" in rerun.stderr, resumed_with
+        assert f"{KILLED_EXAMPLES}/{KILLED_EXAMPLES}" in rerun.stderr, resumed_with
+        assert f"{KILLED_WINDOWS} windows" in rerun.stderr, resumed_with
         assert_same_files(tmp_path / "one" / "pred.json", out)
 
 
