@@ -75,8 +75,9 @@ def load_span_reader(directory: str | Path, config: GlobalLocalConfig) -> PlainS
         raise InputError(f"{directory}: no {WEIGHTS_FILE}; expected a longdoc model folder (config.json + "
                          f"{WEIGHTS_FILE})")
     refuse_old_parameter_names(directory)
-    with torch.device("meta"):  # no weights drawn only to be replaced
-        model = PlainSpanReader(config)
+    # Built on the CPU, its drawn weights then replaced: built on the meta device, the weights' initialisation
+    # goes through torch's reference decompositions, which import torch._dynamo (2 CPU s, more than drawing them).
+    model = PlainSpanReader(config)
     with readable_weights(weights):
         state = load_file(weights)
     expected = set(model.state_dict())
