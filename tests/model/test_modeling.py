@@ -50,9 +50,15 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         (output.long_hidden_state.pow(2).sum() + output.global_hidden_state.sum()).backward()
         return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
+    # the layers' forward runs again in the backward where it is checkpointed: its attention is called twice
+    calls = []
+    model.encoder.layers[0].attention.register_forward_hook(lambda *_: calls.append(model.training))
     plain = gradients()
+    assert len(calls) == 1
     model.activation_checkpointing_enable({"use_reentrant": False})
+    assert all(layer.gradient_checkpointing for layer in model.encoder.layers)
     checkpointed = gradients()
+    assert len(calls) == 3
     assert plain.keys() == checkpointed.keys()
     for name in plain:
         torch.testing.assert_close(plain[name], checkpointed[name], msg=name)
