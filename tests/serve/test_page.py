@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ask.test_ask_modes import lifted_reader  # noqa: F401  (a random QA reader, lifted: arbitrary answers, exact offsets)
+from tests.ask.conftest import lifted_reader  # noqa: F401  (a random QA reader, lifted: arbitrary answers, exact offsets)
 from tests.serve.conftest import (
     PHONE, WIDE, held_service, overflow, page_errors, request, running, screenshot, viewport, wait_ready,
 )
