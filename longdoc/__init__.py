@@ -20,10 +20,14 @@ def __getattr__(name: str):
         from longdoc.model.config import GlobalLocalConfig
 
         return GlobalLocalConfig
-    if name in ("GlobalLocalModel", "GlobalLocalModelOutput"):
-        from longdoc.model import modeling
+    if name == "GlobalLocalModel":
+        from longdoc.model.pretrained import GlobalLocalModel
 
-        return getattr(modeling, name)
+        return GlobalLocalModel
+    if name == "GlobalLocalModelOutput":
+        from longdoc.model.modeling import GlobalLocalModelOutput
+
+        return GlobalLocalModelOutput
     if name == "SpanReader":
         from longdoc.model.span_reader import SpanReader
 

@@ -84,7 +84,7 @@ def encoder_worker(args) -> dict:
     from longdoc.bench.memory import PeakMemory
     from longdoc.export.signature import ENCODER_OUTPUTS, KIND_ENCODER, GraphSignature, encoder_input_specs, sample_batch
     from longdoc.model.config import GlobalLocalConfig
-    from longdoc.model.modeling import GlobalLocalModel
+    from longdoc.model.pretrained import GlobalLocalModel
 
     torch.set_num_threads(args.threads)
     config = GlobalLocalConfig.from_pretrained(args.model)

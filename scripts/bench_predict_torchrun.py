@@ -45,7 +45,7 @@ def make_model(folder: Path) -> Path:
 
     from longdoc.convert.pretrained import default_tokenizer
     from longdoc.model.config import GlobalLocalConfig
-    from longdoc.model.modeling import GlobalLocalModel
+    from longdoc.model.pretrained import GlobalLocalModel
     from longdoc.tasks import get_task
 
     logging.disable_progress_bar()

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from longdoc.convert.etc import etcmodel_inputs
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 
 
 def main() -> None:

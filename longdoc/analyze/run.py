@@ -76,7 +76,7 @@ def _check(options: AnalysisOptions, config: dict, tasks: TaskLookup | None) -> 
 def load_encoder(directory: Path):
     """The encoder of any longdoc model folder (a task model's or reader's heads left out)."""
     from longdoc.model.encoder_folder import readable_weights
-    from longdoc.model.modeling import GlobalLocalModel
+    from longdoc.model.pretrained import GlobalLocalModel
 
     with readable_weights(directory):
         try:

@@ -31,7 +31,7 @@ from longdoc.convert.tf_conversion import (
 from longdoc.errors import InputError, OptionError
 from longdoc.io import read_json
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 from longdoc.model.side_inputs import RelativeIdLayout
 from longdoc.model_folder import refuse_existing
 

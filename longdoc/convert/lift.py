@@ -37,7 +37,7 @@ from longdoc.convert.checkpoint import (
 )
 from longdoc.errors import InputError, OptionError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 from longdoc.model.span_reader import SpanReader
 from longdoc.model_folder import read_tokenizer, refuse_existing, save_model, write_new_folder
 

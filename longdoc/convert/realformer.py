@@ -30,7 +30,7 @@ from longdoc.convert.tf_conversion import (
 )
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 from longdoc.model_folder import refuse_existing
 
 # realformer.BertConfig's defaults, for fields a config file leaves out.

@@ -38,7 +38,7 @@ def load_model(folder: ModelFolder, tasks: TaskLookup):
     """The PyTorch model a longdoc folder holds (its config as already read): a task model of its task
     (the class `tasks`, the registry, gives; the span reader's), or a bare encoder."""
     from longdoc.model.encoder_folder import readable_weights
-    from longdoc.model.modeling import GlobalLocalModel
+    from longdoc.model.pretrained import GlobalLocalModel
     from longdoc.model.span_reader import SpanReader
 
     task, model_dir = folder.task, folder.path

@@ -72,7 +72,7 @@ def signature_of(model: nn.Module) -> GraphSignature:
     """The signature of `model`'s graph: a GlobalLocalModel, or a task model (longdoc.model.task_model)
     whose outputs are those its forward gives. The outputs' axes are found by running the model on
     three small batches: one more long token, then one more global token, shows which axis follows which."""
-    from longdoc.model.modeling import GlobalLocalModel
+    from longdoc.model.pretrained import GlobalLocalModel
     from longdoc.model.span_reader import SpanReader
 
     if isinstance(model, GlobalLocalModel):

@@ -6,11 +6,11 @@ and checks the config; `readable_weights` turns a damaged safetensors file into 
 naming it, checked against the sha256 recorded beside it when longdoc wrote it (`record_checksum`)
 and for NaN or infinite values (`check_weights`); a folder of the wrong kind is a `longdoc.errors.ModelFolderError` saying what it holds and what was
 wanted (the command line adds how to get the right one: `longdoc.commands.hints`).
-`EncoderWithHeads.from_encoder` builds a model of an encoder (`self.encoder`) plus
+`longdoc.model.pretrained.EncoderWithHeads.from_encoder` builds a model of an encoder (`self.encoder`) plus
 heads from the weights of a bare encoder folder, with fresh heads. The task models
 (`longdoc.model.task_model.TaskModel`) and the pretraining model (`longdoc.model.pretraining`)
-both start this way. It is defined in longdoc.model.pretrained with the transformers classes it
-extends and named from here, loaded on first use: reading and checking a folder needs torch alone.
+both start this way. It lives in longdoc.model.pretrained with the transformers classes it
+extends: reading and checking a folder needs torch alone.
 """
 
 import hashlib
@@ -130,13 +130,3 @@ def describe_checkpoint(directory: str | Path, wanted: str = "") -> dict[str, An
             f"{directory}: model_type is {found!r}, not {GlobalLocalConfig.model_type!r}: not a longdoc model",
             directory, None, wanted)
     return config
-
-
-# The model of an encoder plus heads, loaded on first use with transformers' model classes
-# (longdoc.model.modeling's docstring says why).
-def __getattr__(name: str):
-    if name == "EncoderWithHeads":
-        from longdoc.model.pretrained import EncoderWithHeads
-
-        return EncoderWithHeads
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,12 +10,11 @@ so torch.compile traces it whole with the eager backend, and torch.export export
 
 The modules here run on torch alone (transformers' `ModelOutput` aside, from its light utilities):
 `GlobalLocalEncoding` is the encoder as a plain nn.Module, built from a config and nothing else, what
-inference loads without transformers' model machinery (longdoc.model.inference.load_span_reading).
+inference loads without transformers' model machinery (longdoc.model.plain_reader.load_span_reader).
 `GlobalLocalModel`, the same encoder as a transformers `PreTrainedModel` (from_pretrained,
 save_pretrained, AutoModel, training's activation checkpointing), lives in longdoc.model.pretrained,
-with the same modules under the same names (the same state dict); it is named from here too, and
-loads transformers' model classes on first use (`transformers.modeling_utils` takes several times
-`import torch`'s time to import).
+with the same modules under the same names (the same state dict): importing transformers' model
+classes (`transformers.modeling_utils`) takes several times `import torch`'s time.
 """
 
 import functools
@@ -398,15 +397,3 @@ def _attention_dtype(hidden: Tensor) -> torch.dtype:
     if device in ("cpu", "cuda") and torch.is_autocast_enabled(device):
         return torch.get_autocast_dtype(device)
     return hidden.dtype
-
-
-# The transformers classes, loaded on first use (see the module docstring).
-_PRETRAINED_NAMES = ("GlobalLocalPreTrainedModel", "GlobalLocalModel")
-
-
-def __getattr__(name: str):
-    if name in _PRETRAINED_NAMES:
-        from longdoc.model import pretrained
-
-        return getattr(pretrained, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

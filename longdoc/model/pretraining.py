@@ -38,7 +38,8 @@ from transformers.utils import ModelOutput
 
 from longdoc.errors import InputError, OptionError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.encoder_folder import EncoderWithHeads, readable_weights
+from longdoc.model.encoder_folder import readable_weights
+from longdoc.model.pretrained import EncoderWithHeads
 from longdoc.model.inputs import encoder_inputs
 
 # The pretraining heads live beside the encoder's own files, so a later run started from the

@@ -17,7 +17,7 @@ labels are given.
 Starting points:
 - `Class.from_encoder(DIR, encoder_config=..., **task_options)`: the weights of a lifted encoder
   (`longdoc lift`, or the default lifted MiniLM) in `.encoder`, fresh heads
-  (`longdoc.model.encoder_folder.EncoderWithHeads.from_encoder`). `encoder_config`
+  (`longdoc.model.pretrained.EncoderWithHeads.from_encoder`). `encoder_config`
   overrides encoder settings that need no new weights or that start fresh (lengths,
   `residual_attention`, `talking_heads` starting at identity).
 - `Class.from_pretrained(DIR)`: a trained model of this task. A bare encoder or a model of another

@@ -16,7 +16,7 @@ from longdoc.ask.documents import html_to_text
 from longdoc.cli import main
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 from tests.conftest import new_cache
 from tests.tasks.conftest import span_answering_model
 

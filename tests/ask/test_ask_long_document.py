@@ -12,7 +12,7 @@ import torch
 from longdoc.cli import main
 from longdoc.convert.pretrained import default_tokenizer
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 from tests.conftest import new_cache
 
 WINDOW = 192  # the reader's long input, in wordpieces

@@ -18,7 +18,7 @@ from longdoc.convert.etc import LengthOptions, etc_config_to_longdoc, etcmodel_i
 from longdoc.convert.realformer import realformer_config_to_longdoc
 from longdoc.convert.tf_checkpoint import TFCheckpoint
 from longdoc.errors import InputError
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ETC_CASES = sorted(path.name for path in (FIXTURES / "etc").iterdir())

@@ -22,7 +22,7 @@ from longdoc import cli
 from longdoc.convert.pretrained import minilm_path
 from longdoc.errors import InputError, ModelFolderError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 from longdoc.model.span_reader import SpanReader
 from longdoc.tasks import get_task
 
@@ -95,7 +95,7 @@ def test_importing_longdoc_loads_neither_torch_nor_transformers_and_changes_noth
 @pytest.mark.parametrize("preamble", [
     "from longdoc import GlobalLocalModel",  # the README's order
     "import transformers.models.auto.modeling_auto\nfrom longdoc import GlobalLocalModel",  # Auto classes first
-    "from transformers import BertModel\nfrom longdoc.model.modeling import GlobalLocalModel",  # transformers' first
+    "from transformers import BertModel\nfrom longdoc.model.pretrained import GlobalLocalModel",  # transformers' first
 ])
 def test_auto_model_loads_a_saved_encoder_with_the_same_outputs(small_config, inputs, tmp_path, monkeypatch,
                                                                 preamble):

@@ -13,7 +13,7 @@ from longdoc.model.heads import (
     MASKED_LOGIT, GlobalTokenClassifier, GlobalTokenScorer, SpanHead, binary_loss, classification_loss, mean_loss,
     pool_linked, span_loss, top_spans,
 )
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 from longdoc.model.task_model import TaskModel, check_task_checkpoint
 
 

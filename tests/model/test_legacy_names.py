@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 from longdoc.convert.upgrade import upgrade_model_folder
 from longdoc.errors import InputError
 from longdoc.model.encoder_folder import record_checksum
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 from tests.model.conftest import make_inputs, tiny_config
 from tests.model.test_heads import ToyModel
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 
 # A tiny encoder for pipeline tests: fast on 2 cores, deterministic (no dropout); scores mean nothing.
 TINY_ENCODER = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, local_radius=16,

@@ -349,7 +349,7 @@ def test_a_training_step_checks_each_batch_once(data, tmp_path, monkeypatch):
     # The values of a batch are read where it is collated, on the CPU; the encoder's forward, on the
     # CPU too, leaves them to that check instead of reading every input a second time.
     from longdoc.model import inputs
-    from longdoc.model.modeling import GlobalLocalModel
+    from longdoc.model.pretrained import GlobalLocalModel
 
     checks, forwards = [], []
     check_values, forward = inputs._check_values, GlobalLocalModel.forward

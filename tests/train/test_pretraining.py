@@ -14,7 +14,7 @@ import torch
 from longdoc.data.features import GlobalMarkers
 from longdoc.errors import InputError
 from longdoc.model.config import GlobalLocalConfig
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 from longdoc.data.pretraining_corpus import (
     PretrainingCollator,
     PretrainingSettings,

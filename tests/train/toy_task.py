@@ -27,7 +27,7 @@ from longdoc.data.prediction import PredictionFile
 from longdoc.io import atomic_write_json, iter_jsonl, read_json
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.inputs import InputSpec
-from longdoc.model.modeling import GlobalLocalModel
+from longdoc.model.pretrained import GlobalLocalModel
 from longdoc.model.task_model import TaskModel
 from longdoc.data.options import option, stored_defaults
 from longdoc.data.task import Task
