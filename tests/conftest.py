@@ -92,6 +92,7 @@ def pytest_configure(config):
 
     _session_cache = cache_dir()
     _share_the_cores()
+    _compile_in_process()
 
 
 def pytest_unconfigure(config):
@@ -161,6 +162,14 @@ def _share_the_cores() -> None:
     share = max(1, len(os.sched_getaffinity(0)) // workers)
     os.environ["OMP_NUM_THREADS"] = str(share)
     torch.set_num_threads(share)
+
+
+def _compile_in_process() -> None:
+    """Inductor compiles its C++ in the test's own process (TORCHINDUCTOR_COMPILE_THREADS=1; a value
+    the caller set is kept): its pool of compile workers, each importing torch, cost more CPU than
+    they saved on the few kernels of a test's graphs, with the suite's workers already on the cores.
+    Read when torch._inductor.config is first imported, which the test modules do (transformers)."""
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 
 @pytest.fixture
