@@ -155,5 +155,7 @@ def compile_model(model, device, source: str | None = None) -> object:
     why = compile_refusal(device)
     if why is not None:
         raise InputError(why if source is None else f"{source}: {why}")
+    # Static shapes first (a second shape recompiles with the changed sizes dynamic): dynamic=True from the
+    # start made the README's predict (one batch shape) take three times the CPU, Inductor's cache warm.
     model.compile()
     return model
