@@ -74,11 +74,11 @@ def load_span_reader(directory: str | Path, config: GlobalLocalConfig) -> PlainS
     if not weights.is_file():
         raise InputError(f"{directory}: no {WEIGHTS_FILE}; expected a longdoc model folder (config.json + "
                          f"{WEIGHTS_FILE})")
-    refuse_old_parameter_names(directory)
     # Built on the CPU, its drawn weights then replaced: built on the meta device, the weights' initialisation
     # goes through torch's reference decompositions, which import torch._dynamo (2 CPU s, more than drawing them).
     model = PlainSpanReader(config)
-    with readable_weights(weights):
+    with readable_weights(weights):  # (a damaged file: an InputError naming it, from its first read on)
+        refuse_old_parameter_names(directory)
         state = load_file(weights)
     expected = set(model.state_dict())
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)

@@ -4,12 +4,14 @@ it), exit status 2, no traceback (`longdoc.model.encoder_folder.readable_weights
 
 import random
 import struct
+from pathlib import Path
 
 import pytest
 
 from longdoc.cli import main
 from longdoc.model.config import GlobalLocalConfig
 from longdoc.model.pretrained import GlobalLocalModel
+from longdoc.model.span_reader import SpanReader
 from longdoc.tasks import get_task
 
 TINY = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, local_radius=8,
@@ -43,8 +45,24 @@ def hotpotqa_model_folder(folder, tokenizer, how):
     return folder
 
 
+def span_reader_folder(folder, tokenizer, how):
+    """A span reader as `longdoc lift` writes one, which `ask --model` loads on torch alone."""
+    SpanReader(GlobalLocalConfig(vocab_size=tokenizer.vocab_size, **TINY)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    damage(folder / "model.safetensors", how)
+    return folder
+
+
+def a_document(beside: str) -> str:
+    document = Path(beside).with_name("document.txt")
+    document.write_text("Ed Wood is a 1994 film directed by Tim Burton.\n", encoding="utf-8")
+    return str(document)
+
+
 # Each command that reads a model folder: the folder it takes, and its arguments around it.
 COMMANDS = {
+    "ask": (span_reader_folder, lambda folder, data, out: [
+        "ask", "--question", "Who directed it?", "--model", folder, a_document(data)]),
     "predict": (hotpotqa_model_folder, lambda folder, data, out: [
         "predict", "hotpotqa", "--model", folder, "--data", data, "--out", out]),
     "train": (encoder_folder, lambda folder, data, out: [
