@@ -4,8 +4,8 @@ folder) and `EncoderWithHeads`, the base of the task and pretraining models.
 They wrap the modules of longdoc.model.modeling (the same modules under the same names, so the same
 state dict and outputs as `GlobalLocalEncoding`) in transformers' `PreTrainedModel`: from_pretrained,
 save_pretrained, the Auto classes, weight initialisation and activation checkpointing. Importing this
-module imports `transformers.modeling_utils`; longdoc.model.modeling and
-longdoc.model.encoder_folder name these classes and import it on first use.
+module imports `transformers.modeling_utils`, which inference on torch alone
+(longdoc.model.plain_reader) does not.
 """
 
 from pathlib import Path
