@@ -102,22 +102,15 @@ class CheckpointedLayer(nn.Module):
     """A layer whose forward transformers' activation checkpointing can wrap, as its
     GradientCheckpointingLayer does: `PreTrainedModel.activation_checkpointing_enable` sets
     `gradient_checkpointing` and `_gradient_checkpointing_func` on every module that has the first, and
-    a layer so marked, in training with autograd on, runs its forward through that function (which
+    a layer so marked, in training with autograd on, is called through that function (which
     recomputes it in the backward). Here so that the layers build without transformers' model classes."""
 
     gradient_checkpointing = False
 
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        forward = cls.forward
-
-        @functools.wraps(forward)
-        def forward_with_checkpointing(self, *args, **kwargs):
-            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                return self._gradient_checkpointing_func(functools.partial(forward, self, **kwargs), *args)
-            return forward(self, *args, **kwargs)
-
-        cls.forward = forward_with_checkpointing
+    def __call__(self, *args, **kwargs):
+        if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            return self._gradient_checkpointing_func(functools.partial(super().__call__, **kwargs), *args)
+        return super().__call__(*args, **kwargs)
 
 
 class GlobalLocalLayer(CheckpointedLayer):
