@@ -10,7 +10,7 @@ the kernels in one forward+backward and one forward without autograd: one call o
 point; long or global softmax; with or without carried scores; weights kept or not). The builds:
 this checkout's for AVX-512 and for AVX2 where they are in the cache (a process run once with
 ATEN_CPU_CAPABILITY=avx2 builds the latter), and each --build folder (another checkout's build in
-the cache, say), every one with its own products on where the linear layers are on oneDNN.
+the cache, say), every one with its own products on where the kernels use them (`wants_own_products()`).
 """
 
 import argparse
@@ -25,7 +25,6 @@ import torch
 from longdoc.bench.models import build_runner
 from longdoc.bench.settings import OURS_RESIDUAL, OURS_RESIDUAL_TALKING, TRAIN, BenchSettings, Job
 from longdoc.bench.worker import step_for
-from longdoc.model import linear
 from longdoc.model.kernels import cpu as kernels
 
 
@@ -76,7 +75,7 @@ def builds(extra: list[str]) -> dict:
             raise SystemExit(f"kernel_builds: --build {item}: no built module (*.so) in {folder}")
         found[label] = kernels.load_built(path, path.name.split(".")[0])
     for module in found.values():
-        module.use_own_products(on=linear.backend() == linear.ONEDNN)
+        module.use_own_products(on=kernels.wants_own_products())
     return found
 
 

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from longdoc.cpu_blas import configure_blas
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# MKL_CBWR as the `longdoc` command sets it, before this process's first product (MKL reads it then):
+# the tests compare runs in this process with runs of the command in subprocesses (a training run
+# killed and resumed against one never stopped), which must pick the same GEMM and get the same bits.
+configure_blas()
 
 # Triton reads TRITON_INTERPRET when a kernel is defined, its own library's (tl.zeros, tl.philox, ...)
 # on its import, which comes early: transformers imports torch._dynamo, which imports Triton where it

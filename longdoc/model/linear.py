@@ -3,17 +3,24 @@ faster of the GEMMs torch's CPU build carries.
 
 F.linear calls torch's BLAS, MKL on x86, which keeps to its AVX2 code on CPUs not made by Intel.
 torch also carries oneDNN, which picks its code by instruction set alone, and so runs the encoder's
-products faster on such CPUs when they have AVX-512. On Intel CPUs MKL is as fast, and stays.
+products faster on such CPUs when they have AVX-512. At AVX2 MKL is the faster (one thread, CPU
+seconds, AMD EPYC Zen 3: 66 against 73 ms for the feed-forward's 4352 x 384 @ 384 x 1536, 50 against
+56 for the projections' 384 x 1152), but its products are reproducible bit for bit only under
+MKL_CBWR (longdoc.cpu_blas): without it their last bits depend on where the operands lie in memory,
+and a training run resumed from a checkpoint would not end where the uninterrupted run ends. oneDNN's
+are reproducible as they are. On Intel CPUs MKL is as fast, and stays.
 
-`backend()` is the process's choice, from LONGDOC_GEMM: "auto" (the default: "onednn" on x86 CPUs
-not made by Intel, "blas" elsewhere), "onednn" or "blas". With "onednn", `Linear` (nn.Linear: the
-same parameters, the same state dict) runs its float32 CPU products, forward and backward, on oneDNN,
-and the compiled attention (longdoc.model.kernels.cpu) its small products on its own AVX-512 code
-instead of BLAS's sgemm. A value that cannot be used gives one warning that says what is used instead.
+`backend()` is the process's choice, from LONGDOC_GEMM: "auto" (the default), "onednn" or "blas".
+"auto" is "onednn" on x86 CPUs not made by Intel, except where torch runs below AVX-512 and MKL_CBWR
+makes MKL reproducible (`longdoc.cpu_blas.mkl_reproducible()`, which the `longdoc` command sets up
+on such CPUs): "blas" there, and "blas" elsewhere. With "onednn", `Linear` (nn.Linear: the same
+parameters, the same state dict) runs its float32 CPU products, forward and backward, on oneDNN. A
+value that cannot be used gives one warning that says what is used instead. (The compiled attention's
+own small products follow the CPU, not this choice: longdoc.model.kernels.cpu.)
 `Linear` also applies its activation: fused into oneDNN's product where torch runs AVX-512 code, in
-place after the product at AVX2, where oneDNN's fused GELU costs more than the product's own writes
-(at 4352 x 384 @ 384 x 1536: 55 ms fused against 40 ms product then gelu_, AMD EPYC Zen 3, 2 threads).
-Under torch.compile and export it is nn.Linear.
+place after the product otherwise (at AVX2 oneDNN's fused GELU costs more than the product's own
+writes: at 4352 x 384 @ 384 x 1536, 55 ms fused against 40 ms product then gelu_, AMD EPYC Zen 3,
+2 threads). Under torch.compile and export it is nn.Linear.
 
 bfloat16 products run on oneDNN whatever LONGDOC_GEMM says, where the CPU has bfloat16 instructions
 (`bfloat16_instructions()`): torch's own bfloat16 product (F.linear) is oneDNN's too, after copying the
@@ -22,14 +29,14 @@ bias into the output, and without the activation fused.
 
 import functools
 import os
-import platform
 import warnings
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
+
+from longdoc import cpu_blas
 
 ENVIRONMENT_VARIABLE = "LONGDOC_GEMM"
 AUTO, ONEDNN, BLAS = "auto", "onednn", "blas"
@@ -39,17 +46,6 @@ _ONEDNN_ACTIVATIONS = {"gelu": ("gelu", "none"), "relu": ("relu", "")}  # "none"
 # Activations that may overwrite their input when nothing is kept for a backward: writing a fresh
 # [L, 4H] tensor costs more than the activation itself.
 _IN_PLACE_ACTIVATIONS = {"gelu": torch.ops.aten.gelu_, "relu": torch.relu_}
-
-
-def _cpu_vendor() -> str:
-    """The x86 vendor string (GenuineIntel, AuthenticAMD, ...), or "" where it cannot be read."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-        return ""
-    return platform.processor()  # Windows names the vendor here ("... AuthenticAMD")
 
 
 def _onednn_available() -> bool:
@@ -66,9 +62,10 @@ def bfloat16_instructions() -> bool:
 
 
 @functools.cache
-def _fuses_activations() -> bool:
-    """Whether oneDNN applies the activation as it writes the product: at AVX-512 (see the module's
-    docstring)."""
+def _torch_at_avx512() -> bool:
+    """Whether torch runs its AVX-512 code (ATEN_CPU_CAPABILITY can hold it to AVX2): where oneDNN's
+    products beat MKL's on CPUs not made by Intel, and apply the activation as they write (see the
+    module's docstring)."""
     return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
@@ -85,14 +82,19 @@ def backend() -> str:
                       f"using {AUTO!r}", RuntimeWarning, stacklevel=2)
         wanted = AUTO
     if wanted == AUTO:
-        vendor = _cpu_vendor()
-        x86 = platform.machine().lower() in ("x86_64", "amd64")
-        wanted = ONEDNN if x86 and vendor and "GenuineIntel" not in vendor and _onednn_available() else BLAS
+        mkl_wins = _reproducible_mkl_faster()  # (else oneDNN: the faster, or the reproducible one)
+        wanted = ONEDNN if cpu_blas.mkl_keeps_to_avx2() and _onednn_available() and not mkl_wins else BLAS
     elif wanted == ONEDNN and not _onednn_available():
         warnings.warn(f"{ENVIRONMENT_VARIABLE}={ONEDNN!r}: this torch build has no oneDNN linear; using "
                       f"{BLAS!r}", RuntimeWarning, stacklevel=2)
         wanted = BLAS
     return wanted
+
+
+def _reproducible_mkl_faster() -> bool:
+    """Whether MKL is the faster GEMM here (torch below AVX-512, on a CPU where MKL keeps to AVX2) and
+    reproducible (MKL_CBWR set: see the module's docstring)."""
+    return not _torch_at_avx512() and torch.backends.mkl.is_available() and cpu_blas.mkl_reproducible()
 
 
 def _on_onednn(x: Tensor, weight: Tensor) -> bool:
@@ -153,7 +155,7 @@ class Linear(nn.Linear):
     def forward(self, x: Tensor, activation: str | None = None) -> Tensor:
         grad = torch.is_grad_enabled()
         if _on_onednn(x, self.weight):
-            if not grad and activation in _ONEDNN_ACTIVATIONS and _fuses_activations():
+            if not grad and activation in _ONEDNN_ACTIVATIONS and _torch_at_avx512():
                 return _onednn_product(x, self.weight, self.bias, activation)
             out = _OneDnnLinear.apply(x, self.weight, self.bias) if grad else _onednn_product(x, self.weight, self.bias)
         else:

@@ -1,12 +1,17 @@
 """Linear on both backends against nn.Linear (outputs and gradients), the activation it applies,
-and how LONGDOC_GEMM and the CPU choose the backend."""
+and how LONGDOC_GEMM, MKL_CBWR and the CPU choose the backend."""
+
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
-from longdoc import GlobalLocalModel
+from longdoc import GlobalLocalModel, cpu_blas
+from longdoc.cli import main
 from longdoc.model import linear
 from tests.model.conftest import make_inputs, tiny_config
 
@@ -53,7 +58,7 @@ def test_non_contiguous_inputs_and_expanded_gradients(linear_backend, backend):
 def test_the_activation_is_the_transformers_one(linear_backend, monkeypatch, backend, activation, grad, fused):
     # Fused into oneDNN's product, in place, or applied as a module: the same values.
     linear_backend(backend)
-    monkeypatch.setattr(linear, "_fuses_activations", lambda: fused)
+    monkeypatch.setattr(linear, "_torch_at_avx512", lambda: fused)
     torch.manual_seed(0)
     layer = linear.Linear(16, 32)
     x = torch.randn(3, 10, 16)
@@ -93,13 +98,17 @@ def _at_offset(tensor: torch.Tensor, offset: int) -> torch.Tensor:
     return buffer[offset:offset + tensor.numel()].view(tensor.shape).copy_(tensor)
 
 
-@needs_onednn
+@pytest.mark.parametrize("backend", [pytest.param(linear.ONEDNN, marks=needs_onednn), linear.AUTO])
 @pytest.mark.parametrize(("rows", "inputs", "outputs"), [(64, 384, 2), (100, 37, 37), (4, 384, 384), (1, 32, 3)])
-def test_onednn_gives_the_same_bits_wherever_the_operands_lie(linear_backend, rows, inputs, outputs):
-    # What auto picks must not depend on the operands' alignment: a training run resumed from a
-    # checkpoint ends on the uninterrupted run's weights only if it does. MKL's sgemm fails this
+def test_the_products_give_the_same_bits_wherever_the_operands_lie(linear_backend, backend, rows, inputs, outputs):
+    # oneDNN, and what auto picks here (MKL on an AVX2 CPU not made by Intel: tests/conftest.py sets
+    # MKL_CBWR as the command does), must not depend on the operands' alignment: a training run resumed
+    # from a checkpoint ends on the uninterrupted run's weights only if it does. MKL's sgemm fails this
     # without MKL_CBWR (64 x 384 on 2 x 384: 12 of the 15 offsets differ on an AMD EPYC Zen 3).
-    linear_backend(linear.ONEDNN)
+    linear_backend(backend)
+    if linear.backend() == linear.BLAS and not cpu_blas.mkl_reproducible():
+        pytest.skip(f"auto picks BLAS here without {cpu_blas.ENVIRONMENT_VARIABLE} (an Intel CPU, or not x86): "
+                    "not held to this")
     torch.manual_seed(0)
     x, weight, bias, grad = torch.randn(rows, inputs), torch.randn(outputs, inputs), torch.randn(outputs), torch.randn(rows, outputs)
     layer = linear.Linear(inputs, outputs)
@@ -119,18 +128,75 @@ def test_onednn_gives_the_same_bits_wherever_the_operands_lie(linear_backend, ro
             assert torch.equal(got, expected), f"{name} differs at offset {offset}"
 
 
-@pytest.mark.parametrize(("machine", "vendor", "expected"), [
-    ("x86_64", "AuthenticAMD", linear.ONEDNN),
-    ("x86_64", "GenuineIntel", linear.BLAS),
-    ("aarch64", "", linear.BLAS),
-    ("AMD64", "AMD64 Family 25 Model 1 Stepping 1, AuthenticAMD", linear.ONEDNN),  # Windows
+@pytest.mark.parametrize(("machine", "vendor", "avx512", "cbwr", "expected"), [
+    ("x86_64", "AuthenticAMD", True, "AVX2", linear.ONEDNN),  # oneDNN's AVX-512 code is the faster
+    ("x86_64", "AuthenticAMD", False, "", linear.ONEDNN),  # MKL the faster, but not reproducible
+    ("x86_64", "AuthenticAMD", False, "COMPATIBLE", linear.ONEDNN),  # reproducible, a third of the speed
+    ("x86_64", "AuthenticAMD", False, "AVX2", linear.BLAS),
+    ("x86_64", "AuthenticAMD", False, " avx2,strict ", linear.BLAS),
+    ("x86_64", "AuthenticAMD", False, "AUTO", linear.BLAS),
+    ("x86_64", "GenuineIntel", True, "", linear.BLAS),
+    ("x86_64", "GenuineIntel", False, "", linear.BLAS),
+    ("aarch64", "", False, "", linear.BLAS),
+    ("AMD64", "AMD64 Family 25 Model 1 Stepping 1, AuthenticAMD", True, "", linear.ONEDNN),  # Windows
 ])
-def test_auto_picks_onednn_on_x86_cpus_not_made_by_intel(linear_backend, monkeypatch, machine, vendor, expected):
-    monkeypatch.setattr(linear.platform, "machine", lambda: machine)
-    monkeypatch.setattr(linear, "_cpu_vendor", lambda: vendor)
+def test_auto_picks_onednn_on_x86_cpus_not_made_by_intel_unless_mkl_is_faster_and_reproducible(
+        linear_backend, monkeypatch, machine, vendor, avx512, cbwr, expected):
+    monkeypatch.setattr(cpu_blas.platform, "machine", lambda: machine)
+    monkeypatch.setattr(cpu_blas, "cpu_vendor", lambda: vendor)
     monkeypatch.setattr(linear, "_onednn_available", lambda: True)
+    monkeypatch.setattr(linear, "_torch_at_avx512", lambda: avx512)
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: True)
+    monkeypatch.setenv(cpu_blas.ENVIRONMENT_VARIABLE, cbwr)
     linear_backend("auto")
     assert linear.backend() == expected
+    for named in (linear.ONEDNN, linear.BLAS):  # the named settings whatever the CPU and MKL_CBWR
+        linear_backend(named)
+        assert linear.backend() == named
+
+
+AMD_ZEN3_FLAGS = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma bmi2"
+AMD_ZEN5_FLAGS = AMD_ZEN3_FLAGS + " avx512f avx512dq avx512bw avx512vl avx512_bf16"
+
+
+@pytest.mark.parametrize(("vendor", "flags", "capability", "expected"), [
+    ("AuthenticAMD", AMD_ZEN3_FLAGS, None, "AVX2"),
+    ("AuthenticAMD", AMD_ZEN5_FLAGS, None, None),  # oneDNN's AVX-512 code: left alone
+    ("AuthenticAMD", AMD_ZEN5_FLAGS, "avx2", "AVX2"),  # torch held to AVX2, as on an AVX2 CPU
+    ("HygonGenuine", AMD_ZEN3_FLAGS, None, "AVX2"),
+    ("GenuineIntel", AMD_ZEN3_FLAGS, None, None),
+    ("AuthenticAMD", None, None, None),  # flags unknown
+])
+def test_the_command_sets_mkl_cbwr_where_mkl_keeps_to_avx2_and_torch_to_avx2(monkeypatch, vendor, flags,
+                                                                            capability, expected):
+    lines = [f"vendor_id\t: {vendor}"] + ([f"flags\t\t: {flags}"] if flags is not None else [])
+    monkeypatch.setattr(cpu_blas, "_cpuinfo_lines", lambda: lines)
+    monkeypatch.setattr(cpu_blas, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(cpu_blas.platform, "machine", lambda: "x86_64")
+    if capability is None:
+        monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    else:
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
+    monkeypatch.delenv(cpu_blas.ENVIRONMENT_VARIABLE, raising=False)  # (restored afterwards)
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert os.environ.get(cpu_blas.ENVIRONMENT_VARIABLE) == expected
+    monkeypatch.setenv(cpu_blas.ENVIRONMENT_VARIABLE, "COMPATIBLE")  # the user's own value stays
+    cpu_blas.configure_blas()
+    assert os.environ[cpu_blas.ENVIRONMENT_VARIABLE] == "COMPATIBLE"
+
+
+def test_importing_the_library_leaves_mkl_cbwr_alone():
+    # Only the application's entry point may change the process's environment; without MKL_CBWR,
+    # auto stays on oneDNN where it would otherwise pick MKL.
+    script = ("import os\nfrom longdoc.model import linear\nfrom longdoc.model.kernels import cpu\n"
+              f"print({cpu_blas.ENVIRONMENT_VARIABLE!r} in os.environ, linear.backend())")
+    env = {name: value for name, value in os.environ.items()
+           if name not in (cpu_blas.ENVIRONMENT_VARIABLE, linear.ENVIRONMENT_VARIABLE)}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    x86_not_intel = cpu_blas.mkl_keeps_to_avx2() and linear._onednn_available()
+    assert run.stdout.split() == ["False", linear.ONEDNN if x86_not_intel else linear.BLAS]
 
 
 def test_a_setting_that_cannot_be_used_warns_once_and_says_what_is_used(linear_backend, monkeypatch):

@@ -245,10 +245,8 @@ def test_a_nan_score_reaches_the_output_as_in_the_eager_path(kernel, monkeypatch
 def own_products(kernel):
     """A function that turns the kernel's own AVX-512 or AVX2 products on or off (True if they are on);
     the process's choice is restored afterwards."""
-    from longdoc.model import linear
-
     yield kernel.use_own_products
-    kernel.use_own_products(linear.backend() == linear.ONEDNN)
+    kernel.use_own_products(kernels.wants_own_products())
 
 
 # Head sizes: below one vector (the packing's masked lanes), whole vectors (d = 16 .. 64: the

@@ -6,8 +6,8 @@ the `cpu` attention backend (longdoc.model.backends.cpu). The sources, one file 
   entry points, their shapes and checks);
 - forward.cpp, backward.cpp: the plain and the talking-heads softmax, each way;
 - products.h, products.cpp: their small products (q k^T, weights @ values) on BLAS's sgemm, or,
-  where longdoc.model.linear chose oneDNN (LONGDOC_GEMM; by default on x86 CPUs not made by Intel,
-  where MKL keeps to AVX2), on the kernels' own AVX-512 or AVX2 code;
+  on x86 CPUs not made by Intel, where MKL keeps to AVX2 (`wants_own_products()`), on the kernels'
+  own AVX-512 or AVX2 code, whatever GEMM the linear layers run on (longdoc.model.linear);
 - vectors.h: the vector operations of that code and of the softmax's rows, for either instruction set;
 - binding.cpp: the Python module, whose entry points take their record's fields as keyword arguments.
 They are compiled with torch's C++ extension tools (a C++ compiler and ninja; both are on most
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from longdoc.model import linear
+from longdoc import cpu_blas
 from longdoc.model.cache import cache_dir
 
 ENVIRONMENT_VARIABLE = "LONGDOC_KERNELS"
@@ -164,10 +164,16 @@ def _build():
         # The compiler's or the shell's own words, not the command line ninja echoes first.
         reason = next((line for line in lines if any(mark in line for mark in _FAILURE_MARKS)), lines[-1])
         return _unbuilt(reason.strip())
-    # The attention's small products on the kernels' own code where the linear layers leave BLAS for
-    # oneDNN: on CPUs where MKL keeps to its AVX2 code (a no-op in a build with neither AVX-512 nor AVX2).
-    module.use_own_products(on=linear.backend() == linear.ONEDNN)
+    module.use_own_products(on=wants_own_products())
     return module, None
+
+
+def wants_own_products() -> bool:
+    """Whether the attention's small products run on the kernels' own code rather than BLAS's sgemm: on
+    x86 CPUs not made by Intel, where MKL keeps to its AVX2 code and its sgemm is the slower on the
+    softmaxes' small products (84 x 252 x 32), at AVX2 as at AVX-512, whichever GEMM the linear layers
+    use (MKL or oneDNN). A no-op in a build with neither AVX-512 nor AVX2."""
+    return cpu_blas.mkl_keeps_to_avx2()
 
 
 def _unbuilt(reason: str) -> tuple[None, str]:
