@@ -19,11 +19,15 @@ def minilm_path() -> Path:
 
 
 def default_tokenizer():
-    """The default tokenizer: MiniLM's uncased WordPiece (a transformers fast tokenizer)."""
-    from transformers import AutoTokenizer
+    """The default tokenizer: MiniLM's uncased WordPiece (a transformers fast tokenizer).
+
+    Its class is named rather than read from the folder by AutoTokenizer, whose import takes
+    transformers' configuration code and with it torch: a command that only counts wordpieces
+    (`longdoc make-data`) runs without them."""
+    from transformers import BertTokenizerFast
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return AutoTokenizer.from_pretrained(minilm_path())
+    return BertTokenizerFast.from_pretrained(minilm_path())
 
 
 def lifted_minilm_folder(options) -> Path:
