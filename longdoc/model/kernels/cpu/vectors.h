@@ -49,6 +49,7 @@ struct Avx512 : Vectors<Avx512> {
   // The rows of a product tile of V vectors (index V): 24 sums in the 32 registers.
   static constexpr std::array<int, 5> kTileRows{0, 24, 12, 8, 6};
   static constexpr int64_t kBlockVectors = 4;  // the widest tile's vectors
+  static constexpr bool kCopyB = false;  // (products.cpp's kCopyBFromRows: not measured at AVX-512)
 
   // The first `count` lanes (all for kLanes or more, none for 0 or fewer).
   static Lanes first_lanes(int64_t count) {
@@ -84,6 +85,7 @@ struct Avx2 : Vectors<Avx2> {
   // in the 16 registers.
   static constexpr std::array<int, 5> kTileRows{0, 12, 6, 4, 2};
   static constexpr int64_t kBlockVectors = 2;  // the widest tile's vectors: 6 rows of 2 (BLIS's 6 x 16)
+  static constexpr bool kCopyB = true;  // (products.cpp's kCopyBFromRows)
 
   // The first `count` lanes (all for kLanes or more, none for 0 or fewer).
   static Lanes first_lanes(int64_t count) {
