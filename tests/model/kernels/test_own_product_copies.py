@@ -5,7 +5,7 @@ than 128 keys, and of the long keys of global queries, against the float64 dense
 import pytest
 import torch
 
-from longdoc.model import linear
+from longdoc.model.kernels import cpu as kernels
 from tests.model.conftest import make_inputs, tiny_config
 from tests.model.dense_reference import dense_forward
 from tests.model.test_attention import make_model
@@ -16,7 +16,7 @@ def own_products_on(kernel):
     if not kernel.use_own_products(True):
         pytest.skip("the kernel was built with neither AVX-512 nor AVX2: its own products are not compiled")
     yield
-    kernel.use_own_products(linear.backend() == linear.ONEDNN)
+    kernel.use_own_products(kernels.wants_own_products())
 
 
 # Head sizes: below one vector (the last block's masked lanes) and a whole block of AVX2's 16 columns.
