@@ -16,7 +16,7 @@ from importlib.metadata import version
 
 from longdoc.commands import INTERRUPTED_STATUS
 from longdoc.commands.hints import as_flags, with_hint
-from longdoc.cpu_blas import configure_blas
+from longdoc.model.cpu_blas import configure_blas
 from longdoc.cpu_memory import configure_allocator
 from longdoc.errors import InputError, OptionWarning
 from longdoc.io import atomic_write_json
@@ -158,7 +158,7 @@ def _silence_closed_stdout() -> None:
 
 def main(argv=None) -> int:
     configure_allocator()  # freed memory kept for every command (longdoc/cpu_memory.py)
-    configure_blas()  # MKL_CBWR, before the first product: MKL's products reproducible (longdoc/cpu_blas.py)
+    configure_blas()  # MKL_CBWR, before the first product: MKL's products reproducible (longdoc/model/cpu_blas.py)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.quiet and args.verbose:  # one before the command, the other after it

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from longdoc.cpu_blas import configure_blas
+from longdoc.model.cpu_blas import configure_blas
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

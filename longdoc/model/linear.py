@@ -6,13 +6,13 @@ torch also carries oneDNN, which picks its code by instruction set alone, and so
 products faster on such CPUs when they have AVX-512. At AVX2 MKL is the faster (one thread, CPU
 seconds, AMD EPYC Zen 3: 66 against 73 ms for the feed-forward's 4352 x 384 @ 384 x 1536, 50 against
 56 for the projections' 384 x 1152), but its products are reproducible bit for bit only under
-MKL_CBWR (longdoc.cpu_blas): without it their last bits depend on where the operands lie in memory,
+MKL_CBWR (cpu_blas.py): without it their last bits depend on where the operands lie in memory,
 and a training run resumed from a checkpoint would not end where the uninterrupted run ends. oneDNN's
 are reproducible as they are. On Intel CPUs MKL is as fast, and stays.
 
 `backend()` is the process's choice, from LONGDOC_GEMM: "auto" (the default), "onednn" or "blas".
 "auto" is "onednn" on x86 CPUs not made by Intel, except where torch runs below AVX-512 and MKL_CBWR
-makes MKL reproducible (`longdoc.cpu_blas.mkl_reproducible()`, which the `longdoc` command sets up
+makes MKL reproducible (`cpu_blas.mkl_reproducible()`, which the `longdoc` command sets up
 on such CPUs): "blas" there, and "blas" elsewhere. With "onednn", `Linear` (nn.Linear: the same
 parameters, the same state dict) runs its float32 CPU products, forward and backward, on oneDNN. A
 value that cannot be used gives one warning that says what is used instead. (The compiled attention's
@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from longdoc import cpu_blas
+from longdoc.model import cpu_blas
 
 ENVIRONMENT_VARIABLE = "LONGDOC_GEMM"
 AUTO, ONEDNN, BLAS = "auto", "onednn", "blas"

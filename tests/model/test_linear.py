@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
-from longdoc import GlobalLocalModel, cpu_blas
+from longdoc import GlobalLocalModel
 from longdoc.cli import main
-from longdoc.model import linear
+from longdoc.model import cpu_blas, linear
 from tests.model.conftest import make_inputs, tiny_config
 
 needs_onednn = pytest.mark.skipif(not linear._onednn_available(), reason="this torch build has no oneDNN linear")

@@ -125,7 +125,7 @@ def test_a_built_kernel_is_loaded_from_the_cache_as_it_is(kernel, monkeypatch):
 def test_the_kernel_takes_its_products_from_the_cpu_whatever_the_linear_layers_use(kernel, setting):
     # A fresh process (the kernel decides once, when it is loaded): its own products on x86 CPUs not
     # made by Intel where the build has AVX-512 or AVX2, BLAS's elsewhere, with either LONGDOC_GEMM.
-    from longdoc import cpu_blas
+    from longdoc.model import cpu_blas
     from longdoc.model import linear
 
     script = "from longdoc.model.kernels import cpu; print(cpu.compiled().uses_own_products())"

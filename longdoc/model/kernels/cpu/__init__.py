@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from longdoc import cpu_blas
+from longdoc.model import cpu_blas
 from longdoc.model.cache import cache_dir
 
 ENVIRONMENT_VARIABLE = "LONGDOC_KERNELS"
