@@ -57,13 +57,13 @@ def layers_for(backend: str, overrides: dict) -> dict:
     return {**overrides, "num_hidden_layers": 2} if backend == "gpu" and interpreting() else overrides
 
 
-def shape_for(backend: str) -> tuple[int, int]:
-    """(long tokens, global tokens) of the inputs: 17 and 6, or 9 and 3 for the gpu backend in its
+def shape_for(backend: str, shape: tuple[int, int] = (17, 6)) -> tuple[int, int]:
+    """(long tokens, global tokens) of the inputs: `shape`, or 9 and 3 for the gpu backend in its
     interpreter mode, where each block of long queries is a program run in Python (seconds a forward
     pass): 9 tokens are three blocks of r + 1 = 4, the last padded, so a first, a middle and a last
     block, a padded row's masked tail, two packed examples of long and of global tokens, and a masked
-    global token, as at 17."""
-    return (9, 3) if backend == "gpu" and interpreting() else (17, 6)
+    global token, as at 13 or 17."""
+    return (9, 3) if backend == "gpu" and interpreting() else shape
 
 
 def model_on(backend: str, overrides: dict) -> GlobalLocalModel:
@@ -110,9 +110,10 @@ def test_every_backends_gradients_equal_the_dense_references(backend, overrides)
     overrides = layers_for(backend, overrides)
     model = model_on(backend, overrides)
     device, _, _, (atol, rtol) = PLACES[backend]
-    inputs = make_inputs(2, 13, 4, padding=True, structure=True, packed=True)
+    length, num_globals = shape_for(backend, (13, 4))
+    inputs = make_inputs(2, length, num_globals, padding=True, structure=True, packed=True)
     long_mask, global_mask = inputs["long_attention_mask"].bool(), inputs["global_attention_mask"].bool()
-    weights = torch.randn(2, 13, 16, dtype=torch.float64), torch.randn(2, 4, 16, dtype=torch.float64)
+    weights = torch.randn(2, length, 16, dtype=torch.float64), torch.randn(2, num_globals, 16, dtype=torch.float64)
 
     def gradients(model, forward) -> dict:
         long_hidden, global_hidden = forward(model)
