@@ -1,5 +1,6 @@
 """`longdoc ask` on a document 20 times longer than its reader's window, with a small reader
-trained in the test on the built-in multi-hop task (300 steps of a 2-layer encoder, about 20 s):
+trained in the test on the built-in multi-hop task (150 steps of a 2-layer encoder at a learning rate of
+4e-3):
 a question whose answer lies in the document's last part is answered there, from the passage read
 that holds the answer sentence; one about an earlier part is answered there; the same reader
 before training is not."""
@@ -28,7 +29,7 @@ def _generated(n, seed, length):
 
 @pytest.fixture(scope="module")
 def readers(tmp_path_factory):
-    """(untrained, trained) model folders: a tiny encoder with fresh heads, and the same after 300 steps."""
+    """(untrained, trained) model folders: a tiny encoder with fresh heads, and the same after 150 steps."""
     from longdoc.model_folder import copy_model
     from longdoc.tasks.hotpotqa.model import HotpotQAModel
     from longdoc.io import atomic_write_json
@@ -44,10 +45,10 @@ def readers(tmp_path_factory):
     atomic_write_json(root / "train.json", _generated(240, seed=0, length=160))
     atomic_write_json(root / "dev.json", _generated(8, seed=1, length=160))
     options = ["--init", str(root / "encoder"), "--long-max-len", str(WINDOW), "--global-max-len", "64",
-               "--max-question-len", "24", "--max-answer-length", "8", "--batch-size", "8", "--lr", "2e-3",
+               "--max-question-len", "24", "--max-answer-length", "8", "--batch-size", "8", "--lr", "4e-3",
                "--warmup-ratio", "0.05", "--save-steps", "1000", "--log-steps", "100", "--seed", "0",
                "--train", str(root / "train.json"), "--dev", str(root / "dev.json")]
-    assert main(["train", "multihop", *options, "--max-steps", "300", "--out", str(root / "trained")]) == 0
+    assert main(["train", "multihop", *options, "--max-steps", "150", "--out", str(root / "trained")]) == 0
     untrained = HotpotQAModel.from_encoder(root / "encoder", **HotpotQAModel.from_pretrained(
         root / "trained").config.task_options)
     untrained.save_pretrained(root / "untrained")
