@@ -13,6 +13,7 @@ import torch
 
 from longdoc.model.kernels import cpu as kernels
 from tests.model.conftest import make_inputs, tiny_config
+from tests.model.dense_gradients import assert_gradients_equal_dense
 from tests.model.dense_reference import dense_forward
 from tests.model.test_attention import make_model
 
@@ -72,25 +73,8 @@ GRADIENT_CONFIGS = ("residual", "plain", "k>window", "talking-heads", "cross-kv"
 def test_kernel_gradients_equal_dense_gradients(kernel, overrides):
     length, num_globals = 13, 4
     inputs = make_inputs(2, length, num_globals, padding=True, structure=True)
-    long_mask, global_mask = inputs["long_attention_mask"].bool(), inputs["global_attention_mask"].bool()
     weights = torch.randn(2, length, 16, dtype=torch.float64), torch.randn(2, num_globals, 16, dtype=torch.float64)
-
-    def gradients(model, forward):
-        long_hidden, global_hidden = forward(model)
-        loss = (long_hidden.double() * weights[0])[long_mask].sum() + (global_hidden.double() * weights[1])[global_mask].sum()
-        loss.backward()
-        return {name: parameter.grad.double() for name, parameter in model.named_parameters() if parameter.grad is not None}
-
-    def blocked(model):
-        output = model(**inputs)
-        return output.long_hidden_state, output.global_hidden_state
-
-    kernel_gradients = gradients(make_model(tiny_config(**overrides)).float(), blocked)
-    dense_gradients = gradients(make_model(tiny_config(**overrides)), lambda model: dense_forward(model, inputs))
-    assert kernel_gradients.keys() == dense_gradients.keys()
-    assert any("relative_key" in name for name in kernel_gradients)
-    for name in kernel_gradients:
-        torch.testing.assert_close(kernel_gradients[name], dense_gradients[name], atol=1e-4, rtol=1e-3, msg=name)
+    assert_gradients_equal_dense(overrides, inputs, weights, "relative_key")
 
 
 @pytest.mark.parametrize("talking_heads", [False, True], ids=["plain", "talking-heads"])

@@ -6,9 +6,8 @@ import pytest
 import torch
 
 from longdoc.model.kernels import cpu as kernels
-from tests.model.conftest import make_inputs, tiny_config
-from tests.model.dense_reference import dense_forward
-from tests.model.test_attention import make_model
+from tests.model.conftest import make_inputs
+from tests.model.dense_gradients import assert_gradients_equal_dense
 
 
 @pytest.fixture
@@ -27,26 +26,7 @@ def test_gradients_over_more_than_128_keys_equal_the_dense_reference(own_product
                   max_position_embeddings=256, residual_attention=True)
     length, num_globals = 150, 6
     inputs = make_inputs(2, length, num_globals, padding=True, structure=True)
-    long_mask, global_mask = inputs["long_attention_mask"].bool(), inputs["global_attention_mask"].bool()
     generator = torch.Generator().manual_seed(3)
     weights = (torch.randn(2, length, 2 * head_size, generator=generator, dtype=torch.float64),
                torch.randn(2, num_globals, 2 * head_size, generator=generator, dtype=torch.float64))
-
-    def gradients(model, forward):
-        long_hidden, global_hidden = forward(model)
-        loss = ((long_hidden.double() * weights[0])[long_mask].sum()
-                + (global_hidden.double() * weights[1])[global_mask].sum())
-        loss.backward()
-        return {name: parameter.grad.double() for name, parameter in model.named_parameters()
-                if parameter.grad is not None}
-
-    def blocked(model):
-        output = model(**inputs)
-        return output.long_hidden_state, output.global_hidden_state
-
-    kernel_gradients = gradients(make_model(tiny_config(**config)).float(), blocked)
-    dense_gradients = gradients(make_model(tiny_config(**config)), lambda model: dense_forward(model, inputs))
-    assert kernel_gradients.keys() == dense_gradients.keys()
-    assert any("qkv" in name for name in kernel_gradients)
-    for name in kernel_gradients:
-        torch.testing.assert_close(kernel_gradients[name], dense_gradients[name], atol=1e-4, rtol=1e-3, msg=name)
+    assert_gradients_equal_dense(config, inputs, weights, "qkv")
