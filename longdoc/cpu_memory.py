@@ -19,6 +19,9 @@ Opt out with the environment variable LONGDOC_ALLOCATOR=system (glibc's defaults
 An allocator that is preloaded (LD_PRELOAD of jemalloc or tcmalloc) is left alone too. Where the
 setting cannot be applied (not glibc), one warning says so and the system's defaults stay.
 
+The commands that embed text of every length (`ask`, `index`, `serve`) also call
+`uncache_onednn_primitives()`: see there.
+
 For the benchmark's fresh processes, `allocator_environment` names the variables that select an
 allocator before a process starts: "jemalloc" (preloaded, freed pages kept), "keep" (the library's
 own setting above), "thp" (torch's transparent huge pages for large blocks, glibc otherwise at its
@@ -104,6 +107,24 @@ def configure_allocator() -> str:
         )
         _applied = SYSTEM
     return _applied
+
+
+ONEDNN_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+
+
+def uncache_onednn_primitives() -> None:
+    """oneDNN's primitive cache off (ONEDNN_PRIMITIVE_CACHE_CAPACITY=0) unless the variable is set;
+    for processes whose tensors change shape from call to call. Call it before the first GELU.
+
+    torch runs a float32 GELU through oneDNN, which compiles a kernel for each tensor shape and caches
+    up to 1,024 of them, some 2.9 MiB each (torch 2.13, AMD EPYC Zen 3: GELU over (64, i, 1536) for
+    i = 1..200 grew the process by 574 MiB, by 6 with the cache off). Batches of texts have a new
+    shape almost every time, so `longdoc index` grew by about 0.38 MiB a file, toward 3 GiB,
+    and `serve` would with every question. Compiled afresh each call, a GELU costs some 0.09 ms
+    more (0.021 -> 0.107 ms for one short text; a training step at 512 wordpieces makes 24 GELU
+    calls), which the commands that keep their shapes need not pay: on CPUs with bfloat16
+    instructions oneDNN also runs bfloat16 products, whose kernels take longer to compile."""
+    os.environ.setdefault(ONEDNN_CACHE_VARIABLE, "0")
 
 
 def find_jemalloc() -> str | None:

@@ -107,3 +107,38 @@ def test_a_preloaded_jemalloc_is_used_and_left_alone():
         env=environment, capture_output=True, text=True, check=True,
     ).stdout
     assert output.startswith("preloaded\n") and "jemalloc" in output
+
+
+# In a fresh process: run `setup`, then GELU (through oneDNN on CPU) over 40 shapes, as batches of
+# texts of every length have; print the megabytes the process grew by after the largest one (the
+# tensors' own memory, kept by the command's allocator setting).
+GELU_OF_EVERY_SHAPE = """
+import contextlib, io, torch
+{setup}
+def resident_mib():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+torch.set_num_threads(1)
+torch.nn.functional.gelu(torch.randn(64, 40, 1536))
+before = resident_mib()
+for length in range(1, 40):
+    torch.nn.functional.gelu(torch.randn(64, length, 1536))
+print(round(resident_mib() - before))
+"""
+RUN_THE_INDEX_COMMAND = """
+from longdoc.cli import main
+with contextlib.redirect_stderr(io.StringIO()):
+    assert main(["index"]) == 2  # no paths: refused, after the command's process settings
+"""
+
+
+def growth_of_every_shape(setup: str) -> int:
+    env = {key: value for key, value in os.environ.items() if key != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    return int(subprocess.run([sys.executable, "-c", GELU_OF_EVERY_SHAPE.format(setup=setup)], env=env,
+                              capture_output=True, text=True, check=True).stdout)
+
+
+def test_the_commands_that_embed_texts_do_not_grow_with_every_shape():
+    cached = growth_of_every_shape(RUN_THE_COMMAND)
+    if cached < 100:
+        pytest.skip(f"this torch's GELU grew the process by {cached} MiB over 40 shapes: no kernel cache to bound")
+    assert growth_of_every_shape(RUN_THE_INDEX_COMMAND) < 30

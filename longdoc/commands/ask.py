@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from longdoc.cpu_memory import uncache_onednn_primitives
 from longdoc.model import inference
 from longdoc.ask.documents import SUPPORTED_SUFFIXES
 from longdoc.commands.hints import require_reader_folder
@@ -138,6 +139,7 @@ def _questions(interactive: bool):
 
 
 def run(args: argparse.Namespace) -> int:
+    uncache_onednn_primitives()  # texts of every length: a shape a batch (longdoc/cpu_memory.py)
     from longdoc.ask.embedding import SentenceEmbedder
     from longdoc.ask.index import read_corpus
     from longdoc.ask.session import AskSession, ReaderPlacement, question_problem

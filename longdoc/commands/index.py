@@ -13,6 +13,7 @@ import sys
 
 from longdoc.ask.documents import SUPPORTED_SUFFIXES
 from longdoc.commands import INTERRUPTED_STATUS
+from longdoc.cpu_memory import uncache_onednn_primitives
 from longdoc.errors import InputError
 
 HELP = (f"index documents ({', '.join(SUPPORTED_SUFFIXES)}, folders) for `longdoc ask` and `longdoc serve` "
@@ -24,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    uncache_onednn_primitives()  # texts of every length: a shape a batch (longdoc/cpu_memory.py)
     from longdoc.ask.embedding import SentenceEmbedder
     from longdoc.ask.index import corpus_store, read_corpus
 

@@ -8,6 +8,7 @@ import sys
 from importlib.util import find_spec
 from pathlib import Path
 
+from longdoc.cpu_memory import uncache_onednn_primitives
 from longdoc.model import inference
 from longdoc.commands.model_flags import add_placement_arguments
 from longdoc.commands.evaluate import add_metric_arguments, task_metric_options
@@ -95,6 +96,7 @@ def _ask_service(args):
 
 
 def run(args) -> int:
+    uncache_onednn_primitives()  # texts of every length: a shape a batch (longdoc/cpu_memory.py)
     if find_spec("fastapi") is None or find_spec("uvicorn") is None:
         raise InputError(INSTALL_HINT)
     from longdoc.serve.analysis import AnalysisFolder
