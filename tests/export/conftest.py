@@ -1,9 +1,13 @@
 """Tiny model folders of every kind `longdoc export` takes, and exports of them shared by the tests
-(an export of a tiny model takes seconds: each is made once per session, an encoder variant's graph
-once per test run). Without the onnx extra the
-tests skip, saying why; under CI=true (which installs it with the test extra) they fail instead."""
+(an export of a tiny model takes seconds: each kind of folder and each encoder variant is exported once
+per test run). Without the onnx extra the tests skip, saying why; under CI=true (which installs it with
+the test extra) they fail instead."""
 
+import contextlib
+import io
+import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -38,6 +42,8 @@ TASK_ENCODER = dict(TINY_ENCODER, long_max_len=512, global_max_len=128, talking_
 # Options each task model needs to fit that encoder (question globals within global_max_len).
 TASK_OPTIONS = {"hotpotqa": dict(max_question_len=32, type_from_question=True), "wikihop": dict(max_question_len=32),
                 "nq": dict(max_question_len=32, stride=64), "openkp": {}}
+# The kinds of model folder `longdoc export` takes: each task's model and a span reader.
+KINDS = (*TASK_OPTIONS, SpanReader.task_name)
 
 
 ONNX_EXTRA = ("onnx", "onnxscript", "onnxruntime")
@@ -76,14 +82,32 @@ def write_task_model(folder: Path, task: str, encoder: Path, tokenizer) -> Path:
 
 
 @pytest.fixture(scope="session")
-def exported_hotpotqa(tmp_path_factory, task_encoder, tokenizer) -> Path:
-    """A HotpotQA model exported with `longdoc export` (its folder: model.onnx beside the model)."""
+def exported_task_model(tmp_path_factory, task_encoder, tokenizer):
+    """A function: a kind of KINDS -> (its model folder (write_task_model's), the folder `longdoc export
+    --json` wrote from it, the record that command printed). Each kind is exported once in a test run:
+    pytest-xdist's workers read the folders the first wrote (the same seed, the same weights)."""
     from longdoc.cli import main
 
-    root = tmp_path_factory.mktemp("export_hotpotqa")
-    write_task_model(root / "model", "hotpotqa", task_encoder, tokenizer)
-    assert main(["export", "--model", str(root / "model"), "--out", str(root / "exported"), "--quiet"]) == 0
-    return root / "exported"
+    def exported(kind: str) -> tuple[Path, Path, dict]:
+        with run_folder(tmp_path_factory, f"export-{kind}") as folder:
+            model, out, printed = folder / "model", folder / "exported", folder / "printed.json"
+            if not printed.exists():
+                shutil.rmtree(model, ignore_errors=True)
+                shutil.rmtree(out, ignore_errors=True)
+                write_task_model(model, kind, task_encoder, tokenizer)
+                with contextlib.redirect_stdout(io.StringIO()) as stdout:
+                    assert main(["export", "--model", str(model), "--out", str(out), "--json"]) == 0
+                printed.with_suffix(".partial").write_text(stdout.getvalue())
+                printed.with_suffix(".partial").rename(printed)
+            return model, out, json.loads(printed.read_text())
+
+    return exported
+
+
+@pytest.fixture(scope="session")
+def exported_hotpotqa(exported_task_model) -> Path:
+    """A HotpotQA model exported with `longdoc export` (its folder: model.onnx beside the model)."""
+    return exported_task_model("hotpotqa")[1]
 
 
 @pytest.fixture(scope="session")

@@ -11,19 +11,14 @@ from longdoc.export.check import TOLERANCE, ExportMismatch
 from longdoc.export.graph import traced_length
 from longdoc.export.runtime import ONNX_FILE
 from longdoc.model.config import GlobalLocalConfig
-from tests.export.conftest import write_task_model
-
-KINDS = ("hotpotqa", "wikihop", "nq", "openkp", "span_reader")
+from tests.export.conftest import KINDS
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_task_head_exports_with_the_models_outputs_at_several_lengths(kind, tmp_path, task_encoder, tokenizer,
-                                                                              capsys):
-    model_dir = write_task_model(tmp_path / "model", kind, task_encoder, tokenizer)
-    assert main(["export", "--model", str(model_dir), "--out", str(tmp_path / "out"), "--json"]) == 0
-    card = json.loads(capsys.readouterr().out)
-    assert card == json.loads((tmp_path / "out" / "export.json").read_text())
+def test_every_task_head_exports_with_the_models_outputs_at_several_lengths(kind, exported_task_model):
+    model_dir, out, card = exported_task_model(kind)  # (`longdoc export --json`: the record it printed)
+    assert card == json.loads((out / "export.json").read_text())
     config = GlobalLocalConfig.from_pretrained(model_dir)
     lengths = {check["length"] for check in card["checks"]}
     assert len(lengths) >= 3 and traced_length(config) not in lengths and max(lengths) == config.long_max_len
@@ -33,8 +28,8 @@ def test_every_task_head_exports_with_the_models_outputs_at_several_lengths(kind
     names = [entry["name"] for entry in card["signature"]["inputs"]]
     assert ("global_input_ids" in names) == (kind != "span_reader")
     assert {"config.json", "model.safetensors", "tokenizer.json", ONNX_FILE, "export.json", "README.md"} <= {
-        path.name for path in (tmp_path / "out").iterdir()}
-    card_text = (tmp_path / "out" / "README.md").read_text()
+        path.name for path in out.iterdir()}
+    card_text = (out / "README.md").read_text()
     assert f"opset 18" in card_text and str(config.long_max_len) in card_text
 
 

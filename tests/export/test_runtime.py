@@ -9,7 +9,6 @@ import pytest
 
 from longdoc.cli import main
 from longdoc.export.runtime import ONNX_FILE, GraphOutputs, load_onnx_model
-from tests.export.conftest import write_task_model
 
 HOTPOTQA_SAMPLE = "hotpotqa/hotpot_dev_distractor_v1.first53.json"
 
@@ -35,16 +34,15 @@ def test_predict_with_onnx_runtime_writes_the_pytorch_models_prediction_file(exp
 
 
 @pytest.mark.slow
-def test_ask_with_onnx_runtime_gives_the_pytorch_readers_answers(tmp_path, task_encoder, tokenizer, capsys):
-    reader = write_task_model(tmp_path / "reader", "span_reader", task_encoder, tokenizer)
-    assert main(["export", "--model", str(reader), "--out", str(tmp_path / "exported"), "--quiet"]) == 0
+def test_ask_with_onnx_runtime_gives_the_pytorch_readers_answers(tmp_path, exported_task_model, capsys):
+    _, exported, _ = exported_task_model("span_reader")
     document = tmp_path / "notes.txt"
     document.write_text("The lighthouse on the northern cape was built in 1871 by Ada Marsh. It guided ships past "
                         "the reef for ninety years. The keeper's house now holds a small museum about the reef.\n")
     results = {}
     for runtime in ("torch", "onnx"):
         capsys.readouterr()
-        assert main(["ask", "--model", str(tmp_path / "exported"), "--question", "Who built the lighthouse?",
+        assert main(["ask", "--model", str(exported), "--question", "Who built the lighthouse?",
                      "--top-k", "3", "--min-evidence", "-1", "--json", "--runtime", runtime, "--quiet",
                      str(document)]) == 0
         results[runtime] = json.loads(capsys.readouterr().out)
