@@ -28,6 +28,22 @@ from longdoc.bench.worker import step_for
 from longdoc.model.kernels import cpu as kernels
 
 
+def copied(arguments: dict) -> dict:
+    """The keyword arguments of a call, each tensor cloned (strides kept), those that were one tensor
+    (summed_out written over carried, as the encoder passes them without autograd) still one."""
+    clones = {}
+
+    def copy(value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        key = (value.data_ptr(), value.shape, value.stride())
+        if key not in clones:
+            clones[key] = value.clone()
+        return clones[key]
+
+    return {key: copy(value) for key, value in arguments.items()}
+
+
 @contextlib.contextmanager
 def recorded_calls(calls: list):
     """Inside, every call of the kernels runs as usual and the first of each kind is appended to
@@ -42,8 +58,7 @@ def recorded_calls(calls: list):
                         else None, arguments.get("probs_out") is not None)
                 if kind not in seen:
                     seen.add(kind)
-                    calls.append((name, {key: value.clone() if isinstance(value, torch.Tensor) else value
-                                         for key, value in arguments.items()}))
+                    calls.append((name, copied(arguments)))
             return call
 
     compiled = kernels.compiled
@@ -88,8 +103,9 @@ def main(argv=None) -> int:
     parser.add_argument("--build", action="append", default=[], metavar="LABEL=FOLDER")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    built = kernels.compiled() is not None  # (built first where it is not: then builds() finds it)
     modules = builds(args.build)
-    if kernels.compiled() is None or not modules:
+    if not built or not modules:
         print(f"kernel_builds: no kernel build to time ({kernels.failure()})", file=sys.stderr)
         return 1
     variant = OURS_RESIDUAL_TALKING if args.talking_heads else OURS_RESIDUAL

@@ -1,6 +1,8 @@
 """scripts/bench_kernel_builds.py (benchmarks.kernel_builds): the kernel builds' entry points timed on the operands the
 encoder passes them, one row per kind of call, one column per build."""
 
+import torch
+
 from benchmarks import kernel_builds
 from longdoc.model.kernels import cpu as kernels
 from tests.model.conftest import kernel  # noqa: F401 (the fixture: the built kernels, or a skip)
@@ -26,3 +28,15 @@ def test_every_kind_of_call_is_timed_on_every_build(kernel, capsys, tmp_path):
         assert str(refusal) == f"kernel_builds: --build none={empty}: no built module (*.so) in {empty}"
     else:
         raise AssertionError("a folder without a build was not refused")
+
+
+def test_a_recorded_call_keeps_its_strides_and_its_aliases():
+    # Without autograd the encoder passes summed_out as the carried scores themselves (written over
+    # them): the copy timed passes one tensor twice as well, and the views at their strides.
+    carried, kept = torch.arange(6.0).view(2, 3), torch.zeros(2, 3)
+    query = torch.arange(6.0).view(2, 3).t()
+    copy = kernel_builds.copied(dict(carried=carried, summed_out=carried, probs_out=kept, query=query, window_block=4))
+    assert copy["summed_out"] is copy["carried"] and copy["carried"] is not carried
+    assert torch.equal(copy["carried"], carried) and copy["probs_out"] is not copy["carried"]
+    assert copy["query"].stride() == query.stride() and torch.equal(copy["query"], query)
+    assert copy["window_block"] == 4
