@@ -84,8 +84,8 @@ def write_task_model(folder: Path, task: str, encoder: Path, tokenizer) -> Path:
 @pytest.fixture(scope="session")
 def exported_task_model(tmp_path_factory, task_encoder, tokenizer):
     """A function: a kind of KINDS -> (its model folder (write_task_model's), the folder `longdoc export
-    --json` wrote from it, the record that command printed). Each kind is exported once in a test run:
-    pytest-xdist's workers read the folders the first wrote (the same seed, the same weights)."""
+    --json --quiet` wrote from it, the record that command printed). Each kind is exported once in a
+    test run: pytest-xdist's workers read the folders the first wrote (the same seed, the same weights)."""
     from longdoc.cli import main
 
     def exported(kind: str) -> tuple[Path, Path, dict]:
@@ -96,7 +96,7 @@ def exported_task_model(tmp_path_factory, task_encoder, tokenizer):
                 shutil.rmtree(out, ignore_errors=True)
                 write_task_model(model, kind, task_encoder, tokenizer)
                 with contextlib.redirect_stdout(io.StringIO()) as stdout:
-                    assert main(["export", "--model", str(model), "--out", str(out), "--json"]) == 0
+                    assert main(["export", "--model", str(model), "--out", str(out), "--json", "--quiet"]) == 0
                 printed.with_suffix(".partial").write_text(stdout.getvalue())
                 printed.with_suffix(".partial").rename(printed)
             return model, out, json.loads(printed.read_text())
