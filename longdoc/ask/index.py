@@ -55,6 +55,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -134,11 +135,32 @@ class IndexChanges:
 @dataclass
 class DocumentIndex:
     source: SourceText
-    passages: list[Passage]
+    stored_passages: str  # its passages as the file holds them (JSON), parsed when first used: `passages`
     vectors: np.ndarray  # [passages, dimension] float32, unit rows
     key: int  # its id in the index file
     first_row: int  # the BM25 row of its first sentence; its sentences follow in passage order
     words: int  # in its text, split at whitespace: each is one wordpiece or more, read or not
+    sentences: int  # in its passages: its rows of the BM25 table
+    characters: int  # of its text
+
+    @cached_property
+    def passages(self) -> list[Passage]:
+        """Parsed on first use: a question reads a few documents' passages, and parsing every
+        document's when a session opens was most of its cost at thousands of files."""
+        try:
+            passages = [Passage(start, end, tuple((s, e) for s, e in sentences))
+                        for start, end, sentences in json.loads(self.stored_passages)]
+        except (ValueError, TypeError) as error:
+            raise DamagedIndex(f"the passages of {self.source.path} are unreadable ({error})") from None
+        if (len(passages) != len(self.vectors) or sum(len(p.sentences) for p in passages) != self.sentences
+                or not all(0 <= p.start < p.end <= self.characters for p in passages)):
+            raise DamagedIndex(f"the passages of {self.source.path} do not fit it")
+        return passages
+
+    @cached_property
+    def sentence_passages(self) -> list[int]:
+        """The passage of each of its sentences, in order."""
+        return [p for p, passage in enumerate(self.passages) for _ in passage.sentences]
 
     def passage_text(self, passage: Passage) -> str:
         return self.source.text[passage.start:passage.end]
@@ -221,8 +243,7 @@ class CorpusStore:
 
     def _remove(self, error: Exception) -> None:
         warnings.warn(f"{self.path}: the corpus index is unusable ({error}); rebuilding it", stacklevel=2)
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        _remove_index_file(self.path)
 
     def indexed_files(self) -> dict[str, IndexedFile]:
         """What the file recorded of each document's file, by resolved path (`load_sources`' `indexed`);
@@ -347,6 +368,11 @@ class CorpusStore:
                 pending, texts = [], 0
 
 
+def _remove_index_file(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 def _signature_json(source: SourceText) -> str | None:
     return None if source.signature is None else json.dumps(list(source.signature))
 
@@ -463,6 +489,28 @@ class Hit:
     found_by: tuple[Rank, ...] = ()  # the rankings that chose it (longdoc.ask.retrieve); () when all is read
 
 
+class PassagePlaces(Sequence[tuple[int, int]]):
+    """(document, passage) of each vector of an index that holds the passages of `documents` (indices
+    into CorpusIndex.documents, in the index's order) in turn, `counts` of them each: found by a binary
+    search rather than kept as a tuple a passage (a session opening 10,000 files built 80,000)."""
+
+    def __init__(self, documents: Sequence[int], counts: Sequence[int]):
+        self._documents = np.asarray(documents, dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))])
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i = int(i) % len(self)
+        place = int(np.searchsorted(self._starts, i, side="right")) - 1
+        return int(self._documents[place]), i - int(self._starts[place])
+
+
 class CorpusIndex:
     """The documents of one session as an index file's snapshot holds them: their passages' vectors
     (searched exactly in a flat faiss index, documents in the order given, or through the file's HNSW
@@ -474,27 +522,20 @@ class CorpusIndex:
         """`connection`: inside the read transaction whose snapshot the corpus keeps, on the file `path`."""
         self.path = path
         self.connection, self.changes = connection, changes
-        stored = {path: (key, passages, first_row, vectors, characters, words) for key, path, passages, first_row,
-                  vectors, characters, words in connection.execute(
-                      "SELECT id, path, passages, first_row, passage_vectors, characters, words FROM documents")}
+        stored = {row[1]: row for row in connection.execute(
+            "SELECT id, path, passages, first_row, passage_vectors, characters, words, sentences FROM documents")}
         self.documents = []
         for source in sources:
             found = stored.get(document_path(source))
             if found is None:
                 raise DamagedIndex(f"{source.path} is not in the index")
-            key, passages_json, first_row, blob, characters, words = found
-            try:
-                passages = [Passage(start, end, tuple((s, e) for s, e in sentences))
-                            for start, end, sentences in json.loads(passages_json)]
-            except (ValueError, TypeError) as error:
-                raise DamagedIndex(f"the passages of {source.path} are unreadable ({error})") from None
+            key, _, passages, first_row, blob, characters, words, sentences = found
             vectors = np.frombuffer(blob, dtype=np.float32)
-            if (vectors.size != len(passages) * dimension
-                    or not all(0 <= p.start < p.end <= characters for p in passages)):
-                raise DamagedIndex(f"the passages of {source.path} do not fit it")
-            self.documents.append(DocumentIndex(source, passages, vectors.reshape(len(passages), dimension), key,
-                                                first_row, words))
-        self.locations = [(d, p) for d, document in enumerate(self.documents) for p in range(len(document.passages))]
+            if vectors.size % dimension:
+                raise DamagedIndex(f"the passage vectors of {source.path} do not fit it")
+            self.documents.append(DocumentIndex(source, passages, vectors.reshape(-1, dimension), key, first_row,
+                                                words, sentences, characters))
+        self.locations = PassagePlaces(range(len(self.documents)), [len(document.vectors) for document in self.documents])
         self.dimension = dimension
         self._exact: Any = None
         self.approximate = self._read_approximate(connection)
@@ -503,11 +544,9 @@ class CorpusIndex:
         order = sorted(range(len(self.documents)), key=lambda d: self.documents[d].first_row)
         self._first_rows = [self.documents[d].first_row for d in order]
         self._by_first_row = order
-        self._sentence_passages = [[p for p, passage in enumerate(document.passages) for _ in passage.sentences]
-                                   for document in self.documents]
         self._sentence_vectors: dict[int, np.ndarray] = {}
 
-    def _read_approximate(self, connection: sqlite3.Connection) -> tuple[Any, list[tuple[int, int]]] | None:
+    def _read_approximate(self, connection: sqlite3.Connection) -> tuple[Any, "PassagePlaces"] | None:
         """The file's HNSW index and the (document, passage) of each of its vectors; None when the file
         has none, or one over other documents than these."""
         row = connection.execute("SELECT documents, hnsw FROM approximate").fetchone()
@@ -520,7 +559,8 @@ class CorpusIndex:
         if sorted(keys) != sorted(by_key):
             return None
         index = faiss.deserialize_index(np.frombuffer(row[1], dtype=np.uint8))
-        locations = [(by_key[key], p) for key in keys for p in range(len(self.documents[by_key[key]].passages))]
+        order = [by_key[key] for key in keys]
+        locations = PassagePlaces(order, [len(self.documents[d].vectors) for d in order])
         if index.ntotal != len(locations) or index.d != self.dimension:
             raise DamagedIndex(f"its approximate index holds {index.ntotal} vectors for {len(locations)} passages")
         index.hnsw.efSearch = HNSW_EF_SEARCH
@@ -557,7 +597,7 @@ class CorpusIndex:
             return None
         d = self._by_first_row[place]
         sentence = row - self.documents[d].first_row
-        return (d, sentence) if sentence < len(self._sentence_passages[d]) else None
+        return (d, sentence) if sentence < self.documents[d].sentences else None
 
     def _ranked_sentences(self, text: str) -> Iterator[tuple[int, int, float]]:
         """(document, sentence, BM25 score) of the rows sharing a word with `text`, best first; equal
@@ -578,7 +618,13 @@ class CorpusIndex:
         """Reads from the file, which another process may have damaged since the session opened it."""
         try:
             yield
-        except (sqlite3.DatabaseError, DamagedIndex) as error:
+        except DamagedIndex as error:
+            # Rows SQLite reads, whose contents a session checks when it first uses them: opening the
+            # file again would not find them damaged, so it goes.
+            _remove_index_file(self.path)
+            raise InputError(f"{self.path}: the corpus index is damaged ({error}): removed; the next longdoc ask, "
+                             "index or serve with these paths rebuilds it") from None
+        except sqlite3.DatabaseError as error:
             raise InputError(f"{self.path}: the corpus index was damaged while this session read it ({error}); "
                              "the next longdoc ask, index or serve with these paths rebuilds it") from None
 
@@ -590,7 +636,7 @@ class CorpusIndex:
             for d, sentence, score in self._ranked_sentences(text):
                 if len(best) == k:
                     break
-                best.setdefault((d, self._sentence_passages[d][sentence]), score)
+                best.setdefault((d, self.documents[d].sentence_passages[sentence]), score)
         return [Hit(d, p, score) for (d, p), score in best.items()]
 
     def sentence_vectors(self, hit: Hit) -> np.ndarray:
@@ -602,19 +648,24 @@ class CorpusIndex:
                 row = self.connection.execute("SELECT vectors FROM sentence_vectors WHERE document = ?",
                                               (document.key,)).fetchone()
                 vectors = np.frombuffer(row[0] if row else b"", dtype=np.float32)
-                sentences = len(self._sentence_passages[hit.document])
+                sentences = document.sentences
                 if vectors.size != sentences * self.dimension:
                     raise DamagedIndex(f"the sentence vectors of {document.source.path} do not fit it")
             vectors = self._sentence_vectors[hit.document] = vectors.reshape(sentences, self.dimension)
-        first = sum(len(passage.sentences) for passage in document.passages[:hit.passage])
-        return vectors[first:first + len(document.passages[hit.passage].sentences)]
+        passages = self.document_passages(hit.document)
+        first = sum(len(passage.sentences) for passage in passages[:hit.passage])
+        return vectors[first:first + len(passages[hit.passage].sentences)]
 
     def cosine(self, vector: np.ndarray, hit: Hit) -> float:
         return float(self.documents[hit.document].vectors[hit.passage] @ vector)
 
+    def document_passages(self, d: int) -> list[Passage]:
+        """The passages of document `d` (parsed on first use, from the session's snapshot)."""
+        with self._reading():
+            return self.documents[d].passages
+
     def passage(self, hit: Hit) -> Passage:
-        return self.documents[hit.document].passages[hit.passage]
+        return self.document_passages(hit.document)[hit.passage]
 
     def text(self, hit: Hit) -> str:
-        document = self.documents[hit.document]
-        return document.passage_text(document.passages[hit.passage])
+        return self.documents[hit.document].passage_text(self.passage(hit))

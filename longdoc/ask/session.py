@@ -178,8 +178,8 @@ class AskSession:
         if sum(document.words for document in self.corpus.documents) + 3 > limit:
             return False
         if self._corpus_wordpieces is None:
-            texts = [document.passage_text(passage) for document in self.corpus.documents
-                     for passage in document.passages]
+            texts = [document.passage_text(passage) for d, document in enumerate(self.corpus.documents)
+                     for passage in self.corpus.document_passages(d)]
             self._corpus_wordpieces = sum(len(ids) for ids in
                                           self.tokenizer(texts, add_special_tokens=False)["input_ids"])
         question_wordpieces = len(self.tokenizer(question, add_special_tokens=False)["input_ids"])
@@ -259,7 +259,7 @@ class AskSession:
         return answers
 
     def _sentences(self, document: int) -> list[tuple[int, int]]:
-        return [sentence for passage in self.corpus.documents[document].passages for sentence in passage.sentences]
+        return [sentence for passage in self.corpus.document_passages(document) for sentence in passage.sentences]
 
     def _locate(self, document: int, start: int, end: int) -> Location:
         return locate(self.corpus.documents[document].source, start, end)

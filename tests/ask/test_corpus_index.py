@@ -147,7 +147,7 @@ def test_an_indexing_killed_or_interrupted_and_run_again_ends_as_an_uninterrupte
     if stop == "SIGKILL":
         assert status == -9
     else:
-        assert status == 130 and "Traceback" not in err
+        assert status == 130 and "Traceback" not in err, (status, out, err)
         assert err.splitlines()[-1] == (f"longdoc index: interrupted; 4 of the files indexed by this run are kept in "
                                         f"{next(cache.glob('ask/corpus/*/' + INDEX_FILE))}; running it again goes "
                                         "on from them")
@@ -235,6 +235,31 @@ def test_an_index_damaged_while_a_session_reads_it_ends_the_question_with_an_err
     with pytest.warns(UserWarning, match=f"^{path}: the corpus index is unusable .*; rebuilding it$"):
         rebuilt = index_corpus(sources, embedder, named_by=["docs"], cache_root=tmp_path, progress=False)
     assert len(rebuilt.documents) == 3
+
+
+def test_passages_damaged_in_a_sound_file_end_the_question_and_the_file_is_rebuilt(embedder, tmp_path):
+    # A session parses a document's passages when it first uses them: damage SQLite does not see is
+    # found then, not when the file is opened.
+    facts = make_fact_questions(3, seed=5, words=200, distractors=4)
+    sources = [source(fact.context, f"facts{number}.txt") for number, fact in enumerate(facts)]
+    corpus_store(sources, embedder, named_by=["docs"], cache_root=tmp_path).update(sources, embedder, progress=False)
+    path = next(tmp_path.glob(f"corpus/*/{INDEX_FILE}"))
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE documents SET passages = '[[0, 5' WHERE path = ?", (sources[0].resolved_path,))
+    connection.close()
+    corpus = index_corpus(sources, embedder, named_by=["docs"], cache_root=tmp_path, progress=False)
+    hit = next(hit for hit in corpus.search(embedder.embed([facts[0].context[:200]]), 8, exact=True)[0]
+               if hit.document == 0)
+    with pytest.raises(InputError, match=f"^{path}: the corpus index is damaged \\(the passages of facts0.txt are "
+                                         r"unreadable \(.*\)\): removed; the next longdoc ask, index or serve "
+                                         r"with these paths rebuilds it$"):
+        corpus.text(hit)
+    corpus.connection.close()
+    assert not path.exists()
+    counting = CountingEmbedder(embedder)
+    rebuilt = index_corpus(sources, counting, named_by=["docs"], cache_root=tmp_path, progress=False)
+    assert counting.embedded == indexed_texts(rebuilt.documents)  # every document embedded again
+    assert rebuilt.text(hit) == sources[0].text[rebuilt.passage(hit).start:rebuilt.passage(hit).end]
 
 
 def test_a_second_indexer_says_once_that_it_waits_even_when_quiet(tmp_path):
