@@ -75,7 +75,7 @@ def test_an_index_updated_file_by_file_answers_as_a_fresh_one(embedder, tmp_path
 # `longdoc index` with chunks of about 6 texts (two of these documents), stopped by SIGNAL (or not: "none")
 # as the AFTER-th document's BM25 rows are written, inside its chunk's transaction.
 INDEXING = """
-import os, signal, sys
+import signal, sys
 import longdoc.ask.index as index
 index.CHUNK_TEXTS, index.APPROXIMATE_FROM = 6, 10  # 12 passages: the HNSW index built as well
 stop, after = sys.argv[1], int(sys.argv[2])
@@ -84,7 +84,7 @@ def add_rows(*args):
     real(*args)
     calls[0] += 1
     if calls[0] == after and stop != "none":
-        os.kill(os.getpid(), getattr(signal, stop))
+        signal.raise_signal(getattr(signal, stop))  # to this thread: the main one, whose handler raises
 index.add_rows = add_rows
 from longdoc.cli import main
 sys.exit(main(sys.argv[3:]))
