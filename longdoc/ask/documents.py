@@ -54,6 +54,12 @@ RACY_NS = 2_000_000_000
 FileSignature = tuple[int, int, int, int, int]  # st_size, st_mtime_ns, st_ctime_ns, st_ino, st_dev
 
 
+def signature_text(signature: FileSignature) -> str:
+    """The signature as a corpus index records it: its JSON (`json.dumps` of its list), made by hand
+    because a question over 10,000 files compares 10,000 of them."""
+    return "[" + ", ".join(map(str, signature)) + "]"
+
+
 def file_signature(status: os.stat_result) -> FileSignature | None:
     """What says a file has not changed since `status` was taken (its size, modification and change
     times, inode and device: git's checks; the change time moves on any write or `os.utime`, and
@@ -252,24 +258,41 @@ def docx_to_text(data: bytes) -> str:
     return _paragraphs_text(paragraph.text for paragraph in document.paragraphs)
 
 
-def _expand(path: Path) -> tuple[list[str], list[SourceError]]:
-    """The supported files a path stands for, as strings (a corpus of 10,000 files: pathlib's objects
-    cost more than the stat calls), a folder's in the order of their parts as pathlib sorts them; or
-    the error that says why there are none. A folder's links to folders are not followed."""
+def _expand(path: Path) -> tuple[list[tuple[str, bool]], list[SourceError]]:
+    """The supported files a path stands for, each as a string (a corpus of 10,000 files: pathlib's
+    objects cost more than the stat calls) and whether it is a link, a folder's in the order of their
+    parts as pathlib sorts them; or the errors that say why there are none, or which subfolder could
+    not be read. A folder's links to folders are not followed."""
     if path.is_dir():
-        files = []
-        for folder, _, names in os.walk(str(path)):
-            files.extend(joined for name in names if os.path.splitext(name)[1].lower() in SUPPORTED_SUFFIXES
-                         and os.path.isfile(joined := os.path.join(folder, name)))
-        if not files:
+        files: list[tuple[str, bool]] = []
+        errors = _walk(str(path), files)
+        if not files and not errors:
             return [], [SourceError(str(path), f"folder has no supported file ({', '.join(SUPPORTED_SUFFIXES)})")]
-        return sorted(files, key=lambda file: file.split(os.sep)), []
+        return sorted(files, key=lambda file: file[0].split(os.sep)), errors
     if not path.exists():
         return [], [SourceError(str(path), "no such file or folder")]
     if path.suffix.lower() not in SUPPORTED_SUFFIXES:
         return [], [SourceError(str(path), f"unsupported file type {path.suffix or '(none)'!r}; "
                                            f"supported: {', '.join(SUPPORTED_SUFFIXES)}")]
-    return [str(path)], []
+    return [(str(path), path.is_symlink())], []
+
+
+def _walk(folder: str, files: list[tuple[str, bool]]) -> list[SourceError]:
+    """Adds the supported files under `folder` to `files` (see `_expand`): the folder's own listing
+    says what each entry is, where a link needs no status call (the links among them need one)."""
+    errors, subfolders = [], []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    subfolders.append(entry.path)
+                elif os.path.splitext(entry.name)[1].lower() in SUPPORTED_SUFFIXES and entry.is_file():
+                    files.append((entry.path, entry.is_symlink()))
+    except OSError as error:
+        return [SourceError(folder, f"cannot read folder: {error.strerror or error}")]
+    for subfolder in subfolders:
+        errors += _walk(subfolder, files)
+    return errors
 
 
 def read_source(path: Path) -> SourceText | SourceError:
@@ -303,10 +326,10 @@ def read_source(path: Path) -> SourceText | SourceError:
 
 
 class IndexedFile(NamedTuple):
-    """What a corpus index recorded of a file: its signature when read (None: none recorded), the
-    hash of its bytes and a PDF's page starts."""
+    """What a corpus index recorded of a file: its signature when read (`signature_text`; None: none
+    recorded), the hash of its bytes and a PDF's page starts."""
 
-    signature: FileSignature | None
+    signature: str | None
     sha256: str
     page_starts: tuple[int, ...]
 
@@ -323,11 +346,10 @@ def load_sources(paths: Iterable[str | os.PathLike], indexed: Mapping[str, Index
         errors.extend(problems)
         folder, root, top = given.is_dir(), os.path.realpath(given), str(given)
         inside = root.rstrip(os.sep) + os.sep
-        for file in files:
+        for file, link in files:
             # A folder's walk went through no link to a folder: below the folder, only the file itself
-            # can be a link (one lstat, where resolving the whole path takes one a folder).
-            key = (inside + file[len(top):].lstrip(os.sep) if folder and not os.path.islink(file)
-                   else os.path.realpath(file))
+            # can be a link (where resolving the whole path reads every folder of it).
+            key = inside + file[len(top):].lstrip(os.sep) if folder and not link else os.path.realpath(file)
             if folder and key != root and not key.startswith(inside):
                 errors.append(SourceError(file, f"links to {key}, outside {given}; not read (name the file "
                                                 "itself to read it)"))
@@ -336,9 +358,11 @@ def load_sources(paths: Iterable[str | os.PathLike], indexed: Mapping[str, Index
                 continue
             seen.add(key)
             known = None if indexed is None else indexed.get(key)
-            if known is not None and known.signature is not None and _signature_of(key) == known.signature:
-                sources.append(SourceText.unread(file, key, known.sha256, known.page_starts, known.signature))
-                continue
+            if known is not None and known.signature is not None:
+                signature = _signature_of(key)
+                if signature is not None and signature_text(signature) == known.signature:
+                    sources.append(SourceText.unread(file, key, known.sha256, known.page_starts, signature))
+                    continue
             result = read_source(Path(file))
             if isinstance(result, SourceError):
                 errors.append(result)

@@ -14,19 +14,22 @@ at once: indexing stopped by Ctrl-C or kill -9 keeps the chunks committed, and a
 the first document missing, in the same chunks, so it ends with the contents of an uninterrupted
 run and indexes nothing twice. Its WAL journal lets a session read one snapshot while another
 process updates the file. Processes that update the same corpus take turns on a lock file beside it
-(`fcntl.flock`; the second says once on stderr that it waits, --quiet or not). On opening, the passage vectors of the documents asked are
-put, in their order, into a faiss inner-product index (`IndexFlatIP`: exact search; the vectors are
-unit length, so scores are cosines), as the flat index a file would hold is these vectors anyway.
+(`fcntl.flock`; the second says once on stderr that it waits, --quiet or not). A session reads a
+document's passage vectors when it first needs them: for an exact search, all of them, put in the
+documents' order into a faiss inner-product index (`IndexFlatIP`; the vectors are unit length, so
+scores are cosines), as the flat index a file would hold is these vectors anyway.
 
 Beyond APPROXIMATE_FROM passages an exact search costs a question more with every document (each of
 its four or so searches reads every vector) while an HNSW graph's stays near constant, so an update
 that leaves that many builds a faiss HNSW index over all passage vectors (documents by their id in
-the file) and stores it in the file: a question reads it and does not build it. HNSW rather than IVF:
-it needs no training on the corpus (IVF's centroids, trained on the documents of one day, fit the
-corpus less as it grows, and reach a recall of 0.98 only with many lists probed), and its recall is
-set at search time (HNSW_EF_SEARCH). It is built again whenever the documents changed, on one thread,
-so that a resumed indexing stores the graph an uninterrupted one stores. A search for more passages
-than HNSW_EF_SEARCH (reading everything) stays exact.
+the file) and stores it beside the file (APPROXIMATE_FILE, written whole before the row naming it is
+committed): a question maps it into memory (faiss's IO_FLAG_MMAP_IFC) and reads only the pages its
+search visits, where reading it whole (139 MB at 77,000 passages) took a question half a second.
+HNSW rather than IVF: it needs no training on the corpus (IVF's centroids, trained on the documents
+of one day, fit the corpus less as it grows, and reach a recall of 0.98 only with many lists
+probed), and its recall is set at search time (HNSW_EF_SEARCH). It is built again whenever the
+documents changed, on one thread, so that a resumed indexing stores the graph an uninterrupted one
+stores. A search for more passages than HNSW_EF_SEARCH (reading everything) stays exact.
 
 Incremental by content: a document indexed with the same hash is kept, a changed one is indexed
 again, one no longer among the documents (removed, or unreadable now) is dropped with a warning.
@@ -61,10 +64,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from longdoc.ask.documents import IndexedFile, SourceError, SourceText, load_sources
+from longdoc.ask.documents import IndexedFile, SourceError, SourceText, load_sources, signature_text
 from longdoc.ask.lexical import LEXICAL_FORMAT, LexicalIndex, add_rows, create_table, delete_rows
 from longdoc.ask.passages import MAX_TOKENS, MIN_TOKENS, PASSAGE_FORMAT, Passage, split_passages
 from longdoc.errors import InputError
+from longdoc.io import atomic_write_bytes
 from longdoc.model.cache import cache_dir
 
 INDEX_FORMAT = 3
@@ -76,9 +80,16 @@ CHUNK_TEXTS = 1024
 # question's four searches over 20,000 passages read 120 MB of vectors, a few milliseconds each).
 APPROXIMATE_FROM = 20_000
 HNSW_NEIGHBOURS, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 128
+# Sentences a lexical search scores first, those holding the query's rarest words, by those words:
+# their k-th best passage decides which others can rank (CorpusIndex.search_text).
+PROBE_ROWS = 2048
 # The HNSW index of the passage vectors, one row when the corpus has APPROXIMATE_FROM passages or more:
-# the document ids in the order its vectors were added (each document's passages in turn), and the index.
-APPROXIMATE_TABLE = "CREATE TABLE IF NOT EXISTS approximate (documents TEXT NOT NULL, hnsw BLOB NOT NULL)"
+# the document ids in the order its vectors were added (each document's passages in turn), and the name
+# and size of the file beside the index file that holds it (APPROXIMATE_FILE: named by those ids, so
+# that a reader's snapshot names a file no later build overwrites in place).
+APPROXIMATE_TABLE = ("CREATE TABLE IF NOT EXISTS approximate (documents TEXT NOT NULL, file TEXT NOT NULL, "
+                     "bytes INTEGER NOT NULL)")
+APPROXIMATE_FILE = "hnsw-{}.faiss"
 SCHEMA = (
     "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
     # signature: the file's when it was read (JSON; NULL: none to trust), checked before its hash;
@@ -136,7 +147,7 @@ class IndexChanges:
 class DocumentIndex:
     source: SourceText
     stored_passages: str  # its passages as the file holds them (JSON), parsed when first used: `passages`
-    vectors: np.ndarray  # [passages, dimension] float32, unit rows
+    passage_count: int  # its passages' vectors: CorpusIndex.passage_vectors
     key: int  # its id in the index file
     first_row: int  # the BM25 row of its first sentence; its sentences follow in passage order
     words: int  # in its text, split at whitespace: each is one wordpiece or more, read or not
@@ -152,7 +163,7 @@ class DocumentIndex:
                         for start, end, sentences in json.loads(self.stored_passages)]
         except (ValueError, TypeError) as error:
             raise DamagedIndex(f"the passages of {self.source.path} are unreadable ({error})") from None
-        if (len(passages) != len(self.vectors) or sum(len(p.sentences) for p in passages) != self.sentences
+        if (len(passages) != self.passage_count or sum(len(p.sentences) for p in passages) != self.sentences
                 or not all(0 <= p.start < p.end <= self.characters for p in passages)):
             raise DamagedIndex(f"the passages of {self.source.path} do not fit it")
         return passages
@@ -231,7 +242,11 @@ class CorpusStore:
                     connection.executemany("INSERT INTO meta VALUES (?, ?)",
                                            [("settings", json.dumps(self.settings.to_json(), sort_keys=True)),
                                             ("next_row", "0")])
-            else:  # a file written before the approximate index existed holds the same rows
+            else:
+                # Files of earlier versions hold the same rows: one with no approximate table, or with the
+                # graph inside it, gets this version's table, and its next update builds the graph.
+                if "hnsw" in {column for _, column, *_ in connection.execute("PRAGMA table_info(approximate)")}:
+                    connection.execute("DROP TABLE approximate")
                 connection.execute(APPROXIMATE_TABLE)
             settings = connection.execute("SELECT value FROM meta WHERE name = 'settings'").fetchone()
             if settings is None or settings[0] != json.dumps(self.settings.to_json(), sort_keys=True):
@@ -256,8 +271,8 @@ class CorpusStore:
                 settings = connection.execute("SELECT value FROM meta WHERE name = 'settings'").fetchone()
                 if settings is None or settings[0] != json.dumps(self.settings.to_json(), sort_keys=True):
                     return {}
-                return {path: IndexedFile(None if signature is None else tuple(json.loads(signature)), sha256,
-                                          tuple(json.loads(page_starts)))
+                return {path: IndexedFile(signature, sha256,
+                                          () if page_starts == "[]" else tuple(json.loads(page_starts)))
                         for path, sha256, signature, page_starts in
                         connection.execute("SELECT path, sha256, signature, page_starts FROM documents")}
             finally:
@@ -317,8 +332,8 @@ class CorpusStore:
         missing = [source for path, source in wanted.items() if path not in kept]
         # Kept files read again (touched, copied, or racy before): their signature now, so that the
         # next run trusts it rather than hash them again.
-        touched = [(_signature_json(wanted[path]), indexed[path][0]) for path in kept
-                   if _signature_json(wanted[path]) != indexed[path][4]]
+        signatures = {path: _signature_json(wanted[path]) for path in kept}
+        touched = [(signatures[path], indexed[path][0]) for path in kept if signatures[path] != indexed[path][4]]
         if touched:
             with _transaction(connection):
                 connection.executemany("UPDATE documents SET signature = ? WHERE id = ?", touched)
@@ -335,7 +350,7 @@ class CorpusStore:
                           "dropped from the index", stacklevel=2)
         if missing:
             self._index(connection, missing, embedder, progress, on_indexed)
-        _store_approximate(connection, embedder.dimension)
+        _store_approximate(connection, embedder.dimension, self.folder)
         return IndexChanges(tuple(source.path for source in missing if document_path(source) not in indexed),
                             tuple(source.path for source in missing if document_path(source) in indexed),
                             dropped, len(wanted) - len(missing))
@@ -371,10 +386,19 @@ class CorpusStore:
 def _remove_index_file(path: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
+    _remove_approximate_files(path.parent)
+
+
+def _remove_approximate_files(folder: Path, keep: str | None = None) -> None:
+    """The HNSW files in `folder` but `keep` (and those a stopped build left), removed."""
+    pattern = APPROXIMATE_FILE.format("*")
+    for stale in [*folder.glob(pattern), *folder.glob(f".{pattern}.*.tmp")]:
+        if stale.name != keep:
+            stale.unlink(missing_ok=True)
 
 
 def _signature_json(source: SourceText) -> str | None:
-    return None if source.signature is None else json.dumps(list(source.signature))
+    return None if source.signature is None else signature_text(source.signature)
 
 
 def _save(connection: sqlite3.Connection, documents: Sequence[tuple[SourceText, list[Passage]]], embedder) -> None:
@@ -404,12 +428,12 @@ def _save(connection: sqlite3.Connection, documents: Sequence[tuple[SourceText, 
         connection.execute("UPDATE meta SET value = ? WHERE name = 'next_row'", (str(first_row),))
 
 
-def _store_approximate(connection: sqlite3.Connection, dimension: int) -> None:
-    """Makes the file's HNSW index hold the passage vectors of its documents when they are
-    APPROXIMATE_FROM or more (and removes it when fewer); nothing to do when it already does."""
+def _store_approximate(connection: sqlite3.Connection, dimension: int, folder: Path) -> None:
+    """Makes the file's HNSW index (a file in `folder`) hold the passage vectors of its documents when
+    they are APPROXIMATE_FROM or more (and removes it when fewer); nothing to do when it already does."""
     keys = [key for (key,) in connection.execute("SELECT id FROM documents ORDER BY id")]
-    stored = connection.execute("SELECT documents FROM approximate").fetchone()
-    if stored is not None and json.loads(stored[0]) == keys:
+    stored = connection.execute("SELECT documents, file, bytes FROM approximate").fetchone()
+    if stored is not None and json.loads(stored[0]) == keys and _file_size(folder / stored[1]) == stored[2]:
         return
     [[passages]] = connection.execute("SELECT COALESCE(SUM(LENGTH(passage_vectors)), 0) FROM documents")
     passages //= 4 * dimension
@@ -417,6 +441,7 @@ def _store_approximate(connection: sqlite3.Connection, dimension: int) -> None:
         if stored is not None:
             with _transaction(connection):
                 connection.execute("DELETE FROM approximate")
+            _remove_approximate_files(folder)
         return
     import faiss
 
@@ -435,10 +460,21 @@ def _store_approximate(connection: sqlite3.Connection, dimension: int) -> None:
             index.add(np.concatenate(batch))
     finally:
         faiss.omp_set_num_threads(threads)
+    documents = json.dumps(keys)
+    name = APPROXIMATE_FILE.format(hashlib.sha256(documents.encode()).hexdigest()[:32])
+    serialized = faiss.serialize_index(index)
+    atomic_write_bytes(folder / name, memoryview(serialized))  # no copy
     with _transaction(connection):
         connection.execute("DELETE FROM approximate")
-        connection.execute("INSERT INTO approximate VALUES (?, ?)",
-                           (json.dumps(keys), memoryview(faiss.serialize_index(index))))  # no copy
+        connection.execute("INSERT INTO approximate VALUES (?, ?, ?)", (documents, name, serialized.nbytes))
+    _remove_approximate_files(folder, keep=name)
+
+
+def _file_size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def index_corpus(sources: Sequence[SourceText], embedder, *, named_by: Sequence[str] | None = None,
@@ -523,21 +559,23 @@ class CorpusIndex:
         self.path = path
         self.connection, self.changes = connection, changes
         stored = {row[1]: row for row in connection.execute(
-            "SELECT id, path, passages, first_row, passage_vectors, characters, words, sentences FROM documents")}
+            "SELECT id, path, passages, first_row, LENGTH(passage_vectors), characters, words, sentences "
+            "FROM documents")}
         self.documents = []
         for source in sources:
             found = stored.get(document_path(source))
             if found is None:
                 raise DamagedIndex(f"{source.path} is not in the index")
-            key, _, passages, first_row, blob, characters, words, sentences = found
-            vectors = np.frombuffer(blob, dtype=np.float32)
-            if vectors.size % dimension:
+            key, _, passages, first_row, vector_bytes, characters, words, sentences = found
+            if vector_bytes % (4 * dimension):
                 raise DamagedIndex(f"the passage vectors of {source.path} do not fit it")
-            self.documents.append(DocumentIndex(source, passages, vectors.reshape(-1, dimension), key, first_row,
+            self.documents.append(DocumentIndex(source, passages, vector_bytes // (4 * dimension), key, first_row,
                                                 words, sentences, characters))
-        self.locations = PassagePlaces(range(len(self.documents)), [len(document.vectors) for document in self.documents])
+        self.locations = PassagePlaces(range(len(self.documents)),
+                                       [document.passage_count for document in self.documents])
         self.dimension = dimension
         self._exact: Any = None
+        self._passage_vectors: dict[int, np.ndarray] = {}
         self.approximate = self._read_approximate(connection)
         self.lexical = LexicalIndex(connection)
         # A BM25 row -> its document (by first row) and that document's sentence -> its passage.
@@ -549,7 +587,7 @@ class CorpusIndex:
     def _read_approximate(self, connection: sqlite3.Connection) -> tuple[Any, "PassagePlaces"] | None:
         """The file's HNSW index and the (document, passage) of each of its vectors; None when the file
         has none, or one over other documents than these."""
-        row = connection.execute("SELECT documents, hnsw FROM approximate").fetchone()
+        row = connection.execute("SELECT documents, file FROM approximate").fetchone()
         if row is None:
             return None
         import faiss
@@ -558,9 +596,14 @@ class CorpusIndex:
         keys = json.loads(row[0])
         if sorted(keys) != sorted(by_key):
             return None
-        index = faiss.deserialize_index(np.frombuffer(row[1], dtype=np.uint8))
+        try:
+            # Mapped, not read: the pages a search visits are read as it visits them. The file is never
+            # written again under its name (a new graph gets a new one) and outlives the mapping's reads.
+            index = faiss.read_index(str(self.path.parent / row[1]), faiss.IO_FLAG_MMAP_IFC)
+        except RuntimeError as error:
+            raise DamagedIndex(f"its approximate index {row[1]} is unreadable ({str(error).splitlines()[0]})") from None
         order = [by_key[key] for key in keys]
-        locations = PassagePlaces(order, [len(self.documents[d].vectors) for d in order])
+        locations = PassagePlaces(order, [self.documents[d].passage_count for d in order])
         if index.ntotal != len(locations) or index.d != self.dimension:
             raise DamagedIndex(f"its approximate index holds {index.ntotal} vectors for {len(locations)} passages")
         index.hnsw.efSearch = HNSW_EF_SEARCH
@@ -573,8 +616,30 @@ class CorpusIndex:
 
             self._exact = faiss.IndexFlatIP(self.dimension)
             if self.locations:
-                self._exact.add(np.concatenate([document.vectors for document in self.documents]))
+                with self._reading():
+                    by_key = {key: blob for key, blob in self.connection.execute(
+                        "SELECT id, passage_vectors FROM documents")}
+                    for d, document in enumerate(self.documents):
+                        self._passage_vectors.setdefault(d, self._vectors_of(document, by_key.get(document.key)))
+                self._exact.add(np.concatenate([self._passage_vectors[d] for d in range(len(self.documents))]))
         return self._exact
+
+    def passage_vectors(self, d: int) -> np.ndarray:
+        """The unit vectors of document d's passages, [passages, dimension], read when first asked for."""
+        vectors = self._passage_vectors.get(d)
+        if vectors is None:
+            document = self.documents[d]
+            with self._reading():
+                row = self.connection.execute("SELECT passage_vectors FROM documents WHERE id = ?",
+                                              (document.key,)).fetchone()
+                vectors = self._passage_vectors[d] = self._vectors_of(document, None if row is None else row[0])
+        return vectors
+
+    def _vectors_of(self, document: DocumentIndex, blob: bytes | None) -> np.ndarray:
+        vectors = np.frombuffer(blob or b"", dtype=np.float32)
+        if vectors.size != document.passage_count * self.dimension:
+            raise DamagedIndex(f"the passage vectors of {document.source.path} do not fit it")
+        return vectors.reshape(document.passage_count, self.dimension)
 
     def search(self, vectors: np.ndarray, k: int, exact: bool = False) -> list[list[Hit]]:
         """The k nearest passages to each query vector, best first (scores: cosines); through the
@@ -599,11 +664,12 @@ class CorpusIndex:
         sentence = row - self.documents[d].first_row
         return (d, sentence) if sentence < self.documents[d].sentences else None
 
-    def _ranked_sentences(self, text: str) -> Iterator[tuple[int, int, float]]:
-        """(document, sentence, BM25 score) of the rows sharing a word with `text`, best first; equal
-        scores in the order of the documents and their sentences (whatever rows the file gave them)."""
+    def _ranked_sentences(self, words: Sequence[str], within: Sequence[str] | None) -> Iterator[tuple[int, int, float]]:
+        """(document, sentence, BM25 score) of the rows holding one of `words` (`within`: holding one
+        of these), best first (`longdoc.ask.lexical.LexicalIndex.rank`); equal scores in the order of
+        the documents and their sentences (whatever rows the file gave them)."""
         tied: list[tuple[int, int, float]] = []
-        for row, score in self.lexical.search(text):
+        for row, score in self.lexical.rank(words, within):
             found = self._sentence_at(row)
             if found is None:
                 continue
@@ -630,14 +696,28 @@ class CorpusIndex:
 
     def search_text(self, text: str, k: int) -> list[Hit]:
         """The k best passages for `text` by the BM25 score of their best sentence, best first; only
-        passages sharing a word with it."""
-        best: dict[tuple[int, int], float] = {}
+        passages sharing a word with it. Exactly those, scoring only the sentences that can rank: the
+        query's rarest words alone score a part of each sentence's score, so their k-th best passage
+        bounds the k-th of all from below, and sentences holding only words whose BM25 together
+        stays under that are not scored (`longdoc.ask.lexical.Query.needed_above`)."""
         with self._reading():
-            for d, sentence, score in self._ranked_sentences(text):
-                if len(best) == k:
-                    break
-                best.setdefault((d, self.documents[d].sentence_passages[sentence]), score)
+            query = self.lexical.query(text)
+            probe, floor = query.rarest(PROBE_ROWS), 0.0
+            if probe is not None:
+                probed = self._best_passages(probe, k, None)
+                floor = list(probed.values())[-1] if len(probed) == k else 0.0
+            best = self._best_passages(query.words, k, query.needed_above(floor))
         return [Hit(d, p, score) for (d, p), score in best.items()]
+
+    def _best_passages(self, words: Sequence[str], k: int, within: Sequence[str] | None
+                       ) -> dict[tuple[int, int], float]:
+        """(document, passage) -> BM25 score of its best sentence, for the k best, best first."""
+        best: dict[tuple[int, int], float] = {}
+        for d, sentence, score in self._ranked_sentences(words, within):
+            if len(best) == k:
+                break
+            best.setdefault((d, self.documents[d].sentence_passages[sentence]), score)
+        return best
 
     def sentence_vectors(self, hit: Hit) -> np.ndarray:
         """The unit vectors of the sentences of the hit's passage, [sentences, dimension]."""
@@ -657,7 +737,7 @@ class CorpusIndex:
         return vectors[first:first + len(passages[hit.passage].sentences)]
 
     def cosine(self, vector: np.ndarray, hit: Hit) -> float:
-        return float(self.documents[hit.document].vectors[hit.passage] @ vector)
+        return float(self.passage_vectors(hit.document)[hit.passage] @ vector)
 
     def document_passages(self, d: int) -> list[Passage]:
         """The passages of document `d` (parsed on first use, from the session's snapshot)."""

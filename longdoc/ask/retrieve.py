@@ -76,7 +76,10 @@ class Retriever:
                   depth: int) -> list[dict[str, list[Hit]]]:
         """Per query, each retriever's best `depth` passages."""
         dense = self.corpus.search(vectors, depth) if DENSE in retrievers else None
-        return [{name: (self.corpus.search_text(query, depth) if name == LEXICAL else dense[q]) for name in retrievers}
+        # Bridges repeat where documents share a sentence: each text is searched once.
+        lexical = ({query: self.corpus.search_text(query, depth) for query in dict.fromkeys(queries)}
+                   if LEXICAL in retrievers else {})
+        return [{name: (lexical[query] if name == LEXICAL else dense[q]) for name in retrievers}
                 for q, query in enumerate(queries)]
 
     def _bridges(self, question_vector: np.ndarray, hits: list[Hit]) -> list[str]:

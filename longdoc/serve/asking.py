@@ -76,7 +76,7 @@ class AskService:
             self.session = AskSession(self.sources, folder, placement=self.placement, tasks=self.tasks,
                                       embedder=embedder, corpus=corpus)
             for document, indexed_document in zip(self.documents, self.session.corpus.documents):
-                document.update(state="indexed", passages=len(indexed_document.vectors))
+                document.update(state="indexed", passages=indexed_document.passage_count)
             self.state = "ready"
             print(f"longdoc serve: {len(self.sources)} documents indexed ({changes.describe() or 'none changed'}); "
                   f"answering in {self.session.mode} mode", file=self.log, flush=True)

@@ -112,15 +112,18 @@ def _finished(process: subprocess.Popen) -> tuple[int, str, str]:
 
 
 def _contents(cache: Path) -> dict:
-    """Every table's rows, but the files' signatures: whether one is recorded depends on how long ago
-    the file was written when it was read (the racy window), not on what was indexed."""
+    """Every table's rows, but the files' signatures (whether one is recorded depends on how long ago
+    the file was written when it was read, the racy window, not on what was indexed), and the bytes of
+    every other file in the index's folder but its lock."""
     [path] = cache.glob(f"ask/corpus/*/{INDEX_FILE}")
     with sqlite3.connect(path) as connection:
         documents = ", ".join(name for _, name, *_ in connection.execute("PRAGMA table_info(documents)")
                               if name != "signature")
-        return {table: connection.execute(f"SELECT {columns} FROM {table} ORDER BY 1").fetchall()
-                for table, columns in (("meta", "*"), ("documents", documents), ("sentence_vectors", "*"),
-                                       ("sentences", "rowid, body"), ("approximate", "*"))}
+        tables = {table: connection.execute(f"SELECT {columns} FROM {table} ORDER BY 1").fetchall()
+                  for table, columns in (("meta", "*"), ("documents", documents), ("sentence_vectors", "*"),
+                                         ("sentences", "rowid, body"), ("approximate", "*"))}
+    return {**tables, "files": {file.name: file.read_bytes() for file in sorted(path.parent.iterdir())
+                                if not file.name.startswith((INDEX_FILE, "lock"))}}
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +136,7 @@ def uninterrupted(tmp_path_factory):
     assert "12 files indexed (12 new, 0 changed), 0 unchanged" in out
     contents = _contents(root / "cache")
     assert len(contents["documents"]) == 12 and len(contents["sentences"]) == 36
-    assert len(contents["approximate"]) == 1
+    assert len(contents["approximate"]) == 1 and list(contents["files"]) == [contents["approximate"][0][1]]
     return documents, contents
 
 
@@ -206,7 +209,26 @@ def test_a_corpus_of_many_passages_searches_a_stored_hnsw_index_close_to_exact(e
     vectors = embedder.embed(questions)
     assert approximate_recall(corpus, vectors) >= 0.98
     searched = corpus.search(vectors, 8)
-    # Stored in the file: a session reads the graph and builds none.
+    folder = next(tmp_path.glob("corpus/*"))
+    [graph] = folder.glob("hnsw-*.faiss")
+    # The graph's file lost, or a file of the version that kept the graph in a table: the next update
+    # builds it again (on one thread: the same graph).
+    graph.unlink()
+    assert index_corpus(sources, embedder, named_by=["docs"], cache_root=tmp_path,
+                        progress=False).search(vectors, 8) == searched
+    with sqlite3.connect(folder / INDEX_FILE) as connection:
+        connection.execute("DROP TABLE approximate")
+        connection.execute("CREATE TABLE approximate (documents TEXT NOT NULL, hnsw BLOB NOT NULL)")
+        connection.execute("INSERT INTO approximate VALUES ('[]', x'00')")
+    graph.unlink()
+    assert index_corpus(sources, embedder, named_by=["docs"], cache_root=tmp_path,
+                        progress=False).search(vectors, 8) == searched
+    # Its bytes damaged: the index is rebuilt, with a warning naming it.
+    graph.write_bytes(b"\x00" * graph.stat().st_size)
+    with pytest.warns(UserWarning, match=f"{INDEX_FILE}: the corpus index is unusable .*{graph.name} is unreadable"):
+        assert index_corpus(sources, embedder, named_by=["docs"], cache_root=tmp_path,
+                            progress=False).search(vectors, 8) == searched
+    # Stored beside the file: a session maps the graph and builds none.
     monkeypatch.setattr(faiss, "IndexHNSWFlat", None)
     again = index_corpus(sources, embedder, named_by=["docs"], cache_root=tmp_path, progress=False)
     assert again.approximate is not None and again.search(vectors, 8) == searched
@@ -215,8 +237,9 @@ def test_a_corpus_of_many_passages_searches_a_stored_hnsw_index_close_to_exact(e
     with pytest.warns(UserWarning, match="dropped from the index"):
         fewer = index_corpus(sources[:10], embedder, named_by=["docs"], cache_root=tmp_path, progress=False)
     assert fewer.approximate is None and len(fewer.locations) < 40
-    with sqlite3.connect(next(tmp_path.glob(f"corpus/*/{INDEX_FILE}"))) as connection:
+    with sqlite3.connect(folder / INDEX_FILE) as connection:
         assert connection.execute("SELECT COUNT(*) FROM approximate").fetchone() == (0,)
+    assert not list(folder.glob("*hnsw*"))
 
 
 def test_an_index_damaged_while_a_session_reads_it_ends_the_question_with_an_error_naming_it(embedder, tmp_path):
@@ -350,3 +373,50 @@ def test_an_unchanged_corpus_is_asked_without_reading_its_files_and_a_changed_fi
     [hit] = corpus.search_text("Ortorhavem", 1)
     with pytest.raises(InputError, match=f"^{documents / 'note02.txt'}: changed while this question was answered"):
         corpus.text(hit)
+
+
+class _WordCountEmbedder:
+    """Passages split by whitespace words and vectors of no meaning: what the lexical ranking's test
+    needs of an embedder, cheaply (BM25 reads no vector)."""
+
+    key, dimension = "word-count-test", 8
+
+    def count_tokens(self, texts):
+        return [len(text.split()) for text in texts]
+
+    def embed(self, texts, progress=None):
+        import numpy as np
+
+        vectors = np.random.default_rng(len(texts)).standard_normal((len(texts), self.dimension)).astype(np.float32)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_the_lexical_ranking_scoring_only_the_sentences_that_can_rank_is_the_ranking_scoring_all(tmp_path,
+                                                                                                 monkeypatch):
+    hotpotqa = SHARED_DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first53.json"
+    write_generated_corpus(hotpotqa, tmp_path / "docs", 40, words=300)
+    records = json.loads(hotpotqa.read_text(encoding="utf-8"))
+    # Questions, and questions with a sentence as a second hop's queries are: many words, common ones too.
+    texts = [record["question"] for record in records] + [
+        f"{record['question']} {record['context'][0][1][0]}" for record in records]
+    # And short sentences of only each text's two most common words, each six times: sentences the
+    # bound must let rank (they score close to it).
+    lexical = index_corpus(load_sources([tmp_path / "docs"])[0], _WordCountEmbedder(), cache_root=tmp_path,
+                           progress=False).lexical
+    common = [sorted(zip(query.rows, query.words), reverse=True)[:2] for query in map(lexical.query, texts)]
+    (tmp_path / "docs" / "common.txt").write_text(
+        "\n\n".join(" ".join([word.strip('"') for _, word in words] * 6) + "." for words in common))
+    sources, errors = load_sources([tmp_path / "docs"])
+    corpus = index_corpus(sources, _WordCountEmbedder(), cache_root=tmp_path, progress=False)
+    scored = []
+    monkeypatch.setattr(corpus.lexical, "rank", lambda words, within=None: scored.append(within) or
+                        type(corpus.lexical).rank(corpus.lexical, words, within))
+    for k in (1, 3, 8):
+        monkeypatch.setattr(index_module, "PROBE_ROWS", 10 ** 9)  # every word in the probe: all rows scored
+        scored.clear()
+        every = [corpus.search_text(text, k) for text in texts]
+        assert all(within is None for within in scored)
+        monkeypatch.setattr(index_module, "PROBE_ROWS", 20)
+        scored.clear()
+        assert [corpus.search_text(text, k) for text in texts] == every
+        assert sum(within is not None for within in scored) > len(texts) / 4, k  # many searches left rows out

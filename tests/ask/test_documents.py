@@ -1,8 +1,11 @@
 """Documents for `longdoc ask`: decoding, HTML text, folders and bad input; passages along the
 text's structure with exact offsets (non-ASCII, Windows line endings)."""
 
+import os
+
 import pytest
 
+from longdoc.ask import documents
 from longdoc.ask.documents import html_to_text, load_sources
 from longdoc.ask.passages import split_passages
 
@@ -50,6 +53,24 @@ def test_folders_and_bad_input_give_one_error_each_and_keep_the_rest(tmp_path):
     assert messages[3].startswith("T/nothing: folder has no supported file")
     assert messages[4].startswith("T/data.xlsx: unsupported file type '.xlsx'")
     assert all("\n" not in message for message in messages)
+
+
+def test_a_subfolder_that_cannot_be_listed_is_named_once_and_the_rest_is_read(tmp_path, monkeypatch):
+    (tmp_path / "docs" / "locked").mkdir(parents=True)
+    (tmp_path / "docs" / "locked" / "hidden.txt").write_text("Not listed.", encoding="utf-8")
+    (tmp_path / "docs" / "open.txt").write_text("Readable.", encoding="utf-8")
+    listing = os.scandir
+
+    def scandir(path):  # as for a folder without read permission (this test may run as root)
+        if os.path.basename(path) == "locked":
+            raise PermissionError(13, "Permission denied", path)
+        return listing(path)
+
+    monkeypatch.setattr(documents.os, "scandir", scandir)
+    sources, errors = load_sources([tmp_path / "docs"])
+    assert [source.text for source in sources] == ["Readable."]
+    locked = tmp_path / "docs" / "locked"
+    assert [str(error) for error in errors] == [f"{locked}: cannot read folder: Permission denied"]
 
 
 def test_passages_follow_paragraphs_and_sentences_with_exact_offsets():
