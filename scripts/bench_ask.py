@@ -34,8 +34,8 @@
       `scripts/bench_readers.py reader --out OUT`: OUT/lifted) both also with `--model DIR --passages 8`.
   python scripts/bench_ask.py scale [--data HOTPOT_JSON] [--documents 10000] [--words 500] [--rounds 3]
       a corpus of that many generated files (HotpotQA sentences drawn at random, seeded: the same
-      files each run; benchmarks.ask.write_generated_corpus): `longdoc index` on a fresh cache
-      (seconds, words/s, peak resident memory), a cached `longdoc ask --question` beside `python -c
+      files each run; benchmarks.ask.write_generated_corpus): `longdoc index` on a fresh cache, or
+      over the index kept in --work (seconds, words/s, peak resident memory), a cached `longdoc ask --question` beside `python -c
       "import torch"`, a question in one `ask --json` process, and the vector search exact against
       approximate (ms, recall@8) (benchmarks.ask.scale_rows).
 All print a markdown table and, with --json FILE, write the rows.
