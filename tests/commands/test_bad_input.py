@@ -181,7 +181,7 @@ def test_ctrl_c_during_export_leaves_no_folder(wikihop_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_while_ask_indexes_keeps_the_documents_indexed_so_far(tmp_path):
+def test_ctrl_c_while_ask_indexes_keeps_the_documents_indexed_so_far(tmp_path, monkeypatch):
     """Two documents indexed, a third added, and ask stopped while saving it: the two stay in the
     corpus index, and the next run indexes only the third."""
     import os
@@ -196,7 +196,9 @@ def test_ctrl_c_while_ask_indexes_keeps_the_documents_indexed_so_far(tmp_path):
         (documents / f"{number}.txt").write_text(text + "\n", encoding="utf-8")
     environment = {**os.environ, ENVIRONMENT_VARIABLE: str(cache)}
     argv = ["--quiet", "ask", "--question", "Who paints bridges?", str(documents)]
-    assert _interrupted_at("longdoc.ask.index:_save", argv, call=2, env=environment).returncode == 0  # one save
+    # The runs before and after the interrupted one, in this process: only that one is stopped by a signal.
+    monkeypatch.setenv(ENVIRONMENT_VARIABLE, str(cache))
+    assert main(argv) == 0
 
     def indexed() -> int:
         [index] = cache.glob("ask/corpus/*/index.sqlite")
@@ -210,6 +212,5 @@ def test_ctrl_c_while_ask_indexes_keeps_the_documents_indexed_so_far(tmp_path):
                                               "index cache; asking again starts from them")
     assert "Traceback" not in result.stderr
     assert indexed() == 2
-    again = _interrupted_at("longdoc.ask.index:_save", argv, call=2, env=environment)  # one save: no interrupt
-    assert again.returncode == 0, again.stderr
+    assert main(argv) == 0
     assert indexed() == 3
