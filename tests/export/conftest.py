@@ -23,16 +23,18 @@ from tests.conftest import run_folder
 from tests.model.conftest import tiny_config
 from tests.tasks.conftest import TINY_ENCODER, write_encoder
 
-# Encoders of each architecture variant (tiny_config's three layers), exported and checked against
+# Encoders of each architecture variant (tiny_config's three layers unless said), exported and checked against
 # PyTorch at several lengths: every flag of the attention and the layers.
 VARIANTS = {
     # ETC as converted: relative ids with links, residual attention (running mean), talking heads, the
     # cross projections, hard g2l and l2g, no local attention across paragraphs, a global embedding norm
     "etc": dict(residual_attention=True, residual_attention_mean=True, talking_heads=True, cross_kv_projections=True,
                 hard_l2g=True, local_attention_within_paragraph=True, separate_global_embedding_norm=True),
-    # a lifted BERT: absolute positions, no carried scores, pre-LN, shared projections and feed-forward
+    # a lifted BERT: absolute positions, no carried scores, pre-LN, shared projections and feed-forward;
+    # two layers (one feeding the next: with no scores carried, a third traces nothing new)
     "lifted": dict(position_embedding_type="absolute", residual_attention=False, pre_layer_norm=True, share_qkv=True,
-                   share_attention_output=True, share_feed_forward=True, global_absolute_positions=False),
+                   share_attention_output=True, share_feed_forward=True, global_absolute_positions=False,
+                   num_hidden_layers=2),
 }
 
 # Lengths the task tests read: the HotpotQA sample's windows fit 512 long tokens with 128 globals. One
