@@ -1,6 +1,8 @@
 """The `longdoc` program as a user runs it: --version, --help, a closed stdout, output settings."""
 
 import argparse
+import contextlib
+import io
 import json
 import re
 import subprocess
@@ -46,23 +48,26 @@ def test_help_lists_every_document_type_ask_reads():
     assert f"files ({', '.join(SUPPORTED_SUFFIXES)}) and folders" in " ".join(result.stdout.split())
 
 
-def _hotpot_run(shared_data, tmp_path):
+@pytest.fixture(scope="module")
+def hotpot_run(shared_data, tmp_path_factory):
+    """A run folder `longdoc evaluate --out` wrote (a perfect HotpotQA prediction), for the leaderboard to
+    read; made in this process: the tests below are about the leaderboard's process."""
+    folder = tmp_path_factory.mktemp("hotpot_run")
     gold = shared_data / "hotpotqa/hotpot_dev_distractor_v1.first53.json"
     examples = json.loads(gold.read_text())
-    pred = tmp_path / "pred.json"
+    pred = folder / "pred.json"
     pred.write_text(json.dumps({"answer": {e["_id"]: e["answer"] for e in examples},
                                 "sp": {e["_id"]: e["supporting_facts"] for e in examples}}))
-    result = _run("evaluate", "hotpotqa", "--gold", str(gold), "--pred", str(pred), "--out", str(tmp_path / "run"),
-                  "--split", "dev", "--model", "oracle")
-    assert result.returncode == 0, result.stderr
-    return tmp_path / "run"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["evaluate", "hotpotqa", "--gold", str(gold), "--pred", str(pred), "--out",
+                         str(folder / "run"), "--split", "dev", "--model", "oracle"]) == 0
+    return folder / "run"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("argv", [["leaderboard", "--json"], ["leaderboard"]])
-def test_closed_stdout_ends_quietly(shared_data, tmp_path, argv):
-    run = _hotpot_run(shared_data, tmp_path)
-    process = subprocess.Popen([*PROGRAM, *argv, str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def test_closed_stdout_ends_quietly(hotpot_run, argv):
+    process = subprocess.Popen([*PROGRAM, *argv, str(hotpot_run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # The reader goes away before the program writes (it is still importing): every write fails.
     process.stdout.close()
     stderr = process.stderr.read().decode()
