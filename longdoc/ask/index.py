@@ -350,7 +350,7 @@ class CorpusStore:
                           "dropped from the index", stacklevel=2)
         if missing:
             self._index(connection, missing, embedder, progress, on_indexed)
-        _store_approximate(connection, embedder.dimension, self.folder)
+        _store_approximate(connection, embedder.dimension, self.folder, progress)
         return IndexChanges(tuple(source.path for source in missing if document_path(source) not in indexed),
                             tuple(source.path for source in missing if document_path(source) in indexed),
                             dropped, len(wanted) - len(missing))
@@ -428,9 +428,10 @@ def _save(connection: sqlite3.Connection, documents: Sequence[tuple[SourceText, 
         connection.execute("UPDATE meta SET value = ? WHERE name = 'next_row'", (str(first_row),))
 
 
-def _store_approximate(connection: sqlite3.Connection, dimension: int, folder: Path) -> None:
+def _store_approximate(connection: sqlite3.Connection, dimension: int, folder: Path, progress: bool) -> None:
     """Makes the file's HNSW index (a file in `folder`) hold the passage vectors of its documents when
-    they are APPROXIMATE_FROM or more (and removes it when fewer); nothing to do when it already does."""
+    they are APPROXIMATE_FROM or more (and removes it when fewer); nothing to do when it already does.
+    `progress`: a bar of the passages added on stderr (a minute or so at 80,000)."""
     keys = [key for (key,) in connection.execute("SELECT id FROM documents ORDER BY id")]
     stored = connection.execute("SELECT documents, file, bytes FROM approximate").fetchone()
     if stored is not None and json.loads(stored[0]) == keys and _file_size(folder / stored[1]) == stored[2]:
@@ -444,20 +445,27 @@ def _store_approximate(connection: sqlite3.Connection, dimension: int, folder: P
             _remove_approximate_files(folder)
         return
     import faiss
+    from tqdm.auto import tqdm
 
     index = faiss.IndexHNSWFlat(dimension, HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)  # threads add the vectors in an order of their own: another graph each run
     try:
-        batch: list[np.ndarray] = []
-        for (blob,) in connection.execute("SELECT passage_vectors FROM documents ORDER BY id"):
-            batch.append(np.frombuffer(blob, dtype=np.float32).reshape(-1, dimension))
-            if sum(len(vectors) for vectors in batch) >= CHUNK_TEXTS:
+        with tqdm(total=passages, desc="approximate index", unit=" passages", file=sys.stderr,
+                  disable=not progress) as bar:
+            def add(batch: list[np.ndarray]) -> None:
                 index.add(np.concatenate(batch))
-                batch = []
-        if batch:
-            index.add(np.concatenate(batch))
+                bar.update(sum(len(vectors) for vectors in batch))
+
+            batch: list[np.ndarray] = []
+            for (blob,) in connection.execute("SELECT passage_vectors FROM documents ORDER BY id"):
+                batch.append(np.frombuffer(blob, dtype=np.float32).reshape(-1, dimension))
+                if sum(len(vectors) for vectors in batch) >= CHUNK_TEXTS:
+                    add(batch)
+                    batch = []
+            if batch:
+                add(batch)
     finally:
         faiss.omp_set_num_threads(threads)
     documents = json.dumps(keys)
