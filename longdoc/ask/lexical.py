@@ -57,7 +57,7 @@ def query_words(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Query:
-    """The words of a text as `LexicalIndex.search` scores them: each word's rows (how many hold it)
+    """The words of a text as `LexicalIndex.rank` scores them: each word's rows (how many hold it)
     and its IDF as FTS5's bm25() computes it."""
 
     words: tuple[str, ...]  # FTS5 strings (query_words)
