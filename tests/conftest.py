@@ -100,6 +100,7 @@ def pytest_configure(config):
     _session_cache = cache_dir()
     _share_the_cores()
     _compile_in_process()
+    _take_ctrl_c()
 
 
 def pytest_unconfigure(config):
@@ -169,6 +170,18 @@ def _share_the_cores() -> None:
     share = max(1, len(os.sched_getaffinity(0)) // workers)
     os.environ["OMP_NUM_THREADS"] = str(share)
     torch.set_num_threads(share)
+
+
+def _take_ctrl_c() -> None:
+    """This process, and the commands tests start, stop on SIGINT as a program run from a terminal does.
+    A test run started in the background of a non-interactive shell (`cmd &` in a script, nohup) is
+    handed SIGINT ignored, and passes that on to every child: the tests that send a command Ctrl-C
+    (SIGINT) then saw it run to the end. Python's handler here is not inherited: a child starts with
+    SIGINT at its default, which Python turns into KeyboardInterrupt, as under a terminal."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _compile_in_process() -> None:
