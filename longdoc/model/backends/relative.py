@@ -8,8 +8,8 @@ pair's id there is "linked" when the long token links to the global one (`links`
 "unlinked", so their gradient is a sum per query over the row and over at most two linked entries.
 The long softmax (`block_size` b given) has queries [.., nb, b] and a head of 3b window keys whose
 ids depend only on the distance c - b - p (side_inputs.local_relative_ids): each unclipped id is one
-column per query, and the two clipped ids are a prefix and a suffix of the row, read from its
-running sum. The global softmax has G queries and a G x G head, whose gradient is a (small)
+column per query, and the two clipped ids are a prefix and a suffix of the row, whose bounds step
+by one column a query. The global softmax has G queries and a G x G head, whose gradient is a (small)
 scatter-add. The eager and the cpu backends use it.
 """
 
@@ -52,13 +52,32 @@ def _add_window_gradient(grad_window: Tensor, b: int, layout: RelativeIdLayout, 
     columns = b + query + distances  # [b, 2k - 1]
     inside = (columns >= 0) & (columns < width)
     picked = torch.gather(grad_window, -1, columns.clamp(0, width - 1).expand(*grad_window.shape[:-1], -1))
-    grad[..., layout.distance_ids(distances)] += picked * inside
+    picked = picked * inside.to(picked.dtype)  # [.., b, 2k - 1]: distances -k + 1 .. k - 1
+    # Their ids are two runs (layout.right, layout.left): slices, where indexing by the ids cost a gather and a scatter.
+    grad[..., layout.right(0) : layout.right(k - 1) + 1] += picked[..., k - 1 :]
+    grad[..., layout.left(1) : layout.left(k - 1) + 1] += picked[..., : k - 1].flip(-1)
     # Clipped: d <= -k is the prefix c <= b + p - k, d >= k the suffix c >= b + p + k.
-    running = torch.cumsum(grad_window, -1)
-    ends = torch.cat([b + query - k, b + query + k - 1], dim=1)  # [b, 2]: last column of the prefix, of the non-suffix
-    at_ends = torch.gather(running, -1, ends.clamp(0, width - 1).expand(*grad_window.shape[:-1], -1))
-    grad[..., layout.left_clipped] += at_ends[..., 0] * (ends[:, 0] >= 0)
-    grad[..., layout.right_clipped] += running[..., -1] - torch.where(ends[:, 1] < width, at_ends[..., 1], running[..., -1])
+    grad[..., layout.left_clipped] += _staircase_sums(grad_window, b - k, prefix=True)
+    grad[..., layout.right_clipped] += _staircase_sums(grad_window, b + k, prefix=False)
+
+
+def _staircase_sums(rows: Tensor, bound: int, prefix: bool) -> Tensor:
+    """rows [.., b, W] -> [.., b]: row p's sum over the columns c <= bound + p (`prefix`), else c >= bound + p.
+    The columns on the summed side of every row's bound are one plain sum; only the b - 1 columns
+    between the first row's bound and the last row's are masked. (A running sum over each whole row,
+    torch's cumsum, adds one element after another and wrote the whole [.., b, W] sum: the long
+    softmax's relative gradient took 1.7x the time with it, docs/benchmarks.md.)"""
+    b, width = rows.shape[-2:]
+    lo, hi = (bound + 1, bound + b) if prefix else (bound, bound + b - 1)  # the columns where rows differ
+    lo, hi = min(max(lo, 0), width), min(max(hi, 0), width)
+    common = rows[..., :lo] if prefix else rows[..., hi:]
+    total = common.sum(-1)
+    if lo < hi:
+        columns = torch.arange(lo, hi, device=rows.device)
+        query = torch.arange(b, device=rows.device).view(-1, 1)
+        kept = columns <= bound + query if prefix else columns >= bound + query  # [b, hi - lo]
+        total = total + (rows[..., lo:hi] * kept.to(rows.dtype)).sum(-1)  # (a bool mask's product: twice the time)
+    return total
 
 
 def _linked_sums_of_long_queries(pairs: Tensor, links: Tensor) -> Tensor:
