@@ -6,8 +6,9 @@ hotpotqa), answers are spans; without it, the sentences nearest to the question 
 
 Without --question: questions from standard input, interactively on a terminal (a prompt, line
 editing and history through readline, Ctrl-D to leave), else one per line with no prompt (with
---json, one JSON object per line). A path that cannot be read gets a one-line error and exit
-status 2, after the other files have been answered.
+--json, one JSON object per line). A path that cannot be read gets a one-line error, and with other
+files read, a line counting both; the others are answered from. Exit status 2 where nothing could be
+answered: no file read, or a question refused.
 """
 
 import argparse
@@ -15,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from longdoc.commands.documents import tell_unreadable
 from longdoc.cpu_memory import uncache_onednn_primitives
 from longdoc.model import inference
 from longdoc.ask.documents import SUPPORTED_SUFFIXES
@@ -167,8 +169,7 @@ def run(args: argparse.Namespace) -> int:
         args.runtime, args.model, device, dtype if args.dtype else None, args.attention)
     embedder = SentenceEmbedder()
     sources, errors = read_corpus(args.paths, embedder)
-    for error in errors:
-        print(f"longdoc ask: error: {error}", file=sys.stderr)
+    tell_unreadable("ask", errors, len(sources), "answering from")
     if not sources:
         return 2
     session = AskSession(sources, folder, passages=args.passages, second_hop=args.second_hop,
@@ -201,4 +202,4 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(result.to_json(), ensure_ascii=False), flush=True)
         else:
             _print_result(result)
-    return 2 if errors or refused else 0
+    return 2 if refused else 0

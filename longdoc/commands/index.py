@@ -5,7 +5,8 @@ words a second.
 Only what changed is indexed (a file whose size, times and inode are as recorded is not even read;
 longdoc.ask.index): new and changed files, in chunks each committed whole, so a run
 stopped by Ctrl-C or killed keeps the chunks committed, and running it again goes on from there.
-A path that cannot be read gets a one-line error and exit status 2, after the others are indexed.
+A path that cannot be read gets a one-line error, and with other files read, a line counting both;
+the others are indexed. Exit status 2 where no file could be read.
 """
 
 import argparse
@@ -13,6 +14,7 @@ import sys
 
 from longdoc.ask.documents import SUPPORTED_SUFFIXES
 from longdoc.commands import INTERRUPTED_STATUS
+from longdoc.commands.documents import tell_unreadable
 from longdoc.cpu_memory import uncache_onednn_primitives
 from longdoc.errors import InputError
 
@@ -33,8 +35,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give the documents to index: longdoc index PATH...")
     embedder = SentenceEmbedder()
     sources, errors = read_corpus(args.paths, embedder)
-    for error in errors:
-        print(f"longdoc index: error: {error}", file=sys.stderr)
+    tell_unreadable("index", errors, len(sources), "indexing")
     if not sources:
         return 2
     store = corpus_store(sources, embedder, named_by=args.paths)
@@ -44,5 +45,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"longdoc index: interrupted; {store.committed} of the files indexed by this run are kept in "
               f"{store.path}; running it again goes on from them", file=sys.stderr)
         return INTERRUPTED_STATUS
-    print(f"longdoc index: {len(sources)} files in {store.path}: {changes.describe() or 'nothing changed'}")
-    return 2 if errors else 0
+    files = "file" if len(sources) == 1 else "files"
+    print(f"longdoc index: {len(sources)} {files} in {store.path}: {changes.describe() or 'nothing changed'}")
+    return 0

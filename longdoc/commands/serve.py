@@ -12,6 +12,7 @@ from longdoc.cpu_memory import uncache_onednn_primitives
 from longdoc.model import inference
 from longdoc.commands.model_flags import add_placement_arguments
 from longdoc.commands.evaluate import add_metric_arguments, task_metric_options
+from longdoc.commands.documents import tell_unreadable
 from longdoc.commands.hints import require_reader_folder
 from longdoc.errors import InputError
 from longdoc.tasks import REGISTRY
@@ -87,8 +88,7 @@ def _ask_service(args):
         describe_checkpoint(args.model)
     device, dtype = inference.resolve_placement(args.device, args.dtype)
     sources, errors = load_sources(args.paths)
-    for error in errors:
-        print(f"longdoc serve: error: {error}", file=sys.stderr)
+    tell_unreadable("serve", errors, len(sources), "serving")
     if not sources:
         raise InputError("no readable document to serve")
     return AskService(sources, args.model, placement=ReaderPlacement(device, dtype, args.attention), tasks=REGISTRY,

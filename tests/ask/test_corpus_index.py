@@ -194,6 +194,30 @@ def test_a_file_deleted_between_indexing_and_asking_is_dropped_with_a_warning(tm
     assert text[answer["start"]:answer["end"]] == answer["text"] == "Person 2 moved to Ortorhaven."
 
 
+def test_many_unreadable_files_among_readable_ones_are_each_named_once_counted_and_the_rest_answered(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LONGDOC_CACHE", str(tmp_path / "cache"))
+    documents = _documents(tmp_path / "docs", count=2)
+    bad = [documents / f"blob{number:02}.txt" for number in range(40)] + [documents / "blank.md"]
+    for path in bad[:-1]:
+        path.write_bytes(b"\x00binary")
+    bad[-1].write_text(" \n", encoding="utf-8")
+    for command in (["index"], ["ask", "--json", "--question", "Where does Person 1 live?"]):
+        assert main([*command, str(documents)]) == 0, command  # answered from the two readable files
+        err = capsys.readouterr().err.splitlines()
+        named = [line for line in err if line.startswith(f"longdoc {command[0]}: error: ")]
+        assert sorted(named) == sorted(f"longdoc {command[0]}: error: {path}: " + (
+            "empty file (no text)" if path.suffix == ".md" else "binary file (contains NUL bytes), not text")
+            for path in bad)
+        going_on = "indexing" if command[0] == "index" else "answering from"
+        assert f"longdoc {command[0]}: 41 paths could not be read (named above); {going_on} the 2 files read" in err
+    for path in documents.glob("note*.txt"):
+        path.unlink()
+    assert main(["ask", "--question", "Where does Person 1 live?", str(documents)]) == 2  # nothing to answer from
+    err = capsys.readouterr().err
+    assert err.count("error: ") == 41 and "could not be read (named above)" not in err
+
+
 def test_a_corpus_of_many_passages_searches_a_stored_hnsw_index_close_to_exact(embedder, tmp_path, monkeypatch):
     import faiss
 
