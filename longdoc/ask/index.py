@@ -533,7 +533,7 @@ class Hit:
     found_by: tuple[Rank, ...] = ()  # the rankings that chose it (longdoc.ask.retrieve); () when all is read
 
 
-class PassagePlaces(Sequence[tuple[int, int]]):
+class PassagePlaces:
     """(document, passage) of each vector of an index that holds the passages of `documents` (indices
     into CorpusIndex.documents, in the index's order) in turn, `counts` of them each: found by a binary
     search rather than kept as a tuple a passage (a session opening 10,000 files built 80,000)."""
@@ -545,14 +545,14 @@ class PassagePlaces(Sequence[tuple[int, int]]):
     def __len__(self) -> int:
         return int(self._starts[-1])
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        i = int(i) % len(self)
-        place = int(np.searchsorted(self._starts, i, side="right")) - 1
-        return int(self._documents[place]), i - int(self._starts[place])
+    def of(self, ids: np.ndarray) -> list[tuple[int, int]]:
+        """The places of the vectors `ids` (each in [0, len)), all in one search: reading a whole
+        corpus asks for every passage at once."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size and not (0 <= ids.min() and ids.max() < len(self)):
+            raise IndexError(f"vector ids {ids.min()}..{ids.max()} outside 0..{len(self) - 1}")
+        places = np.searchsorted(self._starts, ids, side="right") - 1
+        return list(zip(self._documents[places].tolist(), (ids - self._starts[places]).tolist()))
 
 
 class CorpusIndex:
@@ -660,8 +660,12 @@ class CorpusIndex:
         else:
             index, locations = self.exact_index(), self.locations
         scores, ids = index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
-        return [[Hit(*locations[i], float(s)) for s, i in zip(row_scores, row_ids) if i >= 0]
-                for row_scores, row_ids in zip(scores, ids)]
+        hits = []
+        for row_scores, row_ids in zip(scores, ids):
+            found = row_ids >= 0  # (faiss pads a row it could not fill with -1)
+            hits.append([Hit(document, passage, score) for (document, passage), score
+                         in zip(locations.of(row_ids[found]), row_scores[found].tolist())])
+        return hits
 
     def _sentence_at(self, row: int) -> tuple[int, int] | None:
         """(document, its sentence) of a BM25 row; None for a row of no document of this corpus."""

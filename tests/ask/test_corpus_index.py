@@ -18,12 +18,24 @@ from benchmarks.ask import approximate_recall, write_generated_corpus
 from benchmarks.readers import make_fact_questions
 from longdoc.ask import index as index_module
 from longdoc.ask.documents import SourceText, load_sources
-from longdoc.ask.index import INDEX_FILE, IndexChanges, corpus_store, index_corpus
+from longdoc.ask.index import INDEX_FILE, IndexChanges, PassagePlaces, corpus_store, index_corpus
 from longdoc.ask.retrieve import RetrievalOptions, Retriever, SentenceEvidence
 from longdoc.cli import main
 from longdoc.errors import InputError
 from tests.ask.conftest import CountingEmbedder, damage_index, indexed_texts
 from tests.conftest import SHARED_DATA
+
+
+def test_passage_places_are_found_in_the_order_the_index_holds_the_documents():
+    # An index holding documents 2, 0 and 1 in turn, with 2, 0 and 3 passages: vector 2 is document 1's
+    # first passage (document 0, with none, takes no vector).
+    places = PassagePlaces([2, 0, 1], [2, 0, 3])
+    assert len(places) == 5
+    assert places.of([4, 0, 2, 1, 3]) == [(1, 2), (2, 0), (1, 0), (2, 1), (1, 1)]
+    assert places.of([]) == []
+    for outside in ([5], [-1], [0, 7]):
+        with pytest.raises(IndexError):
+            places.of(outside)
 
 
 def source(text: str, path: str) -> SourceText:
