@@ -7,16 +7,15 @@ structure instead (longdoc.model.side_inputs). The key columns are [head | long-
 pair's id there is "linked" when the long token links to the global one (`links` [B, Lp, 2]), else
 "unlinked", so their gradient is a sum per query over the row and over at most two linked entries.
 The long softmax (`block_size` b given) has queries [.., nb, b] and a head of 3b window keys whose
-ids depend only on the distance c - b - p (side_inputs.local_relative_ids): each unclipped id is one
-column per query, and the two clipped ids are a prefix and a suffix of the row, whose bounds step
-by one column a query. The global softmax has G queries and a G x G head, whose gradient is a (small)
-scatter-add. The eager and the cpu backends use it.
+ids depend only on the query p and the key column c (side_inputs.local_relative_ids): their sums by
+id are a batched product with the ids' one-hot. The global softmax has G queries and a G x G head,
+whose gradient is a (small) scatter-add. The eager, cpu and gpu backends use it.
 """
 
 import torch
 from torch import Tensor
 
-from longdoc.model.side_inputs import RelativeIdLayout
+from longdoc.model.side_inputs import RelativeIdLayout, local_relative_ids
 
 
 def relative_gradient(grad_picked: Tensor, ids: Tensor, links: Tensor | None, layout: RelativeIdLayout,
@@ -43,41 +42,16 @@ def relative_gradient(grad_picked: Tensor, ids: Tensor, links: Tensor | None, la
 
 
 def _add_window_gradient(grad_window: Tensor, b: int, layout: RelativeIdLayout, grad: Tensor) -> None:
-    """Add to grad [.., b, R] the gradient of the window's relative terms, grad_window [.., b, 3b]."""
-    k, width = layout.max_distance, grad_window.shape[-1]
-    device = grad_window.device
-    query = torch.arange(b, device=device).view(-1, 1)
-    # Unclipped distances -k < d < k: key column b + p + d of query p, one per (p, d) (or none).
-    distances = torch.arange(-k + 1, k, device=device)
-    columns = b + query + distances  # [b, 2k - 1]
-    inside = (columns >= 0) & (columns < width)
-    picked = torch.gather(grad_window, -1, columns.clamp(0, width - 1).expand(*grad_window.shape[:-1], -1))
-    picked = picked * inside.to(picked.dtype)  # [.., b, 2k - 1]: distances -k + 1 .. k - 1
-    # Their ids are two runs (layout.right, layout.left): slices, where indexing by the ids cost a gather and a scatter.
-    grad[..., layout.right(0) : layout.right(k - 1) + 1] += picked[..., k - 1 :]
-    grad[..., layout.left(1) : layout.left(k - 1) + 1] += picked[..., : k - 1].flip(-1)
-    # Clipped: d <= -k is the prefix c <= b + p - k, d >= k the suffix c >= b + p + k.
-    grad[..., layout.left_clipped] += _staircase_sums(grad_window, b - k, prefix=True)
-    grad[..., layout.right_clipped] += _staircase_sums(grad_window, b + k, prefix=False)
+    """Add to grad [.., b, R] the gradient of the window's relative terms, grad_window [.., b, 3b].
 
-
-def _staircase_sums(rows: Tensor, bound: int, prefix: bool) -> Tensor:
-    """rows [.., b, W] -> [.., b]: row p's sum over the columns c <= bound + p (`prefix`), else c >= bound + p.
-    The columns on the summed side of every row's bound are one plain sum; only the b - 1 columns
-    between the first row's bound and the last row's are masked. (A running sum over each whole row,
-    torch's cumsum, adds one element after another and wrote the whole [.., b, W] sum: the long
-    softmax's relative gradient took 1.7x the time with it, docs/benchmarks.md.)"""
-    b, width = rows.shape[-2:]
-    lo, hi = (bound + 1, bound + b) if prefix else (bound, bound + b - 1)  # the columns where rows differ
-    lo, hi = min(max(lo, 0), width), min(max(hi, 0), width)
-    common = rows[..., :lo] if prefix else rows[..., hi:]
-    total = common.sum(-1)
-    if lo < hi:
-        columns = torch.arange(lo, hi, device=rows.device)
-        query = torch.arange(b, device=rows.device).view(-1, 1)
-        kept = columns <= bound + query if prefix else columns >= bound + query  # [b, hi - lo]
-        total = total + (rows[..., lo:hi] * kept.to(rows.dtype)).sum(-1)  # (a bool mask's product: twice the time)
-    return total
+    The window's ids depend only on the query p and the key column c (local_relative_ids), so the sum
+    by id is, for each p, the product of the rows of query p [M, 3b] with the ids' one-hot [3b, R]: one
+    batched product over p (the unclipped ids' columns picked and the clipped ids' prefix and suffix
+    sums, each a pass of its own, made the function take 1.4x the time: docs/benchmarks.md)."""
+    rows = grad_window.flatten(0, -3).transpose(0, 1)  # [b, M, 3b], a view
+    ids = local_relative_ids(b, layout, grad_window.device)  # [b, 3b]
+    one_hot = grad_window.new_zeros(b, 3 * b, grad.shape[-1]).scatter_(-1, ids.unsqueeze(-1), 1.0)
+    grad += torch.bmm(rows, one_hot).transpose(0, 1).view(grad.shape)
 
 
 def _linked_sums_of_long_queries(pairs: Tensor, links: Tensor) -> Tensor:
