@@ -16,7 +16,7 @@ from importlib.metadata import version
 
 from longdoc.commands import INTERRUPTED_STATUS
 from longdoc.commands.hints import as_flags, with_hint
-from longdoc.model.cpu_blas import configure_blas
+from longdoc.model.cpu_blas import configure_blas, configure_capability
 from longdoc.cpu_memory import configure_allocator
 from longdoc.errors import InputError, OptionWarning
 from longdoc.io import atomic_write_json
@@ -165,6 +165,7 @@ def main(argv=None) -> int:
         parser.error("argument --quiet: not allowed with argument --verbose")
     try:
         _configure_output(args)  # inside: importing transformers takes seconds, Ctrl-C may come then
+        configure_capability()  # before torch's first operation, which reads ATEN_CPU_CAPABILITY
         status = args.run(args)
         sys.stdout.flush()
         return status

@@ -1,4 +1,5 @@
-"""MKL's products made reproducible: set by the entry points, never by importing the library.
+"""MKL's products made reproducible, and torch held to instructions the CPU has: set by the entry
+points, never by importing the library.
 
 torch's BLAS on x86 is MKL, whose sgemm gives results that depend on where its operands lie in
 memory: F.linear of a 64 x 384 input on a 2 x 384 weight, the operands copied to 15 other float
@@ -17,11 +18,16 @@ GEMM at AVX2 (elsewhere oneDNN, reproducible without it). The processes the comm
 benchmark's, torchrun's) inherit it. Importing longdoc changes nothing: a user's own script calls
 `configure_blas()` first, or sets MKL_CBWR itself, for the same choice.
 
+The command also calls `configure_capability()`: torch takes ATEN_CPU_CAPABILITY at its word, and
+set to a level the CPU lacks (avx512 on an AVX2 CPU) its first vectorised operation stops the
+process ("Illegal instruction", exit 132). The command warns and drops the variable instead.
+
 This module imports neither torch nor anything that does (`longdoc --help` stays fast).
 """
 
 import os
 import platform
+import warnings
 from pathlib import Path
 
 ENVIRONMENT_VARIABLE = "MKL_CBWR"
@@ -82,3 +88,35 @@ def configure_blas() -> None:
     is set (see the module's docstring). Call it before the process's first product."""
     if mkl_keeps_to_avx2() and _torch_below_avx512():
         os.environ.setdefault(ENVIRONMENT_VARIABLE, SETTING)
+
+
+CAPABILITY_VARIABLE = "ATEN_CPU_CAPABILITY"
+# The /proc/cpuinfo flags each x86 level of torch's dispatch runs on (its AVX2 code uses FMA too).
+_LEVEL_NEEDS = {"avx512": _AVX512 + ("fma",), "avx2": ("avx2", "fma")}
+
+
+def cpu_lacks(level: str) -> bool:
+    """Whether this CPU lacks the instructions torch's dispatch level `level` ("avx512", "avx2", as
+    ATEN_CPU_CAPABILITY names them) runs; False for other levels and where the flags cannot be read."""
+    needs = _LEVEL_NEEDS.get(level)
+    flags = _cpuinfo_field("flags")
+    return needs is not None and flags is not None and not set(needs) <= set(flags.split())
+
+
+def unsupported_capability() -> str | None:
+    """The level ATEN_CPU_CAPABILITY asks for where this CPU lacks it (torch takes the variable at its
+    word, and its code for that level stops the process at its first instruction: "Illegal
+    instruction"), else None."""
+    level = os.environ.get(CAPABILITY_VARIABLE, "").strip().lower()
+    return level if cpu_lacks(level) else None
+
+
+def configure_capability() -> None:
+    """Where ATEN_CPU_CAPABILITY asks for a level this CPU lacks, one warning, and the variable
+    removed, so that torch dispatches to the best level the CPU has. Call it before the process's
+    first torch operation (torch reads the variable then); the processes it starts inherit the fix."""
+    level = unsupported_capability()
+    if level is not None:
+        del os.environ[CAPABILITY_VARIABLE]
+        warnings.warn(f"{CAPABILITY_VARIABLE}={level} asks for {level.upper()} instructions, which this CPU "
+                      "lacks; ignoring it (torch runs the CPU's own best level)", RuntimeWarning, stacklevel=2)
