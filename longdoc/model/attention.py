@@ -99,6 +99,7 @@ class GlobalLocalAttention(nn.Module):
         self.num_heads = heads
         self.residual_attention = config.residual_attention
         self.residual_attention_mean = config.residual_attention_mean
+        self.num_layers = config.num_hidden_layers
         self.dropout = Dropout(config.attention_probs_dropout_prob)
 
         # Q, K and V in one matmul per stream; the global stream may share the long one's weights.
@@ -177,7 +178,10 @@ class GlobalLocalAttention(nn.Module):
             softmax.talking_heads_post,
             scale=1.0 / layer_number if self.residual_attention_mean else 1.0,
             drop_probability=self.dropout.p if self.training else 0.0,
-            keep_summed=self.residual_attention, keep_weights=keep_weights,
+            # (the last layer's sums go nowhere unless kept for inspection: not written, 100 MB a
+            # softmax at 4096 tokens)
+            keep_summed=self.residual_attention and (layer_number < self.num_layers or keep_weights),
+            keep_weights=keep_weights,
         )
 
 
