@@ -97,3 +97,20 @@ def test_the_profilers_own_start_and_stop_lines_stay_off_stderr_and_other_lines_
         os.write(2, b"USDT:2026-11-29 01:00:13 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
         os.write(2, b"a warning the user needs\n")
     assert capfd.readouterr().err == "a warning the user needs\n"
+
+
+def test_each_model_and_mode_keeps_its_fastest_profiled_step(monkeypatch):
+    # Steps disturbed by the heap's growth under the profiler are the slow ones: the fastest is kept.
+    import longdoc.bench.profile as profile
+
+    totals = iter([30.0, 10.0, 20.0] * 4)
+
+    def fake_step(runner, mode):
+        total = next(totals)
+        return total, {part: total if part == GLUE else 0.0 for part in PARTS}, {part: 0.0 for part in PARTS}
+
+    monkeypatch.setattr(profile, "profile_step", fake_step)
+    settings = BenchSettings(shape=TINY, repeats=3, threads=1)
+    steps = run_profile(settings, LENGTH, profiled_variants(settings))
+    assert [(step.model, step.mode) for step in steps] == [(m, mode) for m in (REFERENCE.name, BERT) for mode in (FORWARD, TRAIN)]
+    assert all(step.total_ms == 10.0 and step.parts_ms[GLUE] == 10.0 for step in steps)
