@@ -100,8 +100,16 @@ def assert_kernel_matches_reference(case: Case, dtype: torch.dtype, atol: float,
     """TritonSoftmax's outputs and gradients against `reference`'s, on `case`'s operands; with dropout,
     the reference applies the keep mask the kernels draw for their seed (fixed here)."""
     ops = operands(case).with_dropout(drop_probability)
-    loss_weights = (torch.randn(*ops.own_qkv.shape[:2], ops.own_qkv.shape[2] // 3, dtype=torch.float64),
-                    torch.randn(2, case.heads, *ops.settings.mask_bias.shape[2:], dtype=torch.float64))
+    # Seeded like the operands, so that the result does not depend on the tests run before: a
+    # gradient summed over every pair (the talking heads' mixes') cancels, for some weights, to a
+    # small part of its terms, and its bfloat16 error, which follows the terms, then nears the
+    # tolerance scaled to the result (the interpreter, 12 draws: 0.0002 to 0.0198 of the 0.02 allowed;
+    # above it after `pytest -k "bf16 or bfloat16" tests`, which failed).
+    generator = torch.Generator().manual_seed(0)
+    loss_weights = (torch.randn(*ops.own_qkv.shape[:2], ops.own_qkv.shape[2] // 3, dtype=torch.float64,
+                                generator=generator),
+                    torch.randn(2, case.heads, *ops.settings.mask_bias.shape[2:], dtype=torch.float64,
+                                generator=generator))
     dropout = dict(keep=None)
     if drop_probability:
         dropout = dict(keep=gpu_softmax.keep_mask(SEED, drop_probability, scores_shape(ops), DEVICE).cpu(),
