@@ -258,8 +258,9 @@ def describe_machine(settings: BenchSettings) -> str:
     from longdoc.model import linear
 
     info = machine_info(settings, settings.threads or torch.get_num_threads())
+    vector_code = f"; {info['vector_code']}" if info["vector_code"] else ""
     return (f"{info['cpu']}, {info['threads']} threads, torch kernels at {torch.backends.cpu.get_cpu_capability()}, "
-            f"our linear layers on {linear.backend()}")
+            f"our linear layers on {linear.backend()}{vector_code}")
 
 
 def render_profile(profiles: list[StepProfile], length: int, settings: BenchSettings, machine: str) -> str:

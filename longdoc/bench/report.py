@@ -72,12 +72,14 @@ def _header(result: BenchResult) -> list[str]:
         process = "each measurement in a fresh process"
         peer_tokens = f"L + {shape.global_tokens} tokens"
         times = f"times: median of {settings.repeats} after a warm-up; MiB: peak above model and inputs"
+    vector_code = [machine["vector_code"]] if machine.get("vector_code") else []
     return [
         "longdoc bench: GlobalLocalModel next to Longformer, BigBird and BERT (random init, batch 1)",
         f"process: {process}",
         f"machine: {device}; torch {machine['torch']}, transformers {machine['transformers']}",
         f"run: {settings.device} {settings.dtype}, {machine['threads']} threads, "
         f"allocator {machine['allocator']} (kernel THP mode: {machine['thp_system_mode']})",
+        *vector_code,
         f"shape: {shape.num_layers} layers, hidden {shape.hidden_size}, {shape.num_heads} heads, "
         f"FFN {shape.intermediate_size}; ours: radius {shape.local_radius}, {shape.global_tokens} global tokens, "
         f"attention backend {settings.attention}" + (", compiled (torch.compile)" if settings.compile else ""),

@@ -52,6 +52,38 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+ONEDNN_ISA_VARIABLE, MKL_ISA_VARIABLE = "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"
+
+
+def vector_code() -> str | None:
+    """The vector code torch, oneDNN and MKL run here, for the table's header; None off x86 Linux.
+
+    ATEN_CPU_CAPABILITY moves torch (and our attention kernels) alone. oneDNN (our linear layers'
+    GEMM where `auto` picks it) runs the CPU's best code unless ONEDNN_MAX_CPU_ISA holds it lower, and
+    MKL (the peers' linear layers, ours on an Intel CPU) likewise on an Intel CPU unless
+    MKL_ENABLE_INSTRUCTIONS does (on other CPUs it keeps to AVX2): measuring AVX2 on an AVX-512 CPU
+    takes the three together, and the line says which are missing."""
+    import torch
+
+    from longdoc.model import cpu_blas
+
+    best = cpu_blas.cpu_best_level()
+    if best is None:
+        return None
+    torch_level = torch.backends.cpu.get_cpu_capability().lower()
+    onednn = os.environ.get(ONEDNN_ISA_VARIABLE)
+    mkl = os.environ.get(MKL_ISA_VARIABLE)
+    mkl_below = mkl or cpu_blas.mkl_keeps_to_avx2()
+    mkl_level = (f"at most {mkl} ({MKL_ISA_VARIABLE})" if mkl else
+                 "avx2 (not an Intel CPU)" if best == "avx512" and cpu_blas.mkl_keeps_to_avx2() else best)
+    text = (f"vector code: torch {torch_level}, oneDNN "
+            f"{f'at most {onednn} ({ONEDNN_ISA_VARIABLE})' if onednn else best}, MKL {mkl_level}")
+    missing = [name for name, held in ((ONEDNN_ISA_VARIABLE, onednn), (MKL_ISA_VARIABLE, mkl_below)) if not held]
+    if torch_level == "avx2" and best == "avx512" and missing:
+        text += f"; to run them all at avx2 set {' '.join(f'{name}=AVX2' for name in missing)}"
+    return text
+
+
 def _thp_system_mode() -> str:
     """The kernel's THP mode, the bracketed word in e.g. "always [madvise] never"."""
     if not THP_SYSTEM_SETTING.exists():
@@ -73,6 +105,7 @@ def machine_info(settings: BenchSettings, threads: int) -> dict:
         "transformers": importlib.metadata.version("transformers"),
         "thp_system_mode": _thp_system_mode(),
         "allocator": settings.allocator,
+        "vector_code": vector_code(),
     }
     if settings.device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(torch.device(settings.device))

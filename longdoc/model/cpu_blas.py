@@ -103,6 +103,15 @@ def cpu_lacks(level: str) -> bool:
     return needs is not None and flags is not None and not set(needs) <= set(flags.split())
 
 
+def cpu_best_level() -> str | None:
+    """The highest of torch's x86 dispatch levels this CPU runs ("avx512", "avx2", else "default"),
+    None where /proc/cpuinfo's flags cannot be read (not Linux, not x86)."""
+    flags = _cpuinfo_field("flags")
+    if flags is None or platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    return next((level for level, needs in _LEVEL_NEEDS.items() if set(needs) <= set(flags.split())), "default")
+
+
 def unsupported_capability() -> str | None:
     """The level ATEN_CPU_CAPABILITY asks for where this CPU lacks it (torch takes the variable at its
     word, and its code for that level stops the process at its first instruction: "Illegal
