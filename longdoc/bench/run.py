@@ -73,9 +73,10 @@ def vector_code() -> str | None:
     torch_level = torch.backends.cpu.get_cpu_capability().lower()
     onednn = os.environ.get(ONEDNN_ISA_VARIABLE)
     mkl = os.environ.get(MKL_ISA_VARIABLE)
-    mkl_below = mkl or cpu_blas.mkl_keeps_to_avx2()
+    keeps_to_avx2 = cpu_blas.mkl_keeps_to_avx2()
+    mkl_below = mkl or keeps_to_avx2
     mkl_level = (f"at most {mkl} ({MKL_ISA_VARIABLE})" if mkl else
-                 "avx2 (not an Intel CPU)" if best == "avx512" and cpu_blas.mkl_keeps_to_avx2() else best)
+                 "avx2 (not an Intel CPU)" if best == "avx512" and keeps_to_avx2 else best)
     text = (f"vector code: torch {torch_level}, oneDNN "
             f"{f'at most {onednn} ({ONEDNN_ISA_VARIABLE})' if onednn else best}, MKL {mkl_level}")
     missing = [name for name, held in ((ONEDNN_ISA_VARIABLE, onednn), (MKL_ISA_VARIABLE, mkl_below)) if not held]
