@@ -237,6 +237,32 @@ def linear_backend(monkeypatch):
     linear.backend.cache_clear()
 
 
+# The variables that decide which code MKL, oneDNN, torch and the kernels run, and on how many threads,
+# in the commands tests start as subprocesses (they inherit this process's environment).
+_NUMERICS_VARIABLES = ("MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "MKL_NUM_THREADS", "ONEDNN_MAX_CPU_ISA",
+                       "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "LONGDOC_GEMM", "LONGDOC_KERNELS")
+
+
+@pytest.fixture(autouse=True)
+def _numerics_variables_left_as_found():
+    """Fails a test that leaves one of _NUMERICS_VARIABLES changed (and puts it back). MKL reads
+    MKL_CBWR at a process's first product, so a value set later changes the bits of the subprocesses
+    only: on an Intel CPU a leaked MKL_CBWR=AVX2 made a training run killed in a subprocess and
+    resumed here end on other last bits than one run here throughout. monkeypatch.delenv of a
+    variable that is not set records nothing, so a command run in-process after it sets the variable
+    for every test after."""
+    before = {name: os.environ.get(name) for name in _NUMERICS_VARIABLES}
+    yield
+    changed = {name: (value, os.environ.get(name)) for name, value in before.items() if os.environ.get(name) != value}
+    for name, (value, _) in changed.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    assert not changed, "the test left variables that subprocesses inherit changed (before, after): " + \
+        ", ".join(f"{name} {pair}" for name, pair in changed.items())
+
+
 def pytest_collection_finish(session) -> None:
     """Build the attention's C++ kernels once, before the first test, when the session's tests use the
     encoder (their modules imported it) and the kernels are not in the cache yet: built inside the

@@ -177,7 +177,10 @@ def test_the_command_sets_mkl_cbwr_where_mkl_keeps_to_avx2_and_torch_to_avx2(mon
         monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
     else:
         monkeypatch.setenv("ATEN_CPU_CAPABILITY", capability)
-    monkeypatch.delenv(cpu_blas.ENVIRONMENT_VARIABLE, raising=False)  # (restored afterwards)
+    # Set before it is removed: monkeypatch.delenv of an unset variable records nothing, and what the
+    # command sets below would outlive the test.
+    monkeypatch.setenv(cpu_blas.ENVIRONMENT_VARIABLE, "")
+    monkeypatch.delenv(cpu_blas.ENVIRONMENT_VARIABLE)
     with pytest.raises(SystemExit):
         main(["--version"])
     assert os.environ.get(cpu_blas.ENVIRONMENT_VARIABLE) == expected
