@@ -154,8 +154,10 @@ def test_indexing_progress_is_shown_and_asking_waits_for_it(browser, ask_documen
         browser.get(base + "/")
         _wait(browser, lambda d: "indexing: 0 of 1 document indexed (0%)" in _by_id(d, "index-text").text)
         assert _by_id(browser, "ask-button").get_attribute("disabled") is not None
-        assert browser.find_element("css selector", "#documents tbody td:last-child").get_attribute("textContent") == \
-            "waiting"
+        # Read in one script: while indexing, the page rebuilds the table's rows at each status poll,
+        # so an element found by one call can be gone by the next.
+        assert browser.execute_script(
+            "return document.querySelector('#documents tbody td:last-child').textContent") == "waiting"
         gate.set()
         _wait(browser, lambda d: not _by_id(d, "ask-button").get_attribute("disabled"))
         assert "1 document indexed" in _by_id(browser, "index-text").text
